@@ -1,0 +1,126 @@
+"""The contract between environments and everything else (policy, prompts, consultants, evaluation).
+
+A *task* is built from `conf/env/<name>.yaml` (`env.task`, via hydra.utils.instantiate). It makes
+gymnasium envs for PPO training and `Episode`s for evaluation. An Episode is one seeded episode:
+the memoryless observation the policy sees, the simulator facts the prompts need (`view()`), the
+episodic memory sigma (updated on every step, queried or not) and the expert (full state)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class NavView:
+    """What a navigation prompt may say, read from the MiniGrid simulator at the current step.
+
+    Egocentric grids are lists of strings, row 0 farthest ahead, the agent in the bottom row's
+    middle cell facing up ("up" = the agent's facing direction). Characters:
+    '#' wall, '.' floor, 'D' closed door, 'L' locked door, 'o' open door, 'k' key, 'G' goal,
+    '?' unseen (occluded or outside the grid), 'A' the agent, 'b' ball/box/other object, '~' lava.
+    """
+
+    ego: list[str]  # 7x7 egocentric view as characters (agent cell = 'A')
+    facing: str  # NORTH / EAST / SOUTH / WEST
+    pos: tuple[int, int]  # world (x, y), MiniGrid convention: x right, y down
+    carrying: str | None  # 'key' or None
+    ego_to_world: dict[tuple[int, int], tuple[int, int]]  # (row, col) of `ego` -> world (x, y)
+    front: str  # character of the cell directly ahead (from the simulator)
+    front_pos: tuple[int, int]
+    goal_pos: tuple[int, int] | None  # world pos of the goal if visible in the view, else None
+    doors: list[tuple[tuple[int, int], str]]  # visible doors: (world pos, 'D'|'L'|'o')
+    keys: list[tuple[int, int]]  # world positions of visible keys
+    full_grid: list[str]  # the whole true grid (rows y=0..H-1), agent as one of > v < ^
+    width: int
+    height: int
+    step: int
+    max_steps: int
+
+
+@dataclass
+class CardView:
+    """What a HigherLower prompt may say, read from the POPGym game state."""
+
+    card: int  # current rank 0..12 (0 = two ... 12 = ace), as POPGym encodes it
+    card_name: str  # '2'..'10','J','Q','K','A'
+    seen: list[int]  # ranks seen so far this episode, in order (current card last)
+    remaining: list[int]  # remaining-deck count per rank (13 entries)
+    higher: int  # remaining cards strictly above the current card
+    lower: int  # remaining cards strictly below
+    equal: int  # remaining cards of the same rank (a push)
+    decision: int  # 0-based index of the decision about to be made
+    n_decisions: int
+
+
+@dataclass
+class Memory:
+    """Episodic memory sigma, updated on every step whether or not the consultant is queried."""
+
+    known_map: dict[tuple[int, int], str] = field(default_factory=dict)  # world (x,y) -> char
+    visits: dict[tuple[int, int], int] = field(default_factory=dict)
+    positions: list[tuple[int, int]] = field(default_factory=list)  # trajectory incl. start
+    actions: list[str] = field(default_factory=list)  # action names taken, in order
+    rewards: list[float] = field(default_factory=list)
+    goal_pos: tuple[int, int] | None = None  # cached once seen
+    # HigherLower: one dict per decision: {card, action, next_card, outcome: WIN|LOSS|PUSH}
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    win_streak: int = 0
+    loss_streak: int = 0
+
+
+class Episode(abc.ABC):
+    """One seeded evaluation episode."""
+
+    action_names: tuple[str, ...]  # valid action tokens, index = policy action index
+    obs: np.ndarray  # current memoryless policy observation (same as the training env's)
+    memory: Memory
+    seed: int
+    steps: int = 0
+    total_reward: float = 0.0
+    done: bool = False
+
+    @abc.abstractmethod
+    def step(self, action: int) -> tuple[float, bool]:
+        """Apply a policy action index; update obs, memory, counters. Returns (reward, done)."""
+
+    @abc.abstractmethod
+    def view(self) -> NavView | CardView:
+        """Simulator facts for the prompt at the current step."""
+
+    @abc.abstractmethod
+    def expert_action(self) -> int:
+        """Best action index from the full state (shortest path / card counting)."""
+
+    def expert_plan(self) -> list[int]:
+        """Whole optimal action sequence from the current state (one-shot plans)."""
+        raise NotImplementedError(f"{type(self).__name__} has no open-loop plan")
+
+    @abc.abstractmethod
+    def outcome(self) -> dict[str, float]:
+        """Final per-episode metrics: {'success': 0/1} (navigation) or {'accuracy': x} (cards)."""
+
+
+class Task(abc.ABC):
+    """An environment family member, built from `env.task` in the config."""
+
+    name: str
+    metric: str  # 'success' or 'accuracy'
+    action_names: tuple[str, ...]
+    max_reward: float  # best achievable episode return (tuning stops early at it)
+
+    @abc.abstractmethod
+    def episode(self, seed: int) -> Episode:
+        """A fresh episode reset with `seed` (validation/test seeds come from benchmark.seeds)."""
+
+    @abc.abstractmethod
+    def training_env(self, seed: int) -> gym.Env:
+        """A gymnasium env for PPO whose resets draw seeds only from benchmark.seeds.training_seeds."""
+
+    @abc.abstractmethod
+    def validation_env(self) -> gym.Env:
+        """A gymnasium env with the same observation/action spaces, reset with explicit seeds."""
