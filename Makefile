@@ -1,0 +1,58 @@
+# make help lists the targets.
+SHELL := /bin/bash
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed
+SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
+
+.PHONY: help install demo test test-fast lint format bench bench-gpu report prompt-stats slurm-up slurm-down clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV_STAMP): pyproject.toml
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, CPU build (GPU users: see README "GPU install")
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(VENV_STAMP)
+
+install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then the package + dev extras)
+
+demo: $(VENV_STAMP) ## PPO-only, ASK (tiny model), SLM-only oracle and dice on a few test seeds: prints a table
+	$(PY) -m benchmark.demo
+
+test: $(VENV_STAMP) ## the whole test suite, slow end-to-end tests included (what CI runs)
+	$(PY) -m pytest -q
+
+test-fast: $(VENV_STAMP) ## unit tests only (skips tests marked slow)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(VENV_STAMP) ## ruff lint + format check
+	.venv/bin/ruff check benchmark tests
+	.venv/bin/ruff format --check benchmark tests
+
+format: $(VENV_STAMP) ## ruff format + autofix
+	.venv/bin/ruff format benchmark tests
+	.venv/bin/ruff check --fix benchmark tests
+
+bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json
+	$(PY) -m benchmark.bench
+
+bench-gpu: $(VENV_STAMP) ## consultant and ASK throughput with real Qwen3.5 shapes on the first CUDA GPU
+	$(PY) -m benchmark.bench gpu
+
+report: $(VENV_STAMP) ## tables and plots for SWEEP=<sweep dir> (default: the newest sweep)
+	$(PY) -m benchmark.report $(SWEEP)
+
+prompt-stats: $(VENV_STAMP) ## prompt token statistics per env x prompt variant
+	$(PY) -m benchmark.prompts stats
+
+slurm-up: ## bring up a single-node SLURM cluster on this machine (root, Debian)
+	bash launchers/local-slurm/up.sh
+
+slurm-down: ## stop the daemons slurm-up started
+	bash launchers/local-slurm/down.sh
+
+clean: ## remove outputs (checkpoints, runs, cache) but keep outputs/README.md
+	find outputs -mindepth 1 -not -name README.md -delete

@@ -1,0 +1,164 @@
+"""The ASK loop. All episodes of a job advance in lockstep: per step, one batched policy +
+MC-dropout call for the live episodes, the gate, prompts for the gated ones only, one batched
+consultant call per consultation round, parse (inside the prompt session), override, env step.
+`mode="sequential"` runs the same code one episode at a time (the reference path)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from benchmark.consultants.base import Answer, Consultant
+from benchmark.envs.base import Episode, Task
+from benchmark.gates import Gate
+from benchmark.metrics import episode_rates
+from benchmark.prompts.base import Consultation, Decision, PromptVariant
+from benchmark.uncertainty import deterministic_actions, mc_dropout
+
+MODES = ("lockstep", "sequential")
+
+
+@dataclass
+class Evaluator:
+    """Everything one evaluation needs; `policy` is an SB3 policy (or None when the gate needs
+    none), `consultant`/`prompt` are None for PPO-only."""
+
+    task: Task
+    gate: Gate
+    policy: torch.nn.Module | None = None
+    consultant: Consultant | None = None
+    prompt: PromptVariant | None = None
+    mc_samples: int = 50
+    seed: int = 0
+
+    def run(
+        self, seeds: list[int], mode: str = "lockstep", on_episode: Callable[[dict], None] | None = None
+    ) -> list[dict]:
+        """Evaluate `seeds`; returns one row per episode, in seed order."""
+        if mode not in MODES:
+            raise ValueError(f"eval.mode={mode!r} is not one of {list(MODES)}")
+        if self.gate.needs_policy and self.policy is None:
+            raise ValueError(f"gate {self.gate.name!r} needs a PPO policy, none was given")
+        one_at_a_time = mode == "sequential" or bool(getattr(self.prompt, "sequential_episodes", False))
+        batches = [[s] for s in seeds] if one_at_a_time else [list(seeds)]
+        rows: list[dict] = []
+        for batch in batches:
+            for row in self._run_batch(batch):
+                rows.append(row)
+                if on_episode is not None:
+                    on_episode(row)
+        return sorted(rows, key=lambda r: r["seed"])
+
+    # -- one lockstep batch ------------------------------------------------------------------
+    def _run_batch(self, seeds: list[int]) -> list[dict]:
+        episodes = [self.task.episode(s) for s in seeds]
+        asks = self.consultant is not None and self.prompt is not None
+        sessions = [
+            self.prompt.session(ep, self.consultant.needs_expert) if asks else None for ep in episodes
+        ]
+        # one dropout-mask stream per episode: masks never depend on who shares the batch
+        generators = [torch.Generator().manual_seed(hash((self.seed, s)) & 0x7FFFFFFF) for s in seeds]
+        stats = [_new_row(s, self.gate.needs_policy) for s in seeds]
+        start = [time.perf_counter()] * len(seeds)
+        while live := [i for i, ep in enumerate(episodes) if not ep.done]:
+            ppo = self._ppo_actions([episodes[i] for i in live], [generators[i] for i in live])
+            unc = ppo if not isinstance(ppo, list) else None
+            ppo_actions = ppo if isinstance(ppo, list) else ppo.action.tolist()
+            mask = self.gate.mask(unc, [seeds[i] for i in live], [episodes[i].steps for i in live])
+            asked = [j for j, m in enumerate(mask) if m] if asks else []
+            decisions = consult_all(
+                [sessions[live[j]].consult(ppo_actions[j]) for j in asked], self.consultant
+            )
+            by_j = dict(zip(asked, decisions))
+            for j, i in enumerate(live):
+                action = self._final_action(ppo_actions[j], by_j.get(j), stats[i], episodes[i])
+                if ppo_actions[j] is not None and action != ppo_actions[j]:
+                    stats[i]["overwrites"] += 1
+                episodes[i].step(action)
+        rows = []
+        for i, ep in enumerate(episodes):
+            row = stats[i]
+            row.update(reward=float(ep.total_reward), length=int(ep.steps), **ep.outcome())
+            row["wall_seconds"] = time.perf_counter() - start[i]
+            rows.append(episode_rates(row))
+        return rows
+
+    def _ppo_actions(self, episodes: list[Episode], generators: list[torch.Generator]):
+        """Uncertainty (with the deterministic action) when the gate needs it, else plain actions."""
+        if not self.gate.needs_policy:
+            return [None] * len(episodes)
+        obs = np.stack([ep.obs for ep in episodes])
+        if self.gate.needs_uncertainty:
+            return mc_dropout(self.policy, obs, self.mc_samples, generators=generators)
+        return deterministic_actions(self.policy, obs).tolist()
+
+    def _final_action(self, ppo: int | None, decision: Decision | None, row: dict, ep: Episode) -> int:
+        """The one place where answers become actions and invalid answers are counted."""
+        if decision is None:
+            return int(ppo)
+        for answer in decision.answers:
+            row["prompt_tokens"] += answer.prompt_tokens
+            row["generated_tokens"] += answer.generated_tokens
+            row["consultant_seconds"] += answer.seconds
+            row["cache_hits"] += int(answer.cached)
+            row["calls"] += 1
+        row["queries"] += int(decision.queried)
+        if decision.action is not None:
+            return int(decision.action)
+        row["invalid"] += 1
+        if ppo is not None:
+            return int(ppo)  # ASK: keep the PPO action
+        return fallback_action(self.seed, ep)
+
+
+def fallback_action(seed: int, ep: Episode) -> int:
+    """SLM-only with an invalid answer: a uniformly random valid action, seeded by
+    (seed, episode seed, step), counted as invalid. Documented in README (Metrics)."""
+    rng = np.random.default_rng([seed, ep.seed, ep.steps, 7])
+    return int(rng.integers(len(ep.action_names)))
+
+
+def consult_all(consultations: list[Consultation], consultant: Consultant | None) -> list[Decision]:
+    """Advance every consultation generator in lockstep; each round is ONE batched call."""
+    decisions: list[Decision | None] = [None] * len(consultations)
+    pending: dict[int, list] = {}
+    for k, gen in enumerate(consultations):
+        _advance(k, gen, None, pending, decisions)
+    while pending:
+        order = list(pending)
+        flat = [q for k in order for q in pending[k]]
+        answers = consultant.answer(flat) if flat else []
+        cursor, rounds = 0, {}
+        for k in order:
+            n = len(pending[k])
+            rounds[k] = answers[cursor : cursor + n]
+            cursor += n
+        pending = {}
+        for k in order:
+            _advance(k, consultations[k], rounds[k], pending, decisions)
+    return decisions  # type: ignore[return-value]
+
+
+def _advance(k: int, gen: Consultation, answers: list[Answer] | None, pending: dict, out: list) -> None:
+    try:
+        pending[k] = next(gen) if answers is None else gen.send(answers)
+    except StopIteration as stop:
+        out[k] = stop.value
+
+
+def _new_row(seed: int, has_policy: bool) -> dict:
+    return {
+        "seed": seed,
+        "queries": 0,
+        "calls": 0,
+        "overwrites": 0 if has_policy else None,
+        "invalid": 0,
+        "prompt_tokens": 0,
+        "generated_tokens": 0,
+        "consultant_seconds": 0.0,
+        "cache_hits": 0,
+    }
