@@ -46,8 +46,8 @@ class NavView:
 class CardView:
     """What a HigherLower prompt may say, read from the POPGym game state."""
 
-    card: int  # current rank 0..12 (0 = two ... 12 = ace), as POPGym encodes it
-    card_name: str  # '2'..'10','J','Q','K','A'
+    card: int  # current rank 0..12 as POPGym encodes it (0 = ace, low ... 12 = king)
+    card_name: str  # 'A','2'..'10','J','Q','K'
     seen: list[int]  # ranks seen so far this episode, in order (current card last)
     remaining: list[int]  # remaining-deck count per rank (13 entries)
     higher: int  # remaining cards strictly above the current card

@@ -1,0 +1,58 @@
+"""Environments: build a Task from its config (`conf/env/<name>.yaml`), list the available ones.
+
+Adding an environment is adding a Task class and a YAML file whose `task._target_` names it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmark.envs.base import CardView, Episode, Memory, NavView, Task
+
+ENV_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "env"
+
+__all__ = [
+    "ENV_CONF_DIR",
+    "CardView",
+    "Episode",
+    "Memory",
+    "NavView",
+    "Task",
+    "available_envs",
+    "load_env_cfg",
+    "make_task",
+]
+
+
+def available_envs() -> list[str]:
+    """Names of the env configs in conf/env (what `env=<name>` accepts)."""
+    return sorted(p.stem for p in ENV_CONF_DIR.glob("*.yaml"))
+
+
+def load_env_cfg(name: str) -> Any:
+    """The env config `name` as an OmegaConf node, without composing the whole job config."""
+    from omegaconf import OmegaConf
+
+    path = ENV_CONF_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown env {name!r}; available: {available_envs()}")
+    return OmegaConf.load(path)
+
+
+def make_task(env_cfg: Any) -> Task:
+    """The Task described by an env config (its `task` node, via hydra.utils.instantiate); also
+    takes a plain dict or an env name.
+    Tasks hold only their config values, so they pickle cheaply and can be rebuilt anywhere."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    if isinstance(env_cfg, str):
+        env_cfg = load_env_cfg(env_cfg)
+    elif isinstance(env_cfg, dict):
+        env_cfg = OmegaConf.create(env_cfg)
+    if "task" not in env_cfg:
+        raise ValueError(f"env config has no 'task' node; keys: {list(env_cfg)}")
+    task = instantiate(env_cfg.task, _convert_="all")
+    if not isinstance(task, Task):
+        raise TypeError(f"env.task._target_ built {type(task).__name__}, not a benchmark Task")
+    return task

@@ -1,0 +1,199 @@
+"""POPGym HigherLower: guess whether the next card of a shuffled deck is higher or lower.
+
+POPGym's conventions (read from popgym/envs/higher_lower.py and popgym/core/deck.py):
+- ranks are indexed 0..12 as A, 2, 3, ..., 10, J, Q, K: the ace is LOW;
+- action 0 guesses higher, action 1 lower;
+- reward +1/52 for a right guess, -1/52 for a wrong one, 0 when the next card has the same rank
+  (a push); with one deck the episode is 51 decisions (every card after the first).
+Accuracy = right guesses / decisions, so a push counts as not correct (it is not a WIN). Under
+this definition the best memoryless rule scores about 0.72-0.73, as the ASK+ paper reports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from popgym.core.deck import DECK_SIZE, RANKS
+from popgym.envs.higher_lower import HigherLower
+
+from benchmark.envs.base import CardView, Episode, Memory, Task
+from benchmark.envs.wrappers import ActionSubset, TrainingSeeds
+
+ACTION_INDEX: dict[str, int] = {"HIGHER": 0, "LOWER": 1}  # POPGym: guess_higher = action == 0
+N_RANKS = len(RANKS)
+RANK_NAMES: tuple[str, ...] = tuple(
+    r.upper() for r in RANKS
+)  # ('A', '2', ..., '10', 'J', 'Q', 'K')
+
+
+def rank_name(rank: int) -> str:
+    """Printable name of a POPGym rank index (0 = ace ... 12 = king)."""
+    return RANK_NAMES[int(rank)]
+
+
+def judge(card: int, action: str, next_card: int) -> str:
+    """WIN, LOSS or PUSH for guessing `action` (HIGHER/LOWER) on `card` when `next_card` comes."""
+    if next_card == card:
+        return "PUSH"
+    return "WIN" if (next_card > card) == (action == "HIGHER") else "LOSS"
+
+
+def counting_choice(card: int, remaining: Sequence[int]) -> str:
+    """Card counting: the side with more remaining cards strictly beyond the current rank;
+    a tie goes to HIGHER (either side then has the same expected reward)."""
+    higher = sum(remaining[card + 1 :])
+    lower = sum(remaining[:card])
+    return "HIGHER" if higher >= lower else "LOWER"
+
+
+class OneHotRank(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """POPGym's Discrete(13) rank -> a one-hot float32 vector for the MLP policy."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (N_RANKS,), np.float32)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        out = np.zeros(N_RANKS, dtype=np.float32)
+        out[int(observation)] = 1.0
+        return out
+
+
+class HigherLowerTask(Task):
+    """HigherLower with `num_decks` 52-card decks; the policy sees only the current rank."""
+
+    metric = "accuracy"
+    family = "cards"
+
+    def __init__(
+        self,
+        name: str,
+        num_decks: int = 1,
+        max_steps: int | None = None,
+        actions: Sequence[str] = ("HIGHER", "LOWER"),
+    ):
+        if int(num_decks) < 1:
+            raise ValueError(f"num_decks must be >= 1, got {num_decks!r}")
+        decisions = DECK_SIZE * int(num_decks) - 1
+        if max_steps is not None and int(max_steps) != decisions:
+            raise ValueError(
+                f"max_steps={max_steps} disagrees with num_decks={num_decks}: "
+                f"HigherLower always plays {decisions} decisions"
+            )
+        if sorted(actions) != sorted(ACTION_INDEX):
+            raise ValueError(
+                f"actions must be a permutation of {list(ACTION_INDEX)}, got {actions!r}"
+            )
+        self.name = name
+        self.num_decks = int(num_decks)
+        self.max_steps = decisions
+        self.action_names = tuple(actions)
+        self.max_reward = decisions / (DECK_SIZE * self.num_decks)  # every guess right
+
+    def make_env(self) -> gym.Env:
+        """The policy-facing env: one-hot rank in, HIGHER/LOWER (in config order) out."""
+        return ActionSubset(
+            OneHotRank(HigherLower(self.num_decks)), self.action_names, ACTION_INDEX
+        )
+
+    def training_env(self, seed: int) -> gym.Env:
+        return TrainingSeeds(self.make_env(), seed)
+
+    def validation_env(self) -> gym.Env:
+        return self.make_env()
+
+    def episode(self, seed: int) -> HigherLowerEpisode:
+        return HigherLowerEpisode(self, seed)
+
+    def __repr__(self) -> str:
+        return f"HigherLowerTask({self.name!r}, num_decks={self.num_decks})"
+
+
+class HigherLowerEpisode(Episode):
+    """One seeded HigherLower game; the CardView reads the deck itself, not our bookkeeping."""
+
+    def __init__(self, task: HigherLowerTask, seed: int):
+        self.task = task
+        self.action_names = task.action_names
+        self.seed = int(seed)
+        self.env = task.make_env()
+        self.obs, _ = self.env.reset(seed=self.seed)
+        self.game: HigherLower = self.env.unwrapped
+        self.steps = 0
+        self.total_reward = 0.0
+        self.done = False
+        self.memory = Memory()
+
+    # -- game state, read from POPGym's deck -------------------------------------------------------
+
+    def card(self) -> int:
+        return int(self.game.deck.show("player", ["ranks_idx"]).item())
+
+    def remaining(self) -> list[int]:
+        """Cards left in the deck per rank (the deck deals from the end of `idx[:deck_len]`)."""
+        deck = self.game.deck
+        left = deck.ranks_idx[deck.idx[: deck.deck_len]]
+        return np.bincount(left, minlength=N_RANKS).astype(int).tolist()
+
+    def seen(self) -> list[int]:
+        """Ranks dealt so far, in order, current card last."""
+        deck = self.game.deck
+        return deck.ranks_idx[deck.idx[deck.deck_len :][::-1]].astype(int).tolist()
+
+    # -- stepping and memory -----------------------------------------------------------------------
+
+    def step(self, action: int) -> tuple[float, bool]:
+        if self.done:
+            raise RuntimeError(f"episode seed={self.seed} is over (step {self.steps}); reset it")
+        a = int(action)
+        if not 0 <= a < len(self.action_names):
+            raise ValueError(f"action {a} out of range: allowed 0..{len(self.action_names) - 1}")
+        card, name = self.card(), self.action_names[a]
+        self.obs, reward, terminated, truncated, _ = self.env.step(a)
+        reward = float(reward)
+        next_card = self.card()
+        outcome = judge(card, name, next_card)
+        expected = {"WIN": 1, "LOSS": -1, "PUSH": 0}[outcome]
+        if np.sign(reward) != expected:  # guards our reading of POPGym's conventions
+            raise RuntimeError(f"POPGym paid {reward} for {outcome} ({card}->{name}->{next_card})")
+        self.steps += 1
+        self.total_reward += reward
+        self.done = bool(terminated or truncated)
+        mem = self.memory
+        mem.actions.append(name)
+        mem.rewards.append(reward)
+        mem.decisions.append(
+            {"card": card, "action": name, "next_card": next_card, "outcome": outcome}
+        )
+        # a streak is consecutive WINs (LOSSes); a push ends both
+        mem.win_streak = mem.win_streak + 1 if outcome == "WIN" else 0
+        mem.loss_streak = mem.loss_streak + 1 if outcome == "LOSS" else 0
+        return reward, self.done
+
+    # -- views, expert, outcome ----------------------------------------------------------------------
+
+    def view(self) -> CardView:
+        card, remaining = self.card(), self.remaining()
+        return CardView(
+            card=card,
+            card_name=rank_name(card),
+            seen=self.seen(),
+            remaining=remaining,
+            higher=sum(remaining[card + 1 :]),
+            lower=sum(remaining[:card]),
+            equal=remaining[card],
+            decision=self.steps,
+            n_decisions=self.task.max_steps,
+        )
+
+    def expert_action(self) -> int:
+        return self.action_names.index(counting_choice(self.card(), self.remaining()))
+
+    def outcome(self) -> dict[str, float]:
+        """Accuracy = WINs / decisions made (a push is not a correct guess)."""
+        decisions = self.memory.decisions
+        wins = sum(d["outcome"] == "WIN" for d in decisions)
+        return {"accuracy": wins / len(decisions) if decisions else 0.0}
