@@ -1,0 +1,43 @@
+"""Consultant backends (conf/slm/<name>.yaml) and the factory that builds one, cache included.
+
+Backends: hf (transformers), tiny (a locally built tiny Qwen3 on the hf path), openai (any
+OpenAI-compatible server), dice (random valid action), oracle (expert action)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants.errors import ConsultantError
+
+__all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make_consultant"]
+
+
+def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
+    """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache at
+    `<paths.cache>/responses.sqlite` (capped at `slm.cache_max_entries` rows). Backends that
+    declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never wrapped."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, CachedConsultant
+
+    if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
+        slm_cfg = OmegaConf.create(dict(slm_cfg))
+    if "backend" not in slm_cfg:
+        raise ConsultantError(f"slm config {slm_cfg.get('name', '?')!r} has no `backend` entry")
+    backend = instantiate(slm_cfg.backend, _convert_="all")
+    if not isinstance(backend, Consultant):
+        raise ConsultantError(
+            f"slm.backend._target_={slm_cfg.backend.get('_target_')!r} built a "
+            f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
+        )
+    if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
+        return CachedConsultant(
+            backend,
+            Path(str(paths_cfg.cache)) / "responses.sqlite",
+            max_entries=int(slm_cfg.get("cache_max_entries", DEFAULT_MAX_ENTRIES)),
+        )
+    return backend

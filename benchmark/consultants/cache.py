@@ -1,0 +1,241 @@
+"""Response cache: a Consultant wrapper that remembers greedy answers on disk.
+
+Why from outside: every backend gets the same cache, and the key is built in one place. The key is
+the sha256 of (backend identity, every Decoding field, the full messages JSON), so one model's
+answers are never served for another's and a changed prompt or decoding setting misses.
+
+Only greedy answers (temperature == 0) are cached; sampled queries bypass the cache entirely.
+Identical greedy queries within one batch reach the backend once (the copies come back with
+`cached=True`, `seconds=0`).
+
+Storage: one SQLite file (`<paths.cache>/responses.sqlite`) in WAL mode with a busy timeout and
+retries on lock errors, so the processes of a multirun can share it, and a writer killed
+mid-write leaves a readable database (a transaction either committed or never happened). The
+file is bounded by `max_entries` rows (default 100,000, i.e. tens of MB for short answers);
+beyond it the least recently used rows (by last access time) are evicted.
+
+Answers served from the cache have `cached=True`, the token counts of the original generation
+(what the answer cost when it was made) and `seconds` = the time the lookup took."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from benchmark.consultants.base import Answer, Consultant, Query
+
+DEFAULT_MAX_ENTRIES = 100_000
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    identity TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    generated_tokens INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    created REAL NOT NULL,
+    last_access REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_last_access ON responses(last_access);
+"""
+
+
+def cache_key(identity: str, query: Query) -> str:
+    """sha256 over the backend identity, every decoding field and the full messages."""
+    payload = {
+        "identity": identity,
+        "decoding": dataclasses.asdict(query.decoding),
+        "messages": query.messages,
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseStore:
+    """The SQLite table behind the cache, safe for concurrent processes."""
+
+    def __init__(self, path: str | os.PathLike, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError(f"cache max_entries={max_entries} must be >= 1")
+        self.path = Path(path)
+        self.max_entries = int(max_entries)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._locked_retry(self._init_db)
+
+    def _init_db(self) -> None:
+        self._conn.execute("PRAGMA busy_timeout = 30000")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL-safe against killed processes
+        self._conn.executescript(_SCHEMA)
+
+    def _locked_retry(self, fn: Callable[[], T], attempts: int = 8) -> T:
+        """SQLite's busy timeout covers most contention; this covers the rest (e.g. a lock
+        upgrade deadlock, where SQLite gives up at once instead of waiting)."""
+        with self._lock:
+            for attempt in range(attempts):
+                try:
+                    return fn()
+                except sqlite3.OperationalError as exc:
+                    msg = str(exc).lower()
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    if ("locked" not in msg and "busy" not in msg) or attempt == attempts - 1:
+                        raise
+                    time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Answer]:
+        """Rows for the keys that are present; touches their last access time (LRU)."""
+        keys = list(dict.fromkeys(keys))
+
+        def run() -> dict[str, Answer]:
+            found: dict[str, Answer] = {}
+            for s in range(0, len(keys), 500):
+                part = keys[s : s + 500]
+                marks = ",".join("?" * len(part))
+                rows = self._conn.execute(
+                    "SELECT key, text, prompt_tokens, generated_tokens, seconds FROM responses"
+                    f" WHERE key IN ({marks})",
+                    part,
+                ).fetchall()
+                for k, text, pt, gt, sec in rows:
+                    found[k] = Answer(text, pt, gt, sec, cached=True)
+            if found:
+                now = time.time()
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.executemany(
+                    "UPDATE responses SET last_access = ? WHERE key = ?",
+                    [(now, k) for k in found],
+                )
+                self._conn.execute("COMMIT")
+            return found
+
+        return self._locked_retry(run)
+
+    def put_many(self, identity: str, items: dict[str, Answer]) -> None:
+        """Insert (or replace) answers, then evict the least recently used rows over the cap."""
+        if not items:
+            return
+        now = time.time()
+        rows = [
+            (k, identity, a.text, a.prompt_tokens, a.generated_tokens, a.seconds, now, now)
+            for k, a in items.items()
+        ]
+
+        def run() -> None:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+            (count,) = self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()
+            if count > self.max_entries:
+                self._conn.execute(
+                    "DELETE FROM responses WHERE key IN"
+                    " (SELECT key FROM responses ORDER BY last_access ASC LIMIT ?)",
+                    (count - self.max_entries,),
+                )
+            self._conn.execute("COMMIT")
+
+        self._locked_retry(run)
+
+    def __len__(self) -> int:
+        return self._locked_retry(
+            lambda: self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class CachedConsultant(Consultant):
+    """Wraps any consultant; greedy answers come from / go to a ResponseStore."""
+
+    def __init__(
+        self,
+        inner: Consultant,
+        path: str | os.PathLike,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+    ) -> None:
+        self.inner = inner
+        self.store = ResponseStore(path, max_entries)
+        self.needs_expert = inner.needs_expert
+        self._hits = 0
+        self._misses = 0
+        self._deduplicated = 0
+        self._bypassed = 0
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def stats(self) -> dict[str, int]:
+        """hits / misses count greedy queries; `deduplicated` counts misses answered by an
+        identical query of the same batch; `bypassed` counts sampled (uncached) queries."""
+        return dict(
+            hits=self._hits,
+            misses=self._misses,
+            deduplicated=self._deduplicated,
+            bypassed=self._bypassed,
+        )
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        identity = self.inner.identity
+        keys = [cache_key(identity, q) if q.decoding.temperature == 0 else None for q in queries]
+        t0 = time.perf_counter()
+        found = self.store.get_many(k for k in keys if k is not None)
+        n_hits = sum(k in found for k in keys if k is not None)
+        lookup = (time.perf_counter() - t0) / max(1, n_hits)
+
+        to_ask: list[int] = []  # indices sent to the backend
+        first_of: dict[str, int] = {}  # key -> index of its first query in to_ask
+        for i, k in enumerate(keys):
+            if k is None:
+                to_ask.append(i)
+                self._bypassed += 1
+            elif k in found:
+                self._hits += 1
+            elif k in first_of:
+                self._misses += 1
+                self._deduplicated += 1
+            else:
+                self._misses += 1
+                first_of[k] = len(to_ask)
+                to_ask.append(i)
+
+        fresh = self.inner.answer([queries[i] for i in to_ask]) if to_ask else []
+        if len(fresh) != len(to_ask):
+            raise RuntimeError(
+                f"{identity}: backend returned {len(fresh)} answers for {len(to_ask)} queries"
+            )
+        self.store.put_many(identity, {k: fresh[j] for k, j in first_of.items()})
+
+        out: list[Answer] = []
+        asked = dict(zip(to_ask, fresh, strict=True))
+        for i, k in enumerate(keys):
+            if i in asked:
+                out.append(asked[i])
+            elif k in found:
+                out.append(dataclasses.replace(found[k], seconds=lookup))
+            else:  # a duplicate of an earlier query in this batch
+                out.append(dataclasses.replace(fresh[first_of[k]], seconds=0.0, cached=True))
+        return out
+
+    def close(self) -> None:
+        self.store.close()
+        self.inner.close()

@@ -1,0 +1,160 @@
+"""Any OpenAI-compatible chat completions server (vLLM, Ollama, `transformers serve`, a
+hosted API), over plain httpx: no `openai` package needed.
+
+The API key is read once, at construction, from the environment variable named by `api_key_env`;
+it is never stored in the config, logged or shown by repr. The server is probed (GET /models) at
+construction so a wrong URL fails at start-up, not after training. A batch's queries run
+concurrently in a thread pool; each request retries with exponential backoff (shared helper,
+benchmark.consultants.retry) and a request that keeps failing raises ConsultantError with the URL
+and the cause.
+
+Thinking: `chat_template_kwargs: {enable_thinking: ...}` is sent in the body (vLLM, SGLang and
+`transformers serve` honour it). A remote server cannot be stopped mid-thought, so the thinking
+budget is approximate here: max_tokens = max_new_tokens + thinking_budget when thinking is on,
+and any thinking left in the content is stripped."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.hf import strip_thinking
+from benchmark.consultants.retry import Retryable, with_retries
+
+
+class OpenAIConsultant(Consultant):
+    """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        concurrency: int = 8,
+        extra_body: dict[str, Any] | None = None,
+        identity: str | None = None,
+    ) -> None:
+        import httpx
+
+        if concurrency < 1:
+            raise ConsultantError(f"slm.backend.concurrency={concurrency} must be >= 1")
+        self.base_url = str(base_url).rstrip("/")
+        self.max_retries = int(max_retries)
+        self.concurrency = int(concurrency)
+        self.extra_body = dict(extra_body or {})
+        headers = {}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ConsultantError(
+                    f"slm.backend.api_key_env={api_key_env!r}: environment variable "
+                    f"{api_key_env} is not set (or empty); export it, or set "
+                    "slm.backend.api_key_env=null for a server without authentication"
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(
+            timeout=timeout,
+            headers=headers,
+            limits=httpx.Limits(max_connections=self.concurrency),
+            trust_env=False,  # a local server must not be routed through an HTTP(S)_PROXY
+        )
+        models = self._probe()
+        if model is None:
+            if not models:
+                raise ConsultantError(
+                    f"{self.base_url}/models lists no model; set slm.backend.model"
+                )
+            model = models[0]
+        self.model = model
+        self._identity = identity or f"openai:{model}@{self.base_url}"
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIConsultant(base_url={self.base_url!r}, model={self.model!r})"
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def _probe(self) -> list[str]:
+        import httpx
+
+        url = f"{self.base_url}/models"
+        try:
+            r = self._client.get(url)
+        except httpx.HTTPError as exc:
+            raise ConsultantError(
+                f"OpenAI-compatible server unreachable at {url} ({type(exc).__name__}: {exc}); "
+                "start it first or fix slm.backend.base_url (it should end in /v1)"
+            ) from exc
+        if r.status_code in (401, 403):
+            raise ConsultantError(f"{url} refused the API key (HTTP {r.status_code})")
+        if r.status_code != 200:
+            raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            return [m["id"] for m in r.json().get("data", [])]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConsultantError(f"{url} did not return an OpenAI model list: {exc}") from exc
+
+    def _body(self, q: Query) -> dict[str, Any]:
+        d = q.decoding
+        max_tokens = d.max_new_tokens + (d.thinking_budget if d.enable_thinking else 0)
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": q.messages,
+            "max_tokens": max_tokens,
+            "temperature": d.temperature,
+            **self.extra_body,
+        }
+        kwargs = dict(body.get("chat_template_kwargs") or {})
+        kwargs["enable_thinking"] = d.enable_thinking
+        body["chat_template_kwargs"] = kwargs
+        return body
+
+    def _one(self, q: Query) -> Answer:
+        import httpx
+
+        url = f"{self.base_url}/chat/completions"
+        body = self._body(q)
+
+        def call() -> dict[str, Any]:
+            try:
+                r = self._client.post(url, json=body)
+            except httpx.TransportError as exc:
+                raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+            if r.status_code == 429 or r.status_code >= 500:
+                raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
+            if r.status_code != 200:
+                raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+            return r.json()
+
+        data = with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
+        try:
+            content = data["choices"][0]["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ConsultantError(f"{url} returned no choices[0].message: {data!r:.300}") from exc
+        usage = data.get("usage") or {}
+        return Answer(
+            strip_thinking(content),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            generated_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        if not queries:
+            return []
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(queries))) as pool:
+            answers = list(pool.map(self._one, queries))
+        per = (time.perf_counter() - t0) / len(queries)
+        for a in answers:
+            a.seconds = per
+        return answers
+
+    def close(self) -> None:
+        self._client.close()
