@@ -11,6 +11,8 @@ from typing import Any
 
 # per-episode fields that depend on the machine or on the cache, kept out of episodes.jsonl so
 # that the same config gives byte-identical episodes.jsonl (they go to episode_costs.jsonl)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 RUNTIME_FIELDS = ("consultant_seconds", "wall_seconds", "cache_hits")
 
 
@@ -19,6 +21,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

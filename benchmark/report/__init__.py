@@ -1,0 +1,129 @@
+"""Tables (Markdown, LaTeX, CSV) and plots (PNG) from a sweep directory:
+`python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb]`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmark import results
+from benchmark.report.cells import FAILED, MISSING, OK, Sweep, load_sweep
+from benchmark.report.tables import (
+    Layout,
+    Table,
+    build_rows,
+    cells_csv,
+    checkpoints_table,
+    details_table,
+    failures_table,
+    main_table,
+    paired_table,
+    policy_runs,
+    seeds_table,
+)
+
+__all__ = ["Report", "build_report", "load_sweep"]
+
+
+@dataclass
+class Report:
+    sweep: Sweep
+    out: Path
+    tables: list[Table] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    markdown: str = ""
+
+    def table(self, name: str) -> Table | None:
+        return next((t for t in self.tables if t.name == name), None)
+
+
+TABLES = ("main", "paired", "policy_seeds", "policy_checkpoints", "failures", "details")
+PLOTS = ("tau", "checkpoints", "trials", "learning_curves")
+OUTPUTS = (
+    ["report.md", "report.tex", "cells.csv"]
+    + [f"{t}.{ext}" for t in TABLES for ext in ("csv", "tex")]
+    + [f"{p}.png" for p in PLOTS]
+)
+
+SECTIONS = {
+    "main": "Results",
+    "paired": "Paired comparison with PPO-only",
+    "policy_seeds": "Policy-seed variance",
+    "policy_checkpoints": "PPO checkpoints",
+    "failures": "Failed and missing cells",  # the table's own title
+    "details": "Thresholds and cost",
+}
+
+
+def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report:
+    """Read the sweep, write every table and plot into `out` (default SWEEP_DIR/report)."""
+    from benchmark.report import plots
+
+    sweep = load_sweep(sweep_dir)
+    out = Path(out) if out is not None else sweep.root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in OUTPUTS:  # a rerun on changed data must not leave an old table or plot behind
+        (out / stale).unlink(missing_ok=True)
+    lay = Layout.of(sweep)
+    rows = build_rows(sweep, lay)
+    runs = policy_runs(sweep)
+    report = Report(sweep=sweep, out=out)
+    for table in (
+        main_table(sweep, rows, lay),
+        paired_table(sweep, rows, lay),
+        seeds_table(sweep, lay),
+        checkpoints_table(runs),
+        failures_table(sweep),
+        details_table(sweep, lay),
+    ):
+        if table is not None and table.rows:
+            report.tables.append(table)
+    for draw in (
+        lambda: plots.tau_plot(sweep, lay, out),
+        lambda: plots.checkpoint_plot(sweep, lay, out),
+        lambda: plots.trials_plot(sweep, lay, out),
+        lambda: plots.learning_curves_plot(runs, out),
+    ):
+        path = draw()
+        if path is not None:
+            report.plots.append(path)
+    report.markdown = _markdown(report)
+    results.write_text_atomic(out / "report.md", report.markdown)
+    results.write_text_atomic(out / "cells.csv", cells_csv(sweep, lay))
+    tex = [f"% {sweep.experiment}: {sweep.root}", "% needs \\usepackage{booktabs}", ""]
+    for t in report.tables:
+        results.write_text_atomic(out / f"{t.name}.csv", t.to_csv())
+        results.write_text_atomic(out / f"{t.name}.tex", t.to_latex())
+        tex.append(t.to_latex())
+    results.write_text_atomic(out / "report.tex", "\n".join(tex))
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in OUTPUTS:  # the atomic writer's temp files are 0600; reports are for sharing
+        if (out / f).exists():
+            (out / f).chmod(0o666 & ~umask)
+    return report
+
+
+def _markdown(report: Report) -> str:
+    sweep = report.sweep
+    counts = {s: sum(c.status == s for c in sweep.cells) for s in (OK, FAILED, MISSING)}
+    lines = [
+        f"# Report: {sweep.experiment}",
+        "",
+        f"Sweep: `{sweep.root}`  ",
+        f"Jobs: {len(sweep.cells)} ({counts[OK]} finished, {counts[FAILED]} failed, "
+        f"{counts[MISSING]} missing)",
+        "",
+    ]
+    for t in report.tables:
+        lines += [
+            f"## {SECTIONS.get(t.name, t.title)}",
+            "",
+            t.to_markdown(title=t.title != SECTIONS.get(t.name)),
+        ]
+    if report.plots:
+        lines += ["## Figures", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in report.plots]
+        lines.append("")
+    return "\n".join(lines)

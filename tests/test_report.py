@@ -1,0 +1,511 @@
+"""The sweep report on a synthetic sweep dir written the way job.py and Hydra write one: numbers
+in the tables match the summaries, failed and missing cells are marked, the paired comparison
+matches a hand computation, plots and CSVs are written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from benchmark.metrics import episode_rates, summarize
+from benchmark.report import build_report
+from benchmark.report.__main__ import main as report_main
+from benchmark.report.__main__ import tracking_config
+
+REPO = Path(__file__).resolve().parent.parent
+METRIC = {"fourrooms": "success", "higherlower": "accuracy"}
+SEEDS = list(range(100, 120))
+
+
+def episodes(env: str, gate: str, skill: float, seed: int, seeds=SEEDS) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in seeds:
+        length = int(rng.integers(20, 200))
+        queries = {"never": 0, "always": length}.get(gate, int(rng.integers(0, length)))
+        row = {
+            "seed": s,
+            "length": length,
+            "queries": queries,
+            "overwrites": None if gate == "always" else int(rng.integers(0, queries + 1)),
+            "invalid": int(rng.integers(0, queries + 1)) // 4,
+            "prompt_tokens": 300 * queries,
+            "generated_tokens": 5 * queries,
+            "calls": queries,
+        }
+        if METRIC[env] == "success":
+            row["success"] = bool(rng.random() < skill)
+            row["reward"] = float(row["success"]) * float(1 - 0.9 * length / 500)
+        else:
+            row["accuracy"] = float(np.clip(rng.normal(skill, 0.1), 0, 1))
+            row["reward"] = (2 * row["accuracy"] - 1) * 51 / 52
+        rows.append(episode_rates(row))
+    rng.shuffle(rows)  # the report must match episodes by seed, not by position
+    return rows
+
+
+def write_job(
+    root: Path,
+    num: int,
+    *,
+    env: str,
+    gate: str,
+    slm=None,
+    prompt=None,
+    rationale=False,
+    tau="auto",
+    checkpoint="final",
+    policy_seed=0,
+    skill=0.5,
+    status="ok",
+    ckpt_dir: Path | None = None,
+    seeds=SEEDS,
+) -> dict | None:
+    d = root / str(num)
+    (d / ".hydra").mkdir(parents=True)
+    overrides = [f"env={env}", f"gate={gate}", f"policy.checkpoint={checkpoint}"]
+    if slm:
+        overrides += [f"slm={slm}", f"prompt={prompt}", f"prompt.rationale={rationale}"]
+    if gate == "entropy":
+        overrides.append(f"gate.tau={tau}")
+    (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    gate_cfg = {"name": gate, "needs_policy": gate != "always"}
+    if gate == "entropy":
+        gate_cfg.update(tau=tau, mc_samples=10, tau_range=[0.1, 2.0])
+    config = {
+        "env": {"name": env, "metric": METRIC[env]},
+        "gate": gate_cfg,
+        "slm": {"name": slm or "tiny"},
+        "prompt": {"name": prompt or "basic", "rationale": rationale},
+        "policy": {"checkpoint": checkpoint, "seed": policy_seed},
+        "paths": {"root": "${oc.env:BENCHMARK_ROOT,${hydra:runtime.cwd}/outputs}"},
+        "experiment_name": "synthetic",
+    }
+    (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    if status == "missing":
+        return None
+    name = f"{env}/{gate}" + (f"/{slm}/{prompt}" if slm else "")
+    if status == "failed":
+        (d / "error.json").write_text(
+            json.dumps(
+                {
+                    "cell": name,
+                    "type": "RuntimeError",
+                    "message": "CUDA out of memory | while batching",
+                    "traceback": "Traceback ...",
+                    "config": config,
+                }
+            )
+        )
+        return None
+    rows = episodes(env, gate, skill, seed=num, seeds=seeds)
+    summary = summarize(rows)
+    tuned = gate == "entropy" and tau == "auto"
+    summary.update(
+        complete=True,
+        cell=name,
+        cell_hash=f"h{num:011d}",
+        env=env,
+        metric=METRIC[env],
+        gate=gate,
+        slm=slm,
+        prompt=prompt,
+        rationale=rationale if slm else None,
+        checkpoint=checkpoint if gate != "always" else None,
+        checkpoint_path=str(ckpt_dir / f"{checkpoint}.zip")
+        if ckpt_dir and gate != "always"
+        else None,
+        policy_seed=policy_seed if gate != "always" else None,
+        tau=0.8 + num / 100 if tuned else (tau if gate == "entropy" else None),
+        mc_samples=10 if gate == "entropy" else None,
+        split="test",
+        seeds=[min(seeds), max(seeds), len(seeds)],
+        wall_seconds=12.5,
+        experiment="synthetic",
+        cache={"hits": 3, "misses": 9},
+    )
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "episode_costs.jsonl").write_text(
+        "".join(json.dumps({"seed": r["seed"], "consultant_seconds": 0.1}) + "\n" for r in rows)
+    )
+    if tuned:
+        with open(d / "trials.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["trial", "tau", "reward", "ir", "seeds"])
+            for t, tau_t in enumerate([0.2, 0.7, 1.3, 1.9]):
+                w.writerow([t, tau_t, 0.4 + 0.1 * t, 1 - tau_t / 2, "[0, 4]"])
+    return summary
+
+
+def write_checkpoint_dir(root: Path, env: str) -> Path:
+    d = root / "checkpoints" / f"{env}-abc123def456"
+    d.mkdir(parents=True)
+    with open(d / "curve.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["timesteps", "eval_reward", "eval_success", "wall_seconds"])
+        for i, t in enumerate(range(5000, 40001, 5000)):
+            w.writerow([t, 0.05 * i, min(1.0, 0.1 * i), 2.0 * i])
+    for name, t, r in (
+        ("r010", 15000, 0.10),
+        ("r030", 35000, 0.30),
+        ("best", 40000, 0.35),
+        ("final", 40000, 0.35),
+    ):
+        (d / f"{name}.zip").write_bytes(b"PK")
+        meta = {"name": name, "timesteps": t, "eval_reward": r, "eval_success": r}
+        (d / f"{name}.json").write_text(json.dumps(meta))
+    (d / "config.json").write_text(
+        json.dumps({"env": {"name": env}, "policy": {"seed": 0, "thresholds": [0.1, 0.3, 0.5]}})
+    )
+    return d
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("sweep")
+    sweep_dir = root / "sweeps" / "synthetic" / "2025-01-01_00-00-00_abcdef"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "multirun.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "experiment_name": "synthetic",
+                "tracking": {
+                    "enabled": False,
+                    "project": "ask-benchmark",
+                    "mode": "offline",
+                    "dir": "${paths.root}/wandb",
+                },
+                "paths": {"root": str(root)},
+                "hydra": {
+                    "sweeper": {"params": {}},
+                    "overrides": {"task": []},
+                    "runtime": {"cwd": str(root)},
+                },
+            }
+        )
+    )
+    ckpts = {env: write_checkpoint_dir(root, env) for env in METRIC}
+    summaries: dict[str, dict] = {}
+    num = 0
+
+    def job(key: str, **kw) -> None:
+        nonlocal num
+        summaries[key] = write_job(sweep_dir, num, ckpt_dir=ckpts[kw["env"]], **kw)
+        summaries[key + "#job"] = num
+        num += 1
+
+    for env in METRIC:
+        job(
+            f"ppo/{env}", env=env, gate="never", skill=0.5, seeds=list(range(100, 125))
+        )  # more seeds than the others: pairing intersects
+        job(
+            f"slm/{env}",
+            env=env,
+            gate="always",
+            slm="tiny",
+            prompt="stateful",
+            rationale=True,
+            skill=0.3,
+        )
+        job(f"ask/{env}", env=env, gate="entropy", slm="tiny", prompt="basic", skill=0.55)
+        for tau in (0.5, 1.0, 1.5):
+            status = "failed" if (env, tau) == ("higherlower", 1.0) else "ok"
+            job(
+                f"ask+/{env}/{tau}",
+                env=env,
+                gate="entropy",
+                slm="tiny",
+                prompt="stateful",
+                rationale=True,
+                tau=tau,
+                skill=0.6 + tau / 10,
+                status=status,
+            )
+        for ckpt in ("r010", "r030"):
+            job(f"ppo/{env}/{ckpt}", env=env, gate="never", checkpoint=ckpt, skill=0.2)
+            job(
+                f"ask+/{env}/{ckpt}",
+                env=env,
+                gate="entropy",
+                slm="tiny",
+                prompt="stateful",
+                rationale=True,
+                tau=1.0,
+                checkpoint=ckpt,
+                skill=0.4,
+                status="missing" if (env, ckpt) == ("fourrooms", "r030") else "ok",
+            )
+    report = build_report(sweep_dir)
+    return {"dir": sweep_dir, "report": report, "summaries": summaries, "root": root}
+
+
+def _row(table, *index) -> list[str]:
+    for idx, vals in table.rows:
+        if idx[: len(index)] == list(index):
+            return dict(zip(table.header(), idx + vals, strict=True))
+    raise AssertionError(f"no row {index} in {[r[0] for r in table.rows]}")
+
+
+def test_main_table_numbers_match_summaries(sweep):
+    main = sweep["report"].table("main")
+    assert main.index == ["method", "checkpoint"]  # checkpoints vary: table3-like rows
+    assert [g for g, _ in main.groups] == ["FourRooms", "HigherLower"]
+    assert main.groups[0][1] == ["reward", "success", "IR", "OR", "invalid"]
+    assert main.groups[1][1][1] == "accuracy"
+    s = sweep["summaries"]["ask+/fourrooms/0.5"]
+    row = _row(main, "ASK+ tiny τ=0.5", "final")
+    assert row["FourRooms: reward"] == (
+        f"{s['reward_mean']:.3f} [{s['reward_ci95_low']:.2f}, {s['reward_ci95_high']:.2f}]"
+    )
+    assert row["FourRooms: success"].startswith(f"{s['success_mean']:.3f} [")
+    assert row["FourRooms: IR"].startswith(f"{s['ir_mean']:.3f} [")
+    assert row["FourRooms: OR"].startswith(f"{s['or_mean']:.3f} [")
+    hl = sweep["summaries"]["slm/higherlower"]
+    slm = _row(main, "SLM-only tiny", "—")
+    assert slm["HigherLower: accuracy"].startswith(f"{hl['accuracy_mean']:.3f} [")
+    assert slm["HigherLower: OR"] == "—"  # no policy, no overwrites
+    ppo = _row(main, "PPO", "final")
+    assert ppo["FourRooms: IR"] == "0.000 [0.00, 0.00]"
+    assert ppo["FourRooms: invalid"] == "—"  # never asked: no invalid rate
+    assert _row(main, "ASK tiny τ=auto", "final")["FourRooms: reward"].startswith(
+        f"{sweep['summaries']['ask/fourrooms']['reward_mean']:.3f}"
+    )
+    # weakest checkpoint first, method order PPO, SLM-only, ASK, ASK+ within a checkpoint
+    labels = [(idx[1], idx[0]) for idx, _ in main.rows]
+    assert (
+        labels.index(("r010", "PPO"))
+        < labels.index(("r030", "PPO"))
+        < labels.index(("final", "PPO"))
+        < labels.index(("final", "ASK tiny τ=auto"))
+    )
+
+
+def test_failed_and_missing_cells_are_marked_and_listed(sweep):
+    main = sweep["report"].table("main")
+    failed_job = sweep["summaries"]["ask+/higherlower/1.0#job"]
+    missing_job = sweep["summaries"]["ask+/fourrooms/r030#job"]
+    assert (
+        _row(main, "ASK+ tiny τ=1", "final")["HigherLower: reward"] == f"FAILED (job {failed_job})"
+    )
+    assert (
+        _row(main, "ASK+ tiny τ=1", "r030")["FourRooms: reward"] == f"MISSING (job {missing_job})"
+    )
+    fails = sweep["report"].table("failures")
+    assert [idx for idx, _ in fails.rows] == [
+        [str(missing_job), "MISSING"],
+        [str(failed_job), "FAILED"],
+    ]
+    failed = _row(fails, str(failed_job))
+    assert "RuntimeError: CUDA out of memory" in failed["message"]
+    assert "gate.tau=1.0" in failed["overrides"] and failed["env"] == "HigherLower"
+    assert "killed" in _row(fails, str(missing_job))["message"]
+    md = sweep["report"].markdown
+    assert "CUDA out of memory \\| while batching" in md  # pipes escaped in Markdown
+    assert "Jobs: 20 (18 finished, 1 failed, 1 missing)" in md
+
+
+def test_paired_difference_matches_hand_computation(sweep):
+    d = sweep["dir"]
+    job = sweep["summaries"]["ask+/fourrooms/0.5#job"]
+    ref = sweep["summaries"]["ppo/fourrooms#job"]
+    a = {json.loads(x)["seed"]: json.loads(x) for x in (d / str(job) / "episodes.jsonl").open()}
+    b = {json.loads(x)["seed"]: json.loads(x) for x in (d / str(ref) / "episodes.jsonl").open()}
+    common = sorted(set(a) & set(b))
+    assert len(common) == 20 and len(b) == 25
+    diff = np.array([a[s]["reward"] - b[s]["reward"] for s in common])
+    rng = np.random.default_rng(0)  # metrics.bootstrap_ci's resampling, by hand
+    boots = diff[rng.integers(0, diff.size, size=(2000, diff.size))].mean(axis=1)
+    low, high = np.quantile(boots, 0.025), np.quantile(boots, 0.975)
+    row = _row(sweep["report"].table("paired"), "ASK+ tiny τ=0.5", "final")
+    assert row["FourRooms: Δ reward"].startswith(f"{diff.mean():+.3f} [{low:+.2f}, {high:+.2f}]")
+    assert row["FourRooms: n"] == "20"
+    succ = np.array([float(a[s]["success"]) - float(b[s]["success"]) for s in common])
+    assert row["FourRooms: Δ success"].startswith(f"{succ.mean():+.3f} [")
+    # a weak-checkpoint cell is compared with PPO at the same checkpoint
+    weak = sweep["summaries"]["ask+/higherlower/r010#job"]
+    weak_ref = sweep["summaries"]["ppo/higherlower/r010#job"]
+    a = {
+        json.loads(x)["seed"]: json.loads(x)["reward"]
+        for x in (d / str(weak) / "episodes.jsonl").open()
+    }
+    b = {
+        json.loads(x)["seed"]: json.loads(x)["reward"]
+        for x in (d / str(weak_ref) / "episodes.jsonl").open()
+    }
+    mean = np.mean([a[s] - b[s] for s in sorted(set(a) & set(b))])
+    row = _row(sweep["report"].table("paired"), "ASK+ tiny τ=1", "r010")
+    assert row["HigherLower: Δ reward"].startswith(f"{mean:+.3f} [")
+    assert all(idx[0] != "PPO" for idx, _ in sweep["report"].table("paired").rows)
+
+
+def test_files_written_and_parse(sweep):
+    out = sweep["dir"] / "report"
+    for name in (
+        "report.md",
+        "report.tex",
+        "main.csv",
+        "main.tex",
+        "paired.csv",
+        "failures.csv",
+        "cells.csv",
+        "policy_checkpoints.csv",
+        "details.csv",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    main = pd.read_csv(out / "main.csv")
+    assert list(main.columns[:3]) == ["method", "checkpoint", "FourRooms: reward"]
+    assert len(main) == len(sweep["report"].table("main").rows)
+    cells = pd.read_csv(out / "cells.csv")
+    assert len(cells) == 20 and set(cells["status"]) == {"ok", "failed", "missing"}
+    s = sweep["summaries"]["ask/higherlower"]
+    got = cells.loc[cells["job"] == sweep["summaries"]["ask/higherlower#job"], "reward_mean"]
+    assert got.item() == pytest.approx(s["reward_mean"])
+    tex = (out / "main.tex").read_text()
+    assert (
+        "\\toprule" in tex
+        and "\\cmidrule(lr){3-7}" in tex
+        and "\\multicolumn{5}{c}{FourRooms}" in tex
+    )
+    assert "ASK+ tiny $\\tau$=0.5" in tex and "{\\scriptsize[" in tex
+    for png in ("tau.png", "checkpoints.png", "trials.png", "learning_curves.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, png
+
+
+def test_policy_checkpoints_listed(sweep):
+    table = sweep["report"].table("policy_checkpoints")
+    row = _row(table, "FourRooms")
+    assert row["thresholds reached"] == "r010 (0.100 @ 15,000), r030 (0.300 @ 35,000)"
+    assert row["not reached"] == "r050"
+    assert row["final"] == "0.350 @ 40,000"
+
+
+def test_policy_seed_variance(tmp_path):
+    sweep_dir = tmp_path / "policies"
+    sweep_dir.mkdir()
+    ckpt = write_checkpoint_dir(tmp_path, "fourrooms")
+    sums = [
+        write_job(
+            sweep_dir,
+            i,
+            env="fourrooms",
+            gate="never",
+            policy_seed=i,
+            skill=0.3 + i / 5,
+            ckpt_dir=ckpt,
+        )
+        for i in range(3)
+    ]
+    report = build_report(sweep_dir)
+    table = report.table("policy_seeds")
+    rewards = [s["reward_mean"] for s in sums]
+    row = _row(table, "PPO", "mean ± std")
+    assert row["FourRooms: reward"] == (
+        f"{np.mean(rewards):.3f} ± {np.std(rewards, ddof=1):.3f} (n=3)"
+    )
+    assert _row(table, "PPO", "1")["FourRooms: reward"].startswith(f"{rewards[1]:.3f} [")
+    assert report.table("main").index == ["method", "policy seed"]
+    assert (sweep_dir / "report" / "learning_curves.png").stat().st_size > 5_000
+    assert not (sweep_dir / "report" / "tau.png").exists()  # nothing to draw: nothing drawn
+    assert report.table("paired") is None and report.table("failures") is None
+
+
+def test_never_started_jobs_are_missing(tmp_path):
+    """Jobs of the sweep's grid without a dir (the sweep was killed) are reported missing."""
+    sweep_dir = tmp_path / "s"
+    sweep_dir.mkdir()
+    (sweep_dir / "multirun.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "experiment_name": "grid",
+                "tracking": {"enabled": False},
+                "hydra": {
+                    "sweeper": {"params": {"env": "fourrooms,higherlower", "gate": "never"}},
+                    "overrides": {"task": ["eval.n_episodes=20"]},
+                },
+            }
+        )
+    )
+    write_job(sweep_dir, 0, env="fourrooms", gate="never")
+    report = build_report(sweep_dir)
+    fails = report.table("failures")
+    row = _row(fails, "1")
+    assert row["status"] == "MISSING" and "never started" in row["message"]
+    assert row["overrides"] == "env=higherlower gate=never eval.n_episodes=20"
+
+
+def test_cli_errors_and_output(tmp_path, sweep, capsys):
+    with pytest.raises(SystemExit) as exc:
+        report_main([str(tmp_path / "nope")])
+    assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path / "empty")])
+    assert "holds no job dirs" in capsys.readouterr().err
+    out = tmp_path / "elsewhere"
+    assert report_main([str(sweep["dir"]), "--out", str(out), "--no-wandb"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        printed.startswith("# Report: synthetic")
+        and "## Paired comparison with PPO-only" in printed
+    )
+    assert (out / "report.md").read_text() == printed.rstrip("\n") + "\n" or (
+        out / "report.md"
+    ).read_text().strip() == printed.strip()
+
+
+def test_tracking_config_resolves_hydra_interpolations(sweep):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(
+        {
+            "tracking": {"enabled": True, "project": "p", "dir": "${paths.root}/wandb"},
+            "paths": {"root": "${hydra:runtime.cwd}/outputs"},
+            "hydra": {"runtime": {"cwd": "/somewhere"}, "sweep": {"dir": "x/${now:%H}_${uid:}"}},
+        }
+    )
+    got = tracking_config(cfg, Path("/fallback"))
+    assert got.dir == "/somewhere/outputs/wandb" and got.project == "p"
+    assert tracking_config(OmegaConf.create({"tracking": {"enabled": False}}), Path("/f")) is None
+
+
+@pytest.mark.slow
+def test_wandb_offline_report_run(tmp_path, sweep):
+    """With tracking enabled the report logs one offline W&B run (job_type report)."""
+    sweep_dir = tmp_path / "tracked"
+    sweep_dir.mkdir()
+    write_job(sweep_dir, 0, env="fourrooms", gate="never")
+    (sweep_dir / "multirun.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "experiment_name": "tracked",
+                "tracking": {
+                    "enabled": True,
+                    "project": "ask-benchmark",
+                    "mode": "offline",
+                    "dir": str(tmp_path / "wandb"),
+                },
+                "hydra": {"sweeper": {"params": {}}},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark.report", str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={"WANDB_MODE": "offline", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = list((tmp_path / "wandb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and "W&B run" in proc.stderr
