@@ -1,0 +1,187 @@
+"""Find-or-train PPO checkpoints, cached by a hash of everything that shapes the weights.
+
+`<paths.checkpoints>/<env.name>-<hash>/` holds final/best/rNNN zips, their JSON metas, curve.csv
+and a COMPLETE manifest (sha256 of every zip) written last and atomically: a directory without
+it is an interrupted training and is wiped and retrained; a zip whose hash disagrees with the
+manifest is refused. A file lock beside the directory makes concurrent jobs train once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+from stable_baselines3 import PPO
+from stable_baselines3.common.utils import ConstantSchedule
+
+from benchmark.envs.base import Task
+from benchmark.policy.train import as_dict, train, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^(final|best|r\d{3})$")
+MARKER = "COMPLETE"
+# keys that do not change the trained weights
+UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt or does not fit the task."""
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Short sha256 of the env task, net_arch, thresholds and the policy config (minus keys that
+    do not shape the weights)."""
+    policy = {k: v for k, v in as_dict(cfg.policy).items() if k not in UNHASHED_POLICY_KEYS}
+    payload = {
+        "env": {
+            "task": OmegaConf.to_container(cfg.env.task, resolve=True),
+            "net_arch": OmegaConf.to_container(cfg.env.net_arch, resolve=True),
+            "thresholds": OmegaConf.to_container(cfg.env.thresholds, resolve=True),
+        },
+        "policy": policy,
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def checkpoint_dir(cfg: DictConfig) -> Path:
+    """`<paths.checkpoints>/<env.name>-<hash>`."""
+    return Path(cfg.paths.checkpoints) / f"{cfg.env.name}-{config_hash(cfg)}"
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(
+            f"policy.checkpoint={name!r} is not a checkpoint name: allowed final, best, or rNNN "
+            "(reward threshold x 100, e.g. r030 for 0.3)"
+        )
+    return name
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    return ({"final": 0, "best": 1}.get(name, 2), name)
+
+
+def _manifest(ckpt_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((ckpt_dir / MARKER).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def ensure_dir(
+    cfg: DictConfig,
+    task: Task | None = None,
+    log_fn: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Path, bool]:
+    """The complete checkpoint directory for `cfg`, training it first if needed (once across
+    processes). Returns (directory, whether this call trained)."""
+    ckpt_dir = checkpoint_dir(cfg)
+    if _manifest(ckpt_dir) is not None:
+        return ckpt_dir, False
+    ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(ckpt_dir) + ".lock"):
+        if _manifest(ckpt_dir) is not None:  # another process finished while we waited
+            return ckpt_dir, False
+        if ckpt_dir.exists():
+            log.warning("%s has no %s marker (interrupted training): retraining", ckpt_dir, MARKER)
+            shutil.rmtree(ckpt_dir)
+        ckpt_dir.mkdir(parents=True)
+        if task is None:
+            from benchmark.envs import make_task
+
+            task = make_task(cfg.env)
+        policy_cfg = {k: v for k, v in as_dict(cfg.policy).items() if k != "checkpoint"}
+        write_json_atomic(
+            {"env": OmegaConf.to_container(cfg.env, resolve=True), "policy": policy_cfg},
+            ckpt_dir / "config.json",
+        )
+        log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
+        train(task, cfg.policy, ckpt_dir, log_fn=log_fn)
+        files = {p.stem: _sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
+        write_json_atomic({"pid": os.getpid(), "checkpoints": files}, ckpt_dir / MARKER)
+        return ckpt_dir, True
+
+
+def ensure(
+    cfg: DictConfig,
+    task: Task | None = None,
+    log_fn: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Path of the checkpoint `cfg.policy.checkpoint` (final | best | rNNN), training once if the
+    directory for this env + policy config is not complete yet. `task` defaults to
+    `benchmark.envs.make_task(cfg.env)`."""
+    name = check_name(cfg.policy.checkpoint)
+    ckpt_dir, _ = ensure_dir(cfg, task, log_fn)
+    return resolve(ckpt_dir, name)
+
+
+def resolve(ckpt_dir: Path, name: str) -> Path:
+    """The verified zip for `name` in a complete directory."""
+    check_name(name)
+    manifest = _manifest(ckpt_dir)
+    if manifest is None:
+        raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
+    files: dict[str, str] = manifest["checkpoints"]
+    if name not in files:
+        available = ", ".join(sorted(files, key=_sort_key)) or "none"
+        raise CheckpointError(
+            f"policy.checkpoint={name} does not exist for {ckpt_dir.name}: available {available}"
+            " (a reward threshold is saved only if validation reached it)"
+        )
+    path = ckpt_dir / f"{name}.zip"
+    if not path.is_file() or _sha256(path) != files[name]:
+        raise CheckpointError(
+            f"{path} is missing or does not match the sha256 recorded in {MARKER} (corrupt or "
+            f"truncated): delete {ckpt_dir} to retrain"
+        )
+    return path
+
+
+def load(path: str | Path, device: str = "cpu", task: Task | None = None) -> PPO:
+    """Load a PPO checkpoint for inference; with `task`, check its observation/action spaces."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint file at {path}")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is not a valid zip (truncated or corrupt checkpoint)")
+    try:
+        # The schedules are only needed to keep training; skip unpickling them.
+        model = PPO.load(
+            path,
+            device=device,
+            custom_objects={"lr_schedule": ConstantSchedule(0.0), "learning_rate": 0.0},
+        )
+    except Exception as e:  # zip/pickle/torch errors all mean an unusable file
+        raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
+    if task is not None:
+        env = task.validation_env()
+        try:
+            obs_space, act_space = env.observation_space, env.action_space
+        finally:
+            env.close()
+        if model.observation_space != obs_space or model.action_space != act_space:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit task {task.name!r}: checkpoint spaces "
+                f"obs={model.observation_space}, act={model.action_space}; task spaces "
+                f"obs={obs_space}, act={act_space}"
+            )
+    return model

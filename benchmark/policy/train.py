@@ -1,0 +1,231 @@
+"""PPO training of the dropout policy with reward-threshold checkpoints (ASK+ Table 3 reuses them
+to test robustness to a weak policy). Validation is deterministic with dropout off on seeds
+0..eval_episodes-1; training envs reset only from benchmark.seeds.training_seeds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set_random_seed
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from benchmark.envs.base import Task
+from benchmark.policy.network import DropoutActorCriticPolicy
+from benchmark.seeds import evaluation_seeds
+
+log = logging.getLogger(__name__)
+
+LR_SCHEDULES = ("linear", "constant")
+# PPO kwargs set from top-level policy keys; `seed` would make SB3 reset envs with seeds 0,1,..
+MANAGED_PPO_KWARGS = {"seed", "learning_rate", "policy_kwargs", "device", "env", "policy"}
+CURVE_FIELDS = ("timesteps", "eval_reward", "eval_success", "wall_seconds")
+
+
+def checkpoint_name(threshold: float) -> str:
+    """`r030` for a reward threshold of 0.3."""
+    return f"r{int(round(float(threshold) * 100)):03d}"
+
+
+def as_dict(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """A plain, resolved dict from a DictConfig or mapping."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return {
+        k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
+        for k, v in dict(cfg).items()
+    }
+
+
+def evaluate(model: PPO, task: Task, seeds: list[int]) -> dict[str, float]:
+    """Deterministic, dropout-off episodes on `seeds`, all in lockstep (one batched predict per
+    step). Returns mean `reward` and mean `success` (the task's metric: success or accuracy)."""
+    policy = model.policy
+    was_training = policy.training
+    policy.set_training_mode(False)
+    try:
+        episodes = [task.episode(s) for s in seeds]
+        live = [e for e in episodes if not e.done]
+        while live:
+            obs = np.stack([np.asarray(e.obs) for e in live])
+            actions, _ = model.predict(obs, deterministic=True)
+            for e, a in zip(live, np.asarray(actions).reshape(len(live)), strict=True):
+                e.step(int(a))
+            live = [e for e in live if not e.done]
+    finally:
+        policy.set_training_mode(was_training)
+    return {
+        "reward": float(np.mean([e.total_reward for e in episodes])),
+        "success": float(np.mean([e.outcome()[task.metric] for e in episodes])),
+    }
+
+
+def save_atomic(model: PPO, path: Path) -> None:
+    """Write the zip next to `path`, then rename: a reader never sees half a checkpoint."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        model.save(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json_atomic(data: dict[str, Any], path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class ThresholdCheckpoints(BaseCallback):
+    """Every `eval_freq` env steps: validate, log a curve row, save `best.zip` on a new best and
+    `rNNN.zip` + `rNNN.json` the first time the mean reward reaches each threshold."""
+
+    def __init__(
+        self,
+        task: Task,
+        out_dir: Path,
+        thresholds: list[float],
+        eval_freq: int,
+        eval_episodes: int,
+        log_fn: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        super().__init__()
+        self.task, self.out_dir, self.eval_freq = task, out_dir, eval_freq
+        self.seeds = evaluation_seeds("validation", eval_episodes)
+        self.pending = sorted(float(t) for t in thresholds)
+        self.log_fn = log_fn
+        self.best = -np.inf
+        self.next_eval = eval_freq
+        self.start = time.monotonic()
+        self.last_row: dict[str, Any] | None = None
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.next_eval:
+            while self.next_eval <= self.num_timesteps:
+                self.next_eval += self.eval_freq
+            self.evaluate_and_save()
+        return True
+
+    def evaluate_and_save(self) -> dict[str, Any]:
+        result = evaluate(self.model, self.task, self.seeds)
+        row = {
+            "timesteps": int(self.num_timesteps),
+            "eval_reward": result["reward"],
+            "eval_success": result["success"],
+            "wall_seconds": round(time.monotonic() - self.start, 3),
+        }
+        self.last_row = row
+        new_file = not (self.out_dir / "curve.csv").exists()
+        with open(self.out_dir / "curve.csv", "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CURVE_FIELDS)
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+        if row["eval_reward"] > self.best:
+            self.best = row["eval_reward"]
+            self.save("best", row, threshold=None)
+        while self.pending and row["eval_reward"] >= self.pending[0]:
+            self.save(checkpoint_name(self.pending.pop(0)), row, threshold=True)
+        log.info(
+            "PPO eval at %d steps: reward %.3f, %s %.2f",
+            row["timesteps"],
+            row["eval_reward"],
+            self.task.metric,
+            row["eval_success"],
+        )
+        if self.log_fn is not None:
+            self.log_fn(dict(row))
+        return row
+
+    def save(self, name: str, row: dict[str, Any], threshold: bool | None) -> None:
+        save_atomic(self.model, self.out_dir / f"{name}.zip")
+        meta = {"name": name, **row}
+        if threshold:
+            meta["threshold"] = int(name[1:]) / 100
+        write_json_atomic(meta, self.out_dir / f"{name}.json")
+
+
+def _validate(cfg: dict[str, Any]) -> None:
+    for key in ("total_timesteps", "n_envs", "eval_freq", "eval_episodes", "torch_threads"):
+        if int(cfg[key]) < 1:
+            raise ValueError(f"policy.{key}={cfg[key]!r} must be >= 1")
+    clash = sorted(set(cfg.get("ppo") or {}) & MANAGED_PPO_KWARGS)
+    if clash:
+        raise ValueError(
+            f"policy.ppo sets {clash}, which train() manages: use the top-level policy keys "
+            "(seed, learning_rate, lr_schedule, net_arch, dropout, device) instead"
+        )
+    if cfg["lr_schedule"] not in LR_SCHEDULES:
+        raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
+
+
+def train(
+    task: Task,
+    policy_cfg: Mapping[str, Any] | DictConfig,
+    out_dir: str | Path,
+    log_fn: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Train PPO with the dropout policy on `task`; write checkpoints, metas and curve.csv into
+    `out_dir`. Returns the path of `final.zip`."""
+    cfg = as_dict(policy_cfg)
+    _validate(cfg)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    seed = int(cfg["seed"])
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(int(cfg["torch_threads"]))
+    try:
+        # Seed torch/numpy/random ourselves: PPO(seed=...) would also seed the VecEnv, whose
+        # resets would then pass seeds 0,1,2,... (evaluation seeds) to the envs.
+        set_random_seed(seed)
+        n_envs = int(cfg["n_envs"])
+        env = DummyVecEnv([lambda i=i: task.training_env(seed * 1000 + i) for i in range(n_envs)])
+        lr = float(cfg["learning_rate"])
+        linear = cfg["lr_schedule"] == "linear"
+        schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
+        model = PPO(
+            DropoutActorCriticPolicy,
+            env,
+            learning_rate=schedule,
+            policy_kwargs={"net_arch": cfg["net_arch"], "dropout": float(cfg["dropout"])},
+            device=cfg.get("device", "cpu"),
+            verbose=0,
+            **(cfg.get("ppo") or {}),
+        )
+        model.action_space.seed(seed)
+        callback = ThresholdCheckpoints(
+            task,
+            out,
+            list(cfg.get("thresholds") or []),
+            int(cfg["eval_freq"]),
+            int(cfg["eval_episodes"]),
+            log_fn,
+        )
+        try:
+            model.learn(
+                total_timesteps=int(cfg["total_timesteps"]),
+                callback=callback,
+                progress_bar=bool(cfg.get("progress_bar", False)),
+            )
+        finally:
+            env.close()
+        # the final evaluation may still cross thresholds and set a new best
+        if callback.last_row is None or callback.last_row["timesteps"] != model.num_timesteps:
+            callback.evaluate_and_save()
+        row = dict(callback.last_row or {})
+        save_atomic(model, out / "final.zip")
+        write_json_atomic({"name": "final", **row}, out / "final.json")
+        return out / "final.zip"
+    finally:
+        torch.set_num_threads(old_threads)

@@ -1,0 +1,18 @@
+"""Prompt variants (ASK/ASK+, feedback-paper strategies, belief state) and action parsing.
+
+A variant is built from conf/prompt/<name>.yaml with hydra.utils.instantiate; see base.py for the
+session protocol and parse.py for the one parser every variant uses."""
+
+from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
+
+__all__ = [
+    "Consultation",
+    "Decision",
+    "PromptSession",
+    "PromptVariant",
+    "json_field",
+    "parse_action",
+    "parse_plan",
+    "parse_reason",
+]

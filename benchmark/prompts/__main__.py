@@ -1,0 +1,118 @@
+"""Prompt tools.
+
+  python -m benchmark.prompts show env=fourrooms prompt=stateful seed=100 step=5 \
+      [rationale=true] [autopilot=FORWARD] [policy=expert|random]
+  python -m benchmark.prompts stats [seeds=3] [steps=40]
+  python -m benchmark.prompts golden        # rewrite tests/golden (same as UPDATE_GOLDEN=1)
+
+`show` prints the exact chat messages at step K of episode `seed`, reached by consulting at every
+step and executing the expert's actions (policy=expert, default) or seeded random actions
+(policy=random); see benchmark.prompts.showcase."""
+
+from __future__ import annotations
+
+import sys
+
+from benchmark.prompts import showcase
+
+USAGE = __doc__ or ""
+
+
+def _kv(args: list[str]) -> dict[str, str]:
+    out = {}
+    for a in args:
+        if "=" not in a:
+            raise SystemExit(f"expected key=value, got {a!r}\n{USAGE}")
+        k, v = a.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _bool(v: str) -> bool:
+    if v.lower() in ("1", "true", "yes"):
+        return True
+    if v.lower() in ("0", "false", "no"):
+        return False
+    raise SystemExit(f"expected true/false, got {v!r}")
+
+
+def cmd_show(kw: dict[str, str]) -> None:
+    allowed = {"env", "prompt", "seed", "step", "rationale", "autopilot", "policy"}
+    bad = set(kw) - allowed
+    if bad:
+        raise SystemExit(f"unknown keys {sorted(bad)}; allowed: {sorted(allowed)}")
+    print(
+        showcase.show(
+            kw.get("env", "fourrooms"),
+            kw.get("prompt", "stateful"),
+            seed=int(kw.get("seed", 100)),
+            step=int(kw.get("step", 5)),
+            rationale=_bool(kw.get("rationale", "false")),
+            autopilot=kw.get("autopilot"),
+            policy=kw.get("policy", "expert"),
+            composed=True,
+        ),
+        end="",
+    )
+
+
+def cmd_stats(kw: dict[str, str]) -> None:
+    from benchmark.envs import available_envs
+
+    n_seeds, steps = int(kw.get("seeds", 3)), int(kw.get("steps", 40))
+    seeds = list(range(100, 100 + n_seeds))
+    counters = {"qwen3.5": showcase.qwen_counter()}
+    tiny = showcase.tiny_counter()
+    if tiny is not None:
+        counters["tiny"] = tiny
+    names = list(counters)
+    print(
+        f"# prompt tokens per consultation (all rounds), random-walk episodes, seeds {seeds}, "
+        f"steps 0..{steps}; tiny tokenizer {'found' if tiny else 'not built (outputs/models)'}"
+    )
+    head = "| env | variant | " + " | ".join(f"{n} mean | {n} max" for n in names) + " |"
+    print(head)
+    print("|" + "---|" * (2 + 2 * len(names)))
+    rows = [(p, False) for p in showcase.VARIANTS] + [("stateful", True), ("belief", True)]
+    for env in available_envs():
+        for prompt, rationale in rows:
+            if not showcase.supported(env, prompt):
+                continue
+            st = showcase.length_stats(env, prompt, rationale, seeds, steps, counters)
+            label = prompt + ("+rationale" if rationale else "")
+            cells = " | ".join(f"{st[n][0]:.0f} | {st[n][1]}" for n in names)
+            print(f"| {env} | {label} | {cells} |", flush=True)
+    print("\n# fourrooms growth (real Qwen3.5 tokens per consultation, one random-walk episode)")
+    print("| variant | " + " | ".join(f"step {s}" for s in (0, 25, 50, 100)) + " |")
+    print("|---|---|---|---|---|")
+    for prompt, rationale in (("stateful", False), ("stateful", True), ("belief", False)):
+        g = showcase.growth(prompt, rationale=rationale)
+        label = prompt + ("+rationale" if rationale else "")
+        print(f"| {label} | " + " | ".join(str(g[s]) for s in sorted(g)) + " |")
+
+
+def cmd_golden() -> None:
+    for env, prompt, rationale in showcase.golden_cases():
+        path = showcase.golden_path(env, prompt, rationale)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(showcase.show(env, prompt, rationale=rationale))
+    print(f"wrote {len(showcase.golden_cases())} files under {showcase.GOLDEN_DIR}")
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    cmd, kw = argv[0], _kv(argv[1:])
+    if cmd == "show":
+        cmd_show(kw)
+    elif cmd == "stats":
+        cmd_stats(kw)
+    elif cmd == "golden":
+        cmd_golden()
+    else:
+        raise SystemExit(f"unknown command {cmd!r}; allowed: show, stats, golden\n{USAGE}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

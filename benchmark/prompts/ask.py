@@ -1,0 +1,122 @@
+"""ASK / ASK+ prompt variants: basic, enriched, stateful_min, stateful, each with or without the
+rationale augmentation (ASK+ paper, Table 2 and appendix 9).
+
+One query per consultation, the six-block prompt: blocks (i)-(iii) in the system message (static
+per config: prefix-cache friendly), blocks (iv)-(vi) in the user message. Without rationale the
+answer is a single action token; with rationale, thinking mode with a 10-token budget and a
+two-line answer `Reason: ...` / `Action: ...`."""
+
+from __future__ import annotations
+
+from benchmark.consultants.base import Decoding, Query
+from benchmark.envs.base import CardView, Episode, Task
+from benchmark.prompts import blocks
+from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.parse import parse_action, parse_reason
+
+
+def render_line(rationale: bool):
+    """The answer writer for the oracle/dice consultants, in this variant's output format."""
+
+    def render(action_name: str, reason: str) -> str:
+        if rationale:
+            return f"Reason: {reason.strip() or 'best option'}\nAction: {action_name}"
+        return action_name
+
+    return render
+
+
+def check_family(variant: PromptVariant, task: Task, families: tuple[str, ...]) -> str:
+    fam = blocks.family_of(task)
+    if fam not in families:
+        raise ValueError(
+            f"prompt variant {variant.name!r} does not support env {getattr(task, 'name', task)!r} "
+            f"(family {fam!r}); supported families: {list(families)}"
+        )
+    return fam
+
+
+class AskPrompt(PromptVariant):
+    """One ASK/ASK+ prompt level for the grid and cards families."""
+
+    def __init__(
+        self,
+        name: str,
+        level: str,
+        rationale: bool = False,
+        map_radius: int = 5,
+        thinking_budget: int = 10,
+        max_new_tokens: int = 8,
+        rationale_max_new_tokens: int = 64,
+    ):
+        if level not in blocks.LEVELS:
+            raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
+        if int(map_radius) < 1:
+            raise ValueError(f"map_radius must be >= 1, got {map_radius!r}")
+        self.name = name
+        self.level = level
+        self.rationale = bool(rationale)
+        self.map_radius = int(map_radius)
+        self.decoding = (
+            Decoding(
+                max_new_tokens=int(rationale_max_new_tokens),
+                enable_thinking=True,
+                thinking_budget=int(thinking_budget),
+            )
+            if self.rationale
+            else Decoding(max_new_tokens=int(max_new_tokens))
+        )
+
+    def check(self, task: Task) -> None:
+        check_family(self, task, blocks.FAMILIES)
+
+    def session(self, episode: Episode, with_expert: bool) -> AskSession:
+        return AskSession(self, episode, with_expert)
+
+
+class AskSession(PromptSession):
+    """ASK prompts are stateless across queries: everything comes from the view and memory."""
+
+    def __init__(self, variant: AskPrompt, episode: Episode, with_expert: bool):
+        self.v = variant
+        self.episode = episode
+        self.with_expert = with_expert
+        self.task = getattr(episode, "task", None)
+
+    def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
+        ep, v = self.episode, self.v
+        actions = ep.action_names
+        autopilot = None if ppo_action is None else actions[int(ppo_action)]
+        view = ep.view()
+        if isinstance(view, CardView):
+            system = blocks.cards_system(actions, v.level, v.rationale, autopilot is not None)
+            state = blocks.cards_state(view, ep.memory, v.level, autopilot)
+            examples = blocks.cards_examples(v.level)
+        else:
+            system = blocks.grid_system(
+                self.task, actions, v.level, v.rationale, autopilot is not None
+            )
+            state = blocks.grid_state(view, ep.memory, actions, v.level, autopilot, v.map_radius)
+            examples = blocks.grid_examples(actions, v.level)
+        user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def consult(self, ppo_action: int | None) -> Consultation:
+        ep = self.episode
+        actions = tuple(ep.action_names)
+        query = Query(
+            messages=self.messages(ppo_action),
+            actions=actions,
+            render_answer=render_line(self.v.rationale),
+            decoding=self.v.decoding,
+            expert=[actions[ep.expert_action()]] if self.with_expert else None,
+            rng_key=(ep.seed, ep.steps, 0),
+        )
+        answers = yield [query]
+        text = answers[0].text
+        name = parse_action(text, actions)
+        return Decision(
+            action=None if name is None else actions.index(name),
+            answers=list(answers),
+            reason=parse_reason(text),
+        )

@@ -1,0 +1,286 @@
+"""Belief-state prompting (after Agent-BRACE): the consultant keeps a verbalized belief instead
+of the raw history, so the context stays near-constant however long the episode runs.
+
+The belief is a list of atomic claims, one per line, each carrying exactly one certainty label
+from a 7-level scale. It covers location, map/exits, goal-relevant objects, inventory and
+subtask progress, and never holds plans. Every consultation has two rounds:
+1. update: (task, previous belief, observations since the last consultation, current view)
+   -> new belief, written inside <belief_state> tags;
+2. act: (task, belief, current view) -> action (one token, or Reason/Action with rationale).
+An update with no valid claim keeps the previous belief (counted in `update_failures`)."""
+
+from __future__ import annotations
+
+import re
+
+from benchmark.consultants.base import Decoding, Query
+from benchmark.envs.base import CardView, Episode, NavView, Task
+from benchmark.prompts import blocks
+from benchmark.prompts import navfeatures as nf
+from benchmark.prompts.ask import check_family, render_line
+from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.parse import parse_action, parse_reason, strip_thinking
+
+LABELS = (
+    "confirmed",
+    "almost certain",
+    "probable",
+    "possible",
+    "unlikely",
+    "doubtful",
+    "unknown",
+)
+LABEL_MEANING = {
+    "confirmed": "directly observed and not contradicted since",
+    "almost certain": "inferred from strong evidence",
+    "probable": "more likely than not",
+    "possible": "plausible, little evidence either way",
+    "unlikely": "less likely than not",
+    "doubtful": "evidence points against it",
+    "unknown": "no evidence yet",
+}
+_LABEL_RE = re.compile(r"\b(" + "|".join(re.escape(lb) for lb in LABELS) + r")\b", re.IGNORECASE)
+_BRACKETED = re.compile(
+    r"[\[(]\s*(" + "|".join(re.escape(lb) for lb in LABELS) + r")\s*[\])]", re.IGNORECASE
+)
+_PLAN_WORDS = re.compile(
+    r"\b(should|plan|plans|planning|next action|intend|going to|recommend|will (?:go|move|turn))\b",
+    re.IGNORECASE,
+)
+_BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
+_BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
+INITIAL_BELIEF = ["- nothing has been observed yet [unknown]"]
+
+
+def parse_belief(text: str | None, max_claims: int = 12) -> list[str]:
+    """Valid claims as '- <claim> [<label>]' lines ([] if none). A line is valid when it carries
+    exactly one label (a bracketed one wins over label words in the prose), has a claim left
+    after removing the label, and states no plan."""
+    if not text:
+        return []
+    visible, _ = strip_thinking(text)
+    m = _BELIEF_BLOCK.search(visible)
+    body = m.group(1) if m else visible
+    claims: list[str] = []
+    for raw in body.splitlines():
+        line = _BULLET.sub("", raw).strip()
+        if not line or _PLAN_WORDS.search(line):
+            continue
+        bracketed = _BRACKETED.findall(line)
+        if len(bracketed) == 1:
+            label = bracketed[0].lower()
+            claim = _BRACKETED.sub(" ", line)
+        elif not bracketed:
+            found = _LABEL_RE.findall(line)
+            if len(found) != 1:
+                continue
+            label = found[0].lower()
+            claim = _LABEL_RE.sub(" ", line)
+        else:
+            continue
+        claim = re.sub(r"\s+", " ", claim).strip(" :-—,;").strip()
+        if len(claim) < 3:
+            continue
+        claims.append(f"- {claim} [{label}]")
+        if len(claims) == max_claims:
+            break
+    return claims
+
+
+def observed_claims(episode: Episode) -> list[str]:
+    """Claims that the current view and memory establish (what the oracle writes as its belief
+    update): exact where observed, 'unknown' where nothing was seen."""
+    view, mem = episode.view(), episode.memory
+    if isinstance(view, CardView):
+        seen = len(view.seen)
+        return [
+            f"- the current card is {view.card_name} [confirmed]",
+            f"- {seen} cards have been dealt; {sum(view.remaining)} remain [confirmed]",
+            f"- {view.higher} remaining cards rank higher and {view.lower} lower [confirmed]",
+            f"- {view.equal} remaining cards share the current rank [confirmed]",
+            f"- win streak {mem.win_streak}, loss streak {mem.loss_streak} [confirmed]",
+        ]
+    assert isinstance(view, NavView)
+    world = nf.World(view, mem)
+    claims = [
+        f"- I am at {view.pos} facing {view.facing} in the {nf.quadrant(view)} area [confirmed]",
+        f"- the cell ahead is {nf.CELL_WORDS.get(view.front, view.front)} [confirmed]",
+    ]
+    goal = mem.goal_pos or view.goal_pos
+    claims.append(
+        f"- the goal is at {goal} [confirmed]" if goal else "- the goal location [unknown]"
+    )
+    claims.append(f"- {len(mem.known_map)} cells of the map have been seen [confirmed]")
+    exits = [f"{kind} at {p}" for p, kind in nf.doorways(view, world)][:3]
+    if exits:
+        claims.append(f"- visible exits: {', '.join(exits)} [confirmed]")
+    if "PICKUP" in episode.action_names:
+        keys = [p for p, ch in world.cells.items() if ch == "k"]
+        claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
+        claims.append(
+            f"- a key lies at {keys[0]} [confirmed]" if keys else "- the key location [unknown]"
+        )
+        claims.append(f"- the door is {nf.door_state(world).lower()} [confirmed]")
+    return claims
+
+
+def observations_since(episode: Episode, since: int, limit: int = 20) -> str:
+    """What happened between the previous consultation (at step `since`) and now."""
+    mem = episode.memory
+    actions = mem.actions[since:]
+    if not actions:
+        return "(no new steps since the last update)"
+    skipped = max(0, len(actions) - limit)
+    if isinstance(episode.view(), CardView):
+        decisions = mem.decisions[since:][-limit:]
+        parts = [
+            f"on {blocks.rank_name(d['card'])} bet {d['action']} -> {d['outcome']} "
+            f"(next {blocks.rank_name(d['next_card'])})"
+            for d in decisions
+        ]
+    else:
+        positions = mem.positions[since + 1 :][-limit:]
+        parts = [f"{a}->{p}" for a, p in zip(actions[-limit:], positions, strict=False)]
+    more = f"(+{skipped} earlier steps) " if skipped else ""
+    reward = sum(mem.rewards[since:])
+    return f"steps {since}..{episode.steps}: {more}" + "; ".join(parts) + f"; reward {reward:g}"
+
+
+class BeliefPrompt(PromptVariant):
+    """Two-round belief-state prompting for the grid and cards families."""
+
+    def __init__(
+        self,
+        name: str,
+        rationale: bool = False,
+        thinking_budget: int = 10,
+        max_new_tokens: int = 8,
+        rationale_max_new_tokens: int = 64,
+        belief_max_new_tokens: int = 192,
+        max_claims: int = 12,
+        map_radius: int = 5,  # unused: the belief replaces the map window
+    ):
+        self.name = name
+        self.rationale = bool(rationale)
+        self.max_claims = int(max_claims)
+        self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens))
+        self.act_decoding = (
+            Decoding(int(rationale_max_new_tokens), True, int(thinking_budget))
+            if self.rationale
+            else Decoding(max_new_tokens=int(max_new_tokens))
+        )
+
+    def check(self, task: Task) -> None:
+        check_family(self, task, blocks.FAMILIES)
+
+    def session(self, episode: Episode, with_expert: bool) -> BeliefSession:
+        return BeliefSession(self, episode, with_expert)
+
+
+class BeliefSession(PromptSession):
+    def __init__(self, variant: BeliefPrompt, episode: Episode, with_expert: bool):
+        self.v = variant
+        self.episode = episode
+        self.with_expert = with_expert
+        self.task = getattr(episode, "task", None)
+        self.belief: list[str] = list(INITIAL_BELIEF)
+        self.last_step = 0
+        self.update_failures = 0
+
+    def task_text(self) -> str:
+        if isinstance(self.episode.view(), CardView):
+            return (
+                "TASK: HigherLower card game. One shuffled 52-card deck (ranks A low ... K high) is "
+                "dealt card by card; before each card the agent bets HIGHER or LOWER than the "
+                "current card. Same rank = push."
+            )
+        return (
+            f"TASK: MiniGrid navigation in {blocks.world_sentence(self.task)}. The agent sees a "
+            "7x7 window in front of it and must reach the goal 'G'."
+        )
+
+    def current_view(self, autopilot: str | None) -> str:
+        ep = self.episode
+        view = ep.view()
+        if isinstance(view, CardView):
+            return blocks.cards_state(view, ep.memory, "basic", autopilot)
+        return blocks.grid_state(view, ep.memory, ep.action_names, "basic", autopilot)
+
+    def update_messages(self) -> list[dict[str, str]]:
+        scale = "\n".join(f"- {lb}: {LABEL_MEANING[lb]}" for lb in LABELS)
+        system = (
+            "You are the belief-state tracker of an agent acting under partial observability. "
+            "Keep a compact belief: what the agent knows about the environment, with how certain "
+            "it is.\n\n"
+            "STRICT RULES:\n"
+            "- Record only observed facts or facts directly inferred from observations.\n"
+            "- Never write plans, intentions, recommendations or next actions.\n\n"
+            f"CERTAINTY SCALE (use exactly one label per claim):\n{scale}\n\n"
+            "UPDATE RULES:\n"
+            "- A new observation overrides any older claim it contradicts; drop stale claims.\n"
+            "- Upgrade a claim when new evidence confirms it; downgrade it when evidence weakens it.\n\n"
+            "MANDATORY COVERAGE: location, map and exits, goal-relevant objects, inventory, "
+            f"subtask progress. At most {self.v.max_claims} claims.\n\n"
+            "FORMAT: one claim per line as '- <claim> [<label>]', all inside "
+            "<belief_state> ... </belief_state>. No JSON, no percentages, no key-value pairs."
+        )
+        user = "\n\n".join(
+            [
+                self.task_text(),
+                "PREVIOUS BELIEF:\n" + "\n".join(self.belief),
+                "NEW OBSERVATIONS:\n" + observations_since(self.episode, self.last_step),
+                "CURRENT VIEW:\n" + self.current_view(None),
+                "Write the updated belief state now.",
+            ]
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def act_messages(self, autopilot: str | None) -> list[dict[str, str]]:
+        ep = self.episode
+        actions = ep.action_names
+        if isinstance(ep.view(), CardView):
+            system = blocks.cards_system(actions, "basic", self.v.rationale, autopilot is not None)
+        else:
+            system = blocks.grid_system(
+                self.task, actions, "basic", self.v.rationale, autopilot is not None
+            )
+        system += "\n- Decide from the BELIEF (what is known and how surely) and the CURRENT VIEW."
+        user = "\n\n".join(
+            [
+                self.task_text(),
+                "BELIEF:\n" + "\n".join(self.belief),
+                "CURRENT VIEW:\n" + self.current_view(autopilot),
+                blocks.output_format(actions, self.v.rationale),
+            ]
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def render_belief(self, action_name: str, reason: str) -> str:
+        """A valid belief update for the oracle/dice consultants: the observed claims (the
+        action name is ignored: a belief holds no plans)."""
+        return "<belief_state>\n" + "\n".join(observed_claims(self.episode)) + "\n</belief_state>"
+
+    def consult(self, ppo_action: int | None) -> Consultation:
+        ep = self.episode
+        actions = tuple(ep.action_names)
+        expert = [actions[ep.expert_action()]] if self.with_expert else None
+        update = Query(self.update_messages(), actions, self.render_belief, self.v.update_decoding,
+                       expert, (ep.seed, ep.steps, 0))  # fmt: skip
+        first = yield [update]
+        claims = parse_belief(first[0].text, self.v.max_claims)
+        if claims:
+            self.belief = claims
+        else:
+            self.update_failures += 1
+        self.last_step = ep.steps
+        autopilot = None if ppo_action is None else actions[int(ppo_action)]
+        act = Query(self.act_messages(autopilot), actions, render_line(self.v.rationale),
+                    self.v.act_decoding, expert, (ep.seed, ep.steps, 1))  # fmt: skip
+        second = yield [act]
+        text = second[0].text
+        name = parse_action(text, actions)
+        return Decision(
+            None if name is None else actions.index(name),
+            [*first, *second],
+            parse_reason(text),
+        )

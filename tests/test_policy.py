@@ -1,0 +1,327 @@
+"""Dropout PPO policy: network layout, save/load, training with reward-threshold checkpoints,
+the checkpoint cache (train once, also across processes), clear errors. Real MiniGrid + SB3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from stable_baselines3 import PPO
+from torch import nn
+
+from benchmark.envs import load_env_cfg, make_task
+from benchmark.policy import CheckpointError, DropoutActorCriticPolicy, ensure, load, train
+from benchmark.policy.checkpoints import check_name, checkpoint_dir, config_hash, ensure_dir
+from benchmark.policy.train import evaluate
+from benchmark.seeds import TRAIN_SEED_MIN, evaluation_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+# PPO settings that learn Empty-Random-5x5 in a few thousand steps (SB3 defaults need ~1e5)
+FAST_PPO = {"n_steps": 128, "batch_size": 64, "n_epochs": 10}
+
+
+def job_cfg(tmp: Path, **policy) -> OmegaConf:
+    """The env x policy x paths part of the job config, from the real YAML files."""
+    cfg = OmegaConf.create(
+        {
+            "env": load_env_cfg("empty5x5_random"),
+            "policy": OmegaConf.load(ROOT / "conf/policy/ppo_dropout.yaml"),
+            "paths": {"checkpoints": str(tmp / "checkpoints")},
+        }
+    )
+    small = {
+        "net_arch": [32, 32],
+        "thresholds": [0.0, 0.99],  # 0.0 is crossed at the first evaluation, 0.99 never
+        "total_timesteps": 1024,
+        "n_envs": 2,
+        "learning_rate": 1e-3,
+        "ppo": {"n_steps": 128, "batch_size": 64, "n_epochs": 2},
+        "eval_freq": 512,
+        "eval_episodes": 3,
+        "progress_bar": False,
+    }
+    cfg.policy = OmegaConf.merge(cfg.policy, small, policy)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("empty5x5_random")
+
+
+def _obs(task, n: int = 50) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    out, seed = [], 0
+    while len(out) < n:
+        ep = task.episode(seed)
+        seed += 1
+        while not ep.done and len(out) < n:
+            out.append(ep.obs)
+            ep.step(int(rng.integers(len(task.action_names))))
+    return np.stack(out)
+
+
+def _random_policy(task, seeds: list[int]) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    rewards, successes = [], []
+    for s in seeds:
+        ep = task.episode(s)
+        while not ep.done:
+            ep.step(int(rng.integers(len(task.action_names))))
+        rewards.append(ep.total_reward)
+        successes.append(ep.outcome()["success"])
+    return {"reward": float(np.mean(rewards)), "success": float(np.mean(successes))}
+
+
+# -- network -----------------------------------------------------------------------------------
+
+
+def test_dropout_only_in_mlp_extractor_after_each_activation(task):
+    model = PPO(
+        DropoutActorCriticPolicy,
+        task.validation_env(),
+        policy_kwargs={"net_arch": [64, 32], "dropout": 0.3},
+        device="cpu",
+    )
+    pol = model.policy
+    for net in (pol.mlp_extractor.policy_net, pol.mlp_extractor.value_net):
+        kinds = [type(m) for m in net]
+        assert kinds == [nn.Linear, nn.Tanh, nn.Dropout, nn.Linear, nn.Tanh, nn.Dropout]
+        assert all(m.p == 0.3 for m in net if isinstance(m, nn.Dropout))
+    all_dropout = [n for n, m in pol.named_modules() if isinstance(m, nn.Dropout)]
+    assert len(all_dropout) == 4 and all(n.startswith("mlp_extractor.") for n in all_dropout)
+    # eval (what predict uses) is deterministic; train mode is stochastic
+    obs = torch.as_tensor(_obs(task, 20))
+    pol.set_training_mode(False)
+    with torch.no_grad():
+        a, b = (
+            pol.get_distribution(obs).distribution.logits,
+            pol.get_distribution(obs).distribution.logits,
+        )
+        assert torch.equal(a, b)
+        pol.set_training_mode(True)
+        c = pol.get_distribution(obs).distribution.logits
+    pol.set_training_mode(False)
+    assert not torch.allclose(a, c)
+    with pytest.raises(ValueError, match="dropout"):
+        PPO(DropoutActorCriticPolicy, task.validation_env(), policy_kwargs={"dropout": 1.0})
+
+
+def test_save_load_round_trip_gives_identical_actions(task, tmp_path):
+    model = PPO(
+        DropoutActorCriticPolicy,
+        task.validation_env(),
+        policy_kwargs={"net_arch": [32, 32], "dropout": 0.25},
+        n_steps=64,
+        batch_size=64,
+        device="cpu",
+        seed=3,
+    )
+    model.learn(128)
+    model.save(tmp_path / "m.zip")
+    loaded = load(tmp_path / "m.zip", task=task)
+    assert isinstance(loaded.policy, DropoutActorCriticPolicy)
+    assert loaded.policy.dropout == 0.25
+    obs = _obs(task, 200)
+    np.testing.assert_array_equal(
+        model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0]
+    )
+    for k, v in model.policy.state_dict().items():
+        assert torch.equal(v, loaded.policy.state_dict()[k]), k
+
+
+def test_load_refuses_corrupt_and_mismatched_checkpoints(task, tmp_path):
+    model = PPO(DropoutActorCriticPolicy, task.validation_env(), n_steps=64, device="cpu")
+    model.save(tmp_path / "ok.zip")
+    data = (tmp_path / "ok.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.zip"):
+        load(tmp_path / "cut.zip")
+    with pytest.raises(CheckpointError, match="no checkpoint file"):
+        load(tmp_path / "missing.zip")
+    doorkey = make_task("doorkey8")  # 7 actions, the checkpoint has 4
+    with pytest.raises(CheckpointError, match=r"Discrete\(4\).*Discrete\(7\)"):
+        load(tmp_path / "ok.zip", task=doorkey)
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+class RecordingTask:
+    """Delegates to a real Task and records what SB3 passes to reset and which seeds were used."""
+
+    def __init__(self, task):
+        self.task = task
+        self.reset_kwargs: list[int | None] = []
+        self.used: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def training_env(self, seed: int) -> gym.Env:
+        outer = self
+
+        class Record(gym.Wrapper):
+            def reset(self, *, seed=None, options=None):
+                outer.reset_kwargs.append(seed)
+                obs, info = self.env.reset(seed=seed, options=options)
+                outer.used.append(info["reset_seed"])
+                return obs, info
+
+        return Record(self.task.training_env(seed))
+
+
+def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
+    cfg = job_cfg(tmp_path).policy
+    rec = RecordingTask(task)
+    rows: list[dict] = []
+    final = train(rec, cfg, tmp_path / "run", log_fn=rows.append)
+    out = tmp_path / "run"
+    assert final == out / "final.zip"
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        ["best.json", "best.zip", "curve.csv", "final.json", "final.zip", "r000.json", "r000.zip"]
+    )
+    meta = json.loads((out / "r000.json").read_text())
+    assert meta["threshold"] == 0.0 and meta["timesteps"] == 512
+    assert set(meta) >= {"threshold", "eval_reward", "timesteps", "wall_seconds"}
+    curve = (out / "curve.csv").read_text().splitlines()
+    assert curve[0] == "timesteps,eval_reward,eval_success,wall_seconds"
+    assert [r["timesteps"] for r in rows] == [512, 1024]
+    assert len(curve) == 1 + len(rows)
+    # the saved best model is the model that was evaluated: re-evaluating reproduces its reward
+    best_meta = json.loads((out / "best.json").read_text())
+    again = evaluate(load(out / "best.zip", task=task), task, evaluation_seeds("validation", 3))
+    assert again["reward"] == pytest.approx(best_meta["eval_reward"])
+    # training never handed an evaluation seed to an env
+    assert set(rec.reset_kwargs) == {None}
+    assert min(rec.used) >= TRAIN_SEED_MIN and len(rec.used) >= 2
+
+
+@pytest.mark.slow
+def test_ppo_learns_better_than_random(task, tmp_path):
+    cfg = job_cfg(
+        tmp_path,
+        net_arch=[64, 64],
+        total_timesteps=20_000,
+        n_envs=4,
+        ppo=FAST_PPO,
+        eval_freq=10_000,
+        eval_episodes=20,
+        thresholds=[0.5, 0.9],
+    )
+    rows: list[dict] = []
+    train(task, cfg.policy, tmp_path / "run", log_fn=rows.append)
+    seeds = evaluation_seeds("test", 100)
+    ppo = evaluate(load(tmp_path / "run/final.zip", task=task), task, seeds)
+    rnd = _random_policy(task, seeds)
+    steps_per_s = rows[-1]["timesteps"] / rows[-1]["wall_seconds"]
+    print(f"\nPPO 20k steps ({steps_per_s:.0f} steps/s): {ppo}; random: {rnd}")
+    assert ppo["success"] >= 0.95
+    assert ppo["success"] - rnd["success"] >= 0.15
+    assert ppo["reward"] - rnd["reward"] >= 0.3
+    assert (tmp_path / "run/r090.zip").exists()
+
+
+# -- checkpoint cache --------------------------------------------------------------------------
+
+
+def test_ensure_trains_once_then_hits_cache(task, tmp_path):
+    cfg = job_cfg(tmp_path)
+    d1, trained1 = ensure_dir(cfg)  # task built from cfg.env via make_task
+    d2, trained2 = ensure_dir(cfg, task)
+    assert (trained1, trained2) == (True, False) and d1 == d2
+    assert d1.name.startswith("empty5x5_random-")
+    mtime = (d1 / "final.zip").stat().st_mtime_ns
+    assert ensure(cfg) == d1 / "final.zip"
+    assert (d1 / "final.zip").stat().st_mtime_ns == mtime
+    cfg.policy.checkpoint = "r000"
+    assert ensure(cfg) == d1 / "r000.zip"
+    cfg.policy.checkpoint = "r099"
+    with pytest.raises(CheckpointError) as err:
+        ensure(cfg)
+    msg = str(err.value)
+    assert "policy.checkpoint=r099 does not exist for empty5x5_random-" in msg
+    assert "available final, best, r000" in msg
+    # a truncated checkpoint inside a complete dir is refused, never silently used
+    cfg.policy.checkpoint = "best"
+    best = d1 / "best.zip"
+    best.write_bytes(best.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="sha256"):
+        ensure(cfg)
+
+
+def test_interrupted_dir_is_retrained(task, tmp_path):
+    cfg = job_cfg(tmp_path)
+    d = checkpoint_dir(cfg)
+    d.mkdir(parents=True)
+    (d / "final.zip").write_bytes(b"half a zip")  # no COMPLETE marker
+    d2, trained = ensure_dir(cfg, task)
+    assert trained and d2 == d
+    assert load(ensure(cfg), task=task) is not None
+
+
+@pytest.mark.parametrize("bad", ["latest", "r30", "r0300", "R030", "final.zip", ""])
+def test_checkpoint_name_format(bad):
+    with pytest.raises(ValueError, match="allowed final, best, or rNNN"):
+        check_name(bad)
+
+
+def test_hash_ignores_runtime_keys_only(tmp_path):
+    base = config_hash(job_cfg(tmp_path))
+    assert config_hash(job_cfg(tmp_path, checkpoint="r030", device="cuda")) == base
+    assert config_hash(job_cfg(tmp_path, dropout=0.1)) != base
+    assert config_hash(job_cfg(tmp_path, seed=1)) != base
+    other = job_cfg(tmp_path)
+    other.env.task.max_steps = 50
+    assert config_hash(other) != base
+
+
+@pytest.mark.slow
+def test_two_processes_train_once(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_policy import job_cfg
+        from benchmark.policy.checkpoints import ensure_dir
+        from pathlib import Path
+        d, trained = ensure_dir(job_cfg(Path({str(tmp_path)!r})))
+        print("TRAINED" if trained else "CACHED", d)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    lines = sorted(o[0].strip().splitlines()[-1] for o in outs)
+    assert lines[0].startswith("CACHED") and lines[1].startswith("TRAINED"), lines
+    assert lines[0].split()[1] == lines[1].split()[1]
+
+
+def test_train_refuses_managed_ppo_kwargs(task, tmp_path):
+    cfg = job_cfg(tmp_path, ppo={"seed": 0})
+    with pytest.raises(ValueError, match=r"policy.ppo sets \['seed'\]"):
+        train(task, cfg.policy, tmp_path / "run")
+    cfg = job_cfg(tmp_path, lr_schedule="cosine")
+    with pytest.raises(ValueError, match="lr_schedule='cosine'"):
+        train(task, cfg.policy, tmp_path / "run")
