@@ -20,7 +20,8 @@ $(VENV_STAMP): pyproject.toml
 install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then the package + dev extras)
 
 demo: $(VENV_STAMP) ## PPO-only, ASK (tiny model), SLM-only oracle and dice on a few test seeds: prints a table
-	$(PY) -m benchmark.demo
+	$(PY) -m benchmark +experiment=demo tracking=none -m
+	$(PY) -m benchmark.report $$(ls -dt outputs/sweeps/demo/* | head -1) --no-wandb
 
 test: $(VENV_STAMP) ## the whole test suite, slow end-to-end tests included (what CI runs)
 	$(PY) -m pytest -q

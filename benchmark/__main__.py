@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-# a short unique suffix so two sweeps started in the same second never share a directory
-if not OmegaConf.has_resolver("uid"):
-    OmegaConf.register_new_resolver("uid", lambda: uuid.uuid4().hex[:6], use_cache=True)
+import benchmark  # noqa: F401 - registers the config resolvers
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = str(REPO / "conf")

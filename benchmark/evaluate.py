@@ -17,7 +17,7 @@ from benchmark.envs.base import Episode, Task
 from benchmark.gates import Gate
 from benchmark.metrics import episode_rates
 from benchmark.prompts.base import Consultation, Decision, PromptVariant
-from benchmark.uncertainty import deterministic_actions, mc_dropout
+from benchmark.uncertainty import draw_masks, mc_dropout
 
 MODES = ("lockstep", "sequential")
 
@@ -61,7 +61,7 @@ class Evaluator:
             self.prompt.session(ep, self.consultant.needs_expert) if asks else None for ep in episodes
         ]
         # one dropout-mask stream per episode: masks never depend on who shares the batch
-        generators = [torch.Generator().manual_seed(hash((self.seed, s)) & 0x7FFFFFFF) for s in seeds]
+        generators = [torch.Generator().manual_seed(self.seed * 1_000_003 + s) for s in seeds]
         stats = [_new_row(s, self.gate.needs_policy) for s in seeds]
         start = [time.perf_counter()] * len(seeds)
         while live := [i for i, ep in enumerate(episodes) if not ep.done]:
@@ -93,7 +93,8 @@ class Evaluator:
             return [None] * len(episodes)
         obs = np.stack([ep.obs for ep in episodes])
         if self.gate.needs_uncertainty:
-            return mc_dropout(self.policy, obs, self.mc_samples, generators=generators)
+            masks = episode_masks(self.policy, generators, self.mc_samples)
+            return mc_dropout(self.policy, obs, self.mc_samples, masks=masks)
         return deterministic_actions(self.policy, obs).tolist()
 
     def _final_action(self, ppo: int | None, decision: Decision | None, row: dict, ep: Episode) -> int:
@@ -113,6 +114,21 @@ class Evaluator:
         if ppo is not None:
             return int(ppo)  # ASK: keep the PPO action
         return fallback_action(self.seed, ep)
+
+
+def deterministic_actions(policy, obs: np.ndarray) -> np.ndarray:
+    """PPO's greedy actions with dropout off."""
+    policy.set_training_mode(False)
+    with torch.inference_mode():
+        obs_t, _ = policy.obs_to_tensor(obs)
+        return policy._predict(obs_t, deterministic=True).cpu().numpy().astype(np.int64)
+
+
+def episode_masks(policy, generators: list[torch.Generator], n_samples: int) -> list[torch.Tensor]:
+    """Dropout masks drawn from each episode's own generator, so an episode's uncertainty never
+    depends on which other episodes share the batch (lockstep == sequential)."""
+    per_episode = [draw_masks(policy, 1, n_samples, g) for g in generators]
+    return [torch.cat(layer) for layer in zip(*per_episode)]
 
 
 def fallback_action(seed: int, ep: Episode) -> int:

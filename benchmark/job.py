@@ -53,6 +53,21 @@ def digest(data: Any, n: int = 12) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
+def normalize_checkpoint(cfg: DictConfig) -> None:
+    """`policy.checkpoint=tK` (the env's K-th reward threshold, so one sweep covers envs with
+    different thresholds) becomes the rNNN name it stands for."""
+    name = str(cfg.policy.checkpoint)
+    if len(name) == 2 and name[0] == "t" and name[1].isdigit():
+        thresholds = list(cfg.env.thresholds)
+        k = int(name[1])
+        if not 1 <= k <= len(thresholds):
+            raise ValueError(
+                f"policy.checkpoint={name} is invalid for {cfg.env.name}: allowed t1..t{len(thresholds)} "
+                f"(thresholds {thresholds}), final, best or rNNN"
+            )
+        OmegaConf.update(cfg, "policy.checkpoint", f"r{round(thresholds[k - 1] * 100):03d}")
+
+
 def cell_name(cfg: DictConfig) -> str:
     parts = [cfg.env.name, cfg.gate.name]
     if cfg.gate.name != "never":
@@ -91,6 +106,7 @@ def provenance() -> dict:
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
     job_dir = Path(job_dir)
+    normalize_checkpoint(cfg)
     cell = cell_config(cfg)
     cell_dir = Path(cfg.paths.root) / "cells" / digest(cell)
     name = cell_name(cfg)
@@ -151,12 +167,19 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
     if prompt is not None:
         prompt.check(task)
     consultant = make_consultant(cfg.slm, cfg.paths) if asks else None
-    policy = None
+    policy, checkpoint_path = None, None
+    if cfg.get("train_only"):
+        return {"checkpoint_path": str(ensure(cfg, task, log_fn=tracker.log))}
     if gate_cfg.get("needs_policy", True):
-        policy = load(ensure(cfg), task=task, device=cfg.policy.get("device", "cpu")).policy
+        checkpoint_path = ensure(cfg, task, log_fn=tracker.log)
+        policy = load(checkpoint_path, task=task, device=cfg.policy.get("device", "cpu")).policy
+    extra = {}
+    if str(gate_cfg.get("p")) == "match":
+        extra["p"] = matched_query_rate(cfg, cell)
     try:
         def evaluator(tau: float | None) -> Evaluator:
-            gate = instantiate(gate_cfg, tau=tau) if tau is not None else instantiate(gate_cfg)
+            kw = dict(extra, **({"tau": tau} if tau is not None else {}))
+            gate = instantiate(gate_cfg, **kw)
             return Evaluator(task=task, gate=gate, policy=policy, consultant=consultant,
                              prompt=prompt, mc_samples=int(gate_cfg.get("mc_samples", 50)),
                              seed=int(cfg.seed))
@@ -184,8 +207,10 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
         prompt=cfg.prompt.name if asks else None,
         rationale=bool(cfg.prompt.get("rationale")) if asks else None,
         checkpoint=cfg.policy.checkpoint if policy is not None else None,
+        checkpoint_path=str(checkpoint_path) if checkpoint_path else None,
         policy_seed=int(cfg.policy.seed) if policy is not None else None,
         tau=tau if tau is not None else gate_cfg.get("tau"),
+        p=extra.get("p", gate_cfg.get("p")),
         mc_samples=gate_cfg.get("mc_samples"),
         split=cfg.eval.split,
         seeds=[min(seeds), max(seeds), len(seeds)],
@@ -235,3 +260,23 @@ def task_max_entropy(task) -> float:
     import math
 
     return math.log2(len(task.action_names))
+
+
+def matched_query_rate(cfg: DictConfig, cell: dict) -> float:
+    """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
+    one only in its gate, so the random gate spends the same query budget."""
+    same = {k: v for k, v in cell.items() if k not in ("gate", "tuning")}
+    for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
+        other = results.read_json(path) or {}
+        conf = other.get("config", {})
+        if conf.get("gate", {}).get("name") != "entropy":
+            continue
+        if {k: v for k, v in conf.items() if k not in ("gate", "tuning")} != same:
+            continue
+        done = results.complete_cell(path.parent)
+        if done is not None:
+            return float(done[0]["ir_pooled"])
+    raise ValueError(
+        "gate.p=match needs the completed gate=entropy cell with the same env, policy, slm, prompt "
+        "and eval settings under paths.root; run it first (in a sweep, list entropy before random)"
+    )

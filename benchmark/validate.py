@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from benchmark.seeds import SPLITS, check_disjoint
 
-CHECKPOINT = re.compile(r"^(final|best|r\d{3})$")
+CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
 
 def validate(cfg: DictConfig, task=None) -> None:
@@ -45,7 +45,7 @@ def validate(cfg: DictConfig, task=None) -> None:
     ckpt = str(cfg.policy.checkpoint)
     if not CHECKPOINT.match(ckpt):
         raise ValueError(
-            f"policy.checkpoint={ckpt!r} is invalid: allowed final, best or rNNN "
+            f"policy.checkpoint={ckpt!r} is invalid: allowed final, best, tK (K-th threshold) or rNNN "
             f"(reward threshold x100, one of {[f'r{round(t * 100):03d}' for t in cfg.env.thresholds]})"
         )
 

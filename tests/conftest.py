@@ -1,0 +1,58 @@
+"""Compose the real configuration once, shrink it for CPU, and give each test its own outputs root.
+A short PPO run on Empty-Random-5x5 is trained once per session and shared."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+# a PPO recipe small enough for tests (about 20 s on one core)
+SMALL_POLICY = [
+    "policy.total_timesteps=20000",
+    "policy.eval_freq=5000",
+    "policy.eval_episodes=5",
+    "policy.progress_bar=false",
+]
+os.environ.setdefault("BENCHMARK_REPO", str(REPO))
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def compose_cfg(root: Path, *overrides: str):
+    """The job config exactly as `python -m benchmark <overrides>` would build it."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"paths.root={root}", "tracking=none", *overrides])
+
+
+def run_cli(root: Path, *args: str, timeout: int = 900, check: bool = True, **kw):
+    """`python -m benchmark ...` in a subprocess with its outputs under `root`."""
+    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def shared_root(tmp_path_factory) -> Path:
+    """An outputs root shared by the tests of a session (PPO checkpoint, tiny model, cache)."""
+    return tmp_path_factory.mktemp("outputs")
+
+
+@pytest.fixture(scope="session")
+def trained_root(shared_root) -> Path:
+    """`shared_root` with the small Empty-Random-5x5 PPO checkpoint trained."""
+    from benchmark.policy import ensure
+
+    ensure(compose_cfg(shared_root, "env=empty5x5_random", *SMALL_POLICY))
+    return shared_root

@@ -1,0 +1,102 @@
+"""Gates, metrics, atomic result files and the tuning study, on their own."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmark import results
+from benchmark.gates import EntropyGate, EpistemicGate, RandomGate
+from benchmark.metrics import bootstrap_ci, episode_rates, paired_difference, summarize
+from benchmark.tuning import tune
+from benchmark.uncertainty import Uncertainty
+
+
+def _unc(total, epi):
+    total = np.asarray(total, dtype=float)
+    epi = np.asarray(epi, dtype=float)
+    return Uncertainty(action=np.zeros(len(total), dtype=int), total=total,
+                       aleatoric=total - epi, epistemic=epi)
+
+
+def test_entropy_and_epistemic_gates_threshold_their_own_field():
+    unc = _unc([0.1, 0.5, 1.2], [0.9, 0.0, 0.05])
+    assert EntropyGate(tau=0.5).mask(unc, [1, 2, 3], [0, 0, 0]).tolist() == [False, True, True]
+    assert EpistemicGate(tau=0.5).mask(unc, [1, 2, 3], [0, 0, 0]).tolist() == [True, False, False]
+    assert EntropyGate(tau=0).mask(unc, [1, 2, 3], [0, 0, 0]).all()
+
+
+def test_negative_tau_is_rejected_with_the_allowed_range():
+    with pytest.raises(ValueError, match=r"gate.tau=-0.1 .*allowed tau >= 0"):
+        EntropyGate(tau=-0.1)
+
+
+def test_random_gate_is_batch_independent_and_hits_its_rate():
+    gate = RandomGate(p=0.3, seed=4)
+    seeds = list(range(100, 200))
+    together = gate.mask(None, seeds, [7] * 100)
+    alone = np.concatenate([gate.mask(None, [s], [7]) for s in seeds])
+    assert (together == alone).all()
+    many = np.concatenate([gate.mask(None, seeds, [t] * 100) for t in range(50)])
+    assert abs(many.mean() - 0.3) < 0.03
+
+
+def test_bootstrap_ci_brackets_the_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    small, large = rng.random(20), rng.random(2000)
+    lo_s, hi_s = bootstrap_ci(small)
+    lo_l, hi_l = bootstrap_ci(large)
+    assert lo_s <= small.mean() <= hi_s and lo_l <= large.mean() <= hi_l
+    assert hi_l - lo_l < hi_s - lo_s
+    d = paired_difference([1.0, 1.0, 1.0], [0.0, 0.5, 1.0])
+    assert d["diff_mean"] == pytest.approx(0.5)
+
+
+def test_rates_follow_the_paper_definitions():
+    row = episode_rates({"length": 10, "queries": 4, "overwrites": 1, "invalid": 1})
+    assert (row["ir"], row["or"], row["invalid_rate"]) == (0.4, 0.1, 0.25)
+    slm_only = episode_rates({"length": 10, "queries": 10, "overwrites": None, "invalid": 0})
+    assert slm_only["or"] is None
+    summary = summarize([dict(row, reward=1.0, success=1.0), dict(slm_only, reward=0.0, success=0.0)])
+    assert summary["reward_mean"] == 0.5 and summary["ir_pooled"] == pytest.approx(14 / 20)
+    assert summary["or_mean"] == 0.1  # episodes without a PPO policy have no overwrite rate
+
+
+def test_truncated_results_are_never_read_as_valid(tmp_path):
+    rows = [{"seed": 100, "reward": 1.0}, {"seed": 101, "reward": 0.0}]
+    results.write_jsonl(tmp_path / "episodes.jsonl", rows)
+    results.write_json(tmp_path / "summary.json", {"n_episodes": 2, "complete": True})
+    assert results.complete_cell(tmp_path) is not None
+    text = (tmp_path / "summary.json").read_text()
+    (tmp_path / "summary.json").write_text(text[: len(text) // 2])
+    assert results.complete_cell(tmp_path) is None
+    results.write_json(tmp_path / "summary.json", {"n_episodes": 2, "complete": True})
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert results.complete_cell(tmp_path) is None
+
+
+def test_tuning_study_uses_validation_seeds_and_resumes_without_extra_trials(tmp_path):
+    seen: list[int] = []
+
+    def objective(tau, seeds):
+        seen.extend(seeds)
+        return -((tau - 0.7) ** 2), 1.0 - tau / 2
+
+    kw = dict(tau_range=(0.1, 1.5), n_episodes=10, sampler_seed=0, max_reward=math.inf)
+    tau, rows = tune(objective, tmp_path, n_trials=4, **kw)
+    assert len(rows) == 4 and set(seen) == set(range(10))
+    calls = len(seen)
+    tau2, rows2 = tune(objective, tmp_path, n_trials=4, **kw)  # rerun: nothing left to do
+    assert len(seen) == calls and rows2 == rows and tau2 == tau
+    _, rows3 = tune(objective, tmp_path, n_trials=6, **kw)  # asks for 6 in all: runs 2 more
+    assert len(rows3) == 6 and len(seen) == calls + 20
+    assert all(0.1 <= r["tau"] <= 1.5 and r["seeds"] == [0, 9, 10] for r in rows3)
+
+
+def test_tuning_stops_early_at_the_maximum_reward(tmp_path):
+    _, rows = tune(lambda tau, seeds: (1.0, 0.2), tmp_path, tau_range=(0.1, 2.0), n_trials=15,
+                   n_episodes=3, sampler_seed=0, max_reward=1.0)
+    assert len(rows) == 1
