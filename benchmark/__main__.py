@@ -14,7 +14,9 @@ import benchmark  # noqa: F401 - registers the config resolvers
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = str(REPO / "conf")
-os.environ.setdefault("BENCHMARK_REPO", str(REPO))  # conf/config.yaml puts launchers/ on the search path
+os.environ.setdefault(
+    "BENCHMARK_REPO", str(REPO)
+)  # conf/config.yaml puts launchers/ on the search path
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")

@@ -36,14 +36,19 @@ class Evaluator:
     seed: int = 0
 
     def run(
-        self, seeds: list[int], mode: str = "lockstep", on_episode: Callable[[dict], None] | None = None
+        self,
+        seeds: list[int],
+        mode: str = "lockstep",
+        on_episode: Callable[[dict], None] | None = None,
     ) -> list[dict]:
         """Evaluate `seeds`; returns one row per episode, in seed order."""
         if mode not in MODES:
             raise ValueError(f"eval.mode={mode!r} is not one of {list(MODES)}")
         if self.gate.needs_policy and self.policy is None:
             raise ValueError(f"gate {self.gate.name!r} needs a PPO policy, none was given")
-        one_at_a_time = mode == "sequential" or bool(getattr(self.prompt, "sequential_episodes", False))
+        one_at_a_time = mode == "sequential" or bool(
+            getattr(self.prompt, "sequential_episodes", False)
+        )
         batches = [[s] for s in seeds] if one_at_a_time else [list(seeds)]
         rows: list[dict] = []
         for batch in batches:
@@ -58,7 +63,8 @@ class Evaluator:
         episodes = [self.task.episode(s) for s in seeds]
         asks = self.consultant is not None and self.prompt is not None
         sessions = [
-            self.prompt.session(ep, self.consultant.needs_expert) if asks else None for ep in episodes
+            self.prompt.session(ep, self.consultant.needs_expert) if asks else None
+            for ep in episodes
         ]
         # one dropout-mask stream per episode: masks never depend on who shares the batch
         generators = [torch.Generator().manual_seed(self.seed * 1_000_003 + s) for s in seeds]
@@ -73,7 +79,7 @@ class Evaluator:
             decisions = consult_all(
                 [sessions[live[j]].consult(ppo_actions[j]) for j in asked], self.consultant
             )
-            by_j = dict(zip(asked, decisions))
+            by_j = dict(zip(asked, decisions, strict=False))
             for j, i in enumerate(live):
                 action = self._final_action(ppo_actions[j], by_j.get(j), stats[i], episodes[i])
                 if ppo_actions[j] is not None and action != ppo_actions[j]:
@@ -97,7 +103,9 @@ class Evaluator:
             return mc_dropout(self.policy, obs, self.mc_samples, masks=masks)
         return deterministic_actions(self.policy, obs).tolist()
 
-    def _final_action(self, ppo: int | None, decision: Decision | None, row: dict, ep: Episode) -> int:
+    def _final_action(
+        self, ppo: int | None, decision: Decision | None, row: dict, ep: Episode
+    ) -> int:
         """The one place where answers become actions and invalid answers are counted."""
         if decision is None:
             return int(ppo)
@@ -128,7 +136,7 @@ def episode_masks(policy, generators: list[torch.Generator], n_samples: int) -> 
     """Dropout masks drawn from each episode's own generator, so an episode's uncertainty never
     depends on which other episodes share the batch (lockstep == sequential)."""
     per_episode = [draw_masks(policy, 1, n_samples, g) for g in generators]
-    return [torch.cat(layer) for layer in zip(*per_episode)]
+    return [torch.cat(layer) for layer in zip(*per_episode, strict=False)]
 
 
 def fallback_action(seed: int, ep: Episode) -> int:
@@ -159,7 +167,9 @@ def consult_all(consultations: list[Consultation], consultant: Consultant | None
     return decisions  # type: ignore[return-value]
 
 
-def _advance(k: int, gen: Consultation, answers: list[Answer] | None, pending: dict, out: list) -> None:
+def _advance(
+    k: int, gen: Consultation, answers: list[Answer] | None, pending: dict, out: list
+) -> None:
     try:
         pending[k] = next(gen) if answers is None else gen.send(answers)
     except StopIteration as stop:

@@ -91,5 +91,8 @@ class RandomGate(Gate):
         self.p, self.seed = p, int(seed)
 
     def mask(self, unc, seeds, step):
-        draws = [np.random.default_rng([self.seed, s, t]).random() for s, t in zip(seeds, step)]
+        draws = [
+            np.random.default_rng([self.seed, s, t]).random()
+            for s, t in zip(seeds, step, strict=False)
+        ]
         return np.asarray(draws) < self.p

@@ -28,9 +28,18 @@ from benchmark.tracking import Tracker
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
-CELL_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed")
-PACKAGES = ("torch", "transformers", "stable-baselines3", "gymnasium", "minigrid", "popgym",
-            "optuna", "hydra-core", "wandb")
+CELL_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "stable-baselines3",
+    "gymnasium",
+    "minigrid",
+    "popgym",
+    "optuna",
+    "hydra-core",
+    "wandb",
+)
 
 
 def cell_config(cfg: DictConfig) -> dict:
@@ -79,10 +88,16 @@ def cell_name(cfg: DictConfig) -> str:
 
 def provenance() -> dict:
     """Where and with what a result was computed."""
+
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                                  cwd=Path(__file__).parent).stdout.strip()
+            return subprocess.run(
+                ["git", *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=Path(__file__).parent,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
 
@@ -106,18 +121,25 @@ def provenance() -> dict:
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
     job_dir = Path(job_dir)
-    normalize_checkpoint(cfg)
-    cell = cell_config(cfg)
-    cell_dir = Path(cfg.paths.root) / "cells" / digest(cell)
-    name = cell_name(cfg)
-    done = results.complete_cell(cell_dir)
-    if done is not None:
-        log.info("cell %s (%s) is complete: skipped", name, cell_dir.name)
-        _publish(cell_dir, job_dir)
-        return done[0]
-    tracker = Tracker(cfg.get("tracking"), name=name, group=cfg.experiment_name,
-                      job_type=cfg.gate.name, config=cell)
+    cell, cell_dir, name, tracker = None, None, str(cfg.env.name), None
     try:
+        normalize_checkpoint(cfg)
+        validate(cfg, make_task_cfg(cfg))  # every bad input fails here, before expensive work
+        cell = cell_config(cfg)
+        cell_dir = Path(cfg.paths.root) / "cells" / digest(cell)
+        name = cell_name(cfg)
+        done = results.complete_cell(cell_dir)
+        if done is not None:
+            log.info("cell %s (%s) is complete: skipped", name, cell_dir.name)
+            _publish(cell_dir, job_dir)
+            return done[0]
+        tracker = Tracker(
+            cfg.get("tracking"),
+            name=name,
+            group=cfg.experiment_name,
+            job_type=cfg.gate.name,
+            config=cell,
+        )
         summary = _compute(cfg, cell, cell_dir, name, tracker)
         _publish(cell_dir, job_dir)
         tracker.finish(0)
@@ -125,7 +147,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised or swallowed
         error = {
             "cell": name,
-            "cell_hash": cell_dir.name,
+            "cell_hash": cell_dir.name if cell_dir else None,
             "type": type(exc).__name__,
             "message": str(exc),
             "traceback": traceback.format_exc(),
@@ -133,13 +155,21 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         for d in (job_dir, cell_dir):
-            results.write_json(d / "error.json", error)
-        tracker.summary({"error": f"{type(exc).__name__}: {exc}"})
-        tracker.finish(1)
+            if d is not None:
+                results.write_json(d / "error.json", error)
+        if tracker is not None:
+            tracker.summary({"error": f"{type(exc).__name__}: {exc}"})
+            tracker.finish(1)
         if not multirun or isinstance(exc, KeyboardInterrupt):
             raise
         log.error("cell %s failed (%s: %s); the sweep carries on", name, type(exc).__name__, exc)
         return None
+
+
+def make_task_cfg(cfg: DictConfig):
+    from benchmark.envs import make_task
+
+    return make_task(cfg.env)
 
 
 def _publish(cell_dir: Path, job_dir: Path) -> None:
@@ -160,7 +190,8 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
     t0 = time.perf_counter()
     task = make_task(cfg.env)
     gate_cfg = cfg.gate
-    validate(cfg, task)  # every bad input fails here, before any expensive work
+    if cfg.eval.get("torch_threads"):
+        torch.set_num_threads(int(cfg.eval.torch_threads))
     results.write_json(cell_dir / "cell.json", {"name": name, "config": cell})
     asks = gate_cfg.name != "never"
     prompt = instantiate(cfg.prompt) if asks else None
@@ -171,18 +202,25 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
     if cfg.get("train_only"):
         return {"checkpoint_path": str(ensure(cfg, task, log_fn=tracker.log))}
     if gate_cfg.get("needs_policy", True):
-        checkpoint_path = ensure(cfg, task, log_fn=tracker.log)
+        checkpoint_path = policy_checkpoint(cfg, task, tracker)
         policy = load(checkpoint_path, task=task, device=cfg.policy.get("device", "cpu")).policy
     extra = {}
     if str(gate_cfg.get("p")) == "match":
         extra["p"] = matched_query_rate(cfg, cell)
     try:
+
         def evaluator(tau: float | None) -> Evaluator:
             kw = dict(extra, **({"tau": tau} if tau is not None else {}))
             gate = instantiate(gate_cfg, **kw)
-            return Evaluator(task=task, gate=gate, policy=policy, consultant=consultant,
-                             prompt=prompt, mc_samples=int(gate_cfg.get("mc_samples", 50)),
-                             seed=int(cfg.seed))
+            return Evaluator(
+                task=task,
+                gate=gate,
+                policy=policy,
+                consultant=consultant,
+                prompt=prompt,
+                mc_samples=int(gate_cfg.get("mc_samples", 50)),
+                seed=int(cfg.seed),
+            )
 
         tau, trials = None, []
         if str(gate_cfg.get("tau")) == "auto":
@@ -214,8 +252,12 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
         mc_samples=gate_cfg.get("mc_samples"),
         split=cfg.eval.split,
         seeds=[min(seeds), max(seeds), len(seeds)],
-        seeds_touched={"tuning": sorted({s for t in trials for s in range(t["seeds"][0], t["seeds"][1] + 1)}) if trials else [],
-                       "evaluation": seeds},
+        seeds_touched={
+            "tuning": sorted({s for t in trials for s in range(t["seeds"][0], t["seeds"][1] + 1)})
+            if trials
+            else [],
+            "evaluation": seeds,
+        },
         wall_seconds=time.perf_counter() - t0,
         experiment=cfg.experiment_name,
         provenance=provenance(),
@@ -231,6 +273,21 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
     return summary
 
 
+def policy_checkpoint(cfg: DictConfig, task, tracker: Tracker) -> Path:
+    """A checkpoint the user gave (`policy.path`; SB3 zips hold pickles: only load files you
+    trust), else the suite's own cache, trained once if missing."""
+    from benchmark.policy import ensure
+
+    if cfg.policy.get("path"):
+        path = Path(cfg.policy.path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip"
+            )
+        return path
+    return ensure(cfg, task, log_fn=tracker.log)
+
+
 def _tune(cfg, cell, evaluator, task, cell_dir: Path) -> tuple[float, list[dict]]:
     from benchmark.tuning import tune
 
@@ -241,14 +298,22 @@ def _tune(cfg, cell, evaluator, task, cell_dir: Path) -> tuple[float, list[dict]
     def objective(tau: float, seeds: list[int]) -> tuple[float, float]:
         rows = evaluator(tau).run(seeds, mode=cfg.eval.mode)
         steps = sum(r["length"] for r in rows)
-        return (sum(r["reward"] for r in rows) / len(rows),
-                sum(r["queries"] for r in rows) / max(steps, 1))
+        return (
+            sum(r["reward"] for r in rows) / len(rows),
+            sum(r["queries"] for r in rows) / max(steps, 1),
+        )
 
     low, high = cfg.gate.tau_range
     high = min(float(high), task_max_entropy(task))
-    tau, trials = tune(objective, study_dir, tau_range=(float(low), high),
-                       n_trials=int(cfg.tuning.n_trials), n_episodes=int(cfg.tuning.n_episodes),
-                       sampler_seed=int(cfg.tuning.sampler_seed), max_reward=task.max_reward)
+    tau, trials = tune(
+        objective,
+        study_dir,
+        tau_range=(float(low), high),
+        n_trials=int(cfg.tuning.n_trials),
+        n_episodes=int(cfg.tuning.n_episodes),
+        sampler_seed=int(cfg.tuning.sampler_seed),
+        max_reward=task.max_reward,
+    )
     import pandas as pd
 
     results.write_text_atomic(cell_dir / "trials.csv", pd.DataFrame(trials).to_csv(index=False))

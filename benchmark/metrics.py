@@ -13,7 +13,9 @@ SUMMARY_METRICS = ("reward", "success", "accuracy", "length", "ir", "or", "inval
 N_BOOT = 2000
 
 
-def bootstrap_ci(values: Sequence[float], seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float], seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean over episodes."""
     x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if x.size == 0:

@@ -14,6 +14,34 @@ SPLITS: dict[str, range] = {
 TRAIN_SEED_MIN = 200  # every training reset seed is >= this
 
 
+def configure_splits(splits: dict[str, list[int]] | None) -> None:
+    """Use the job's `splits` config ({name: [start, stop)}) after checking it: disjoint, below
+    the training seeds, and with both validation and test present."""
+    if not splits:
+        return
+    ranges = {}
+    for name, bounds in dict(splits).items():
+        try:
+            start, stop = (int(b) for b in bounds)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"splits.{name}={bounds!r} is invalid: allowed [start, stop)"
+            ) from None
+        if not 0 <= start < stop:
+            raise ValueError(
+                f"splits.{name}=[{start}, {stop}) is invalid: allowed 0 <= start < stop"
+            )
+        ranges[name] = range(start, stop)
+    missing = {"validation", "test"} - set(ranges)
+    if missing:
+        raise ValueError(
+            f"splits is missing {sorted(missing)}: both validation and test are required"
+        )
+    check_disjoint(ranges)
+    SPLITS.clear()
+    SPLITS.update(ranges)
+
+
 def evaluation_seeds(split: str, n_episodes: int) -> list[int]:
     """The first `n_episodes` seeds of a fixed evaluation split."""
     if split not in SPLITS:

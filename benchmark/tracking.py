@@ -45,7 +45,9 @@ class Tracker:
         import wandb
 
         columns = sorted({k for r in rows for k in r})
-        self.run.log({key: wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
+        self.run.log(
+            {key: wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])}
+        )
 
     def image(self, key: str, path: str) -> None:
         if self.run is not None:

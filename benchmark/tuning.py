@@ -62,7 +62,8 @@ def tune(
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
     trials = _complete(study)
     rows = [
-        {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs} for t in trials
+        {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs}
+        for t in trials
     ]
     return float(study.best_params["tau"]), rows
 

@@ -9,13 +9,13 @@ import re
 
 from omegaconf import DictConfig
 
-from benchmark.seeds import SPLITS, check_disjoint
+from benchmark.seeds import SPLITS, configure_splits
 
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
 
 def validate(cfg: DictConfig, task=None) -> None:
-    check_disjoint(SPLITS)
+    configure_splits(cfg.get("splits"))
     gate = cfg.gate
     n = gate.get("mc_samples")
     if n is not None and (not isinstance(n, int) or n < 1):
@@ -32,14 +32,20 @@ def validate(cfg: DictConfig, task=None) -> None:
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed "
                 f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
             )
-    if "p" in gate and not 0 <= float(gate.p) <= 1:
-        raise ValueError(f"gate.p={gate.p} is invalid: allowed 0 <= p <= 1")
-    for key in ("eval", "tuning"):
-        n_ep = cfg[key].n_episodes
-        if not isinstance(n_ep, int) or not 1 <= n_ep <= 100:
-            raise ValueError(f"{key}.n_episodes={n_ep!r} is invalid: allowed an integer in 1..100")
+    p = gate.get("p")
+    if p is not None and str(p) != "match" and not (isinstance(p, (int, float)) and 0 <= p <= 1):
+        raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
     if cfg.eval.split not in SPLITS:
         raise ValueError(f"eval.split={cfg.eval.split!r} is invalid: allowed {sorted(SPLITS)}")
+    for key in ("eval", "tuning"):
+        n_ep = cfg[key].n_episodes
+        split = cfg.eval.split if key == "eval" else "validation"
+        size = len(SPLITS.get(split, ()))
+        if not isinstance(n_ep, int) or not 1 <= n_ep <= max(size, 1):
+            raise ValueError(
+                f"{key}.n_episodes={n_ep!r} is invalid: allowed an integer in 1..{size} "
+                f"(the size of the {split} split)"
+            )
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     ckpt = str(cfg.policy.checkpoint)

@@ -17,6 +17,7 @@ CONF = REPO / "conf"
 # a PPO recipe small enough for tests (about 20 s on one core)
 SMALL_POLICY = [
     "policy.total_timesteps=20000",
+    "++policy.ppo.n_steps=128",
     "policy.eval_freq=5000",
     "policy.eval_episodes=5",
     "policy.progress_bar=false",
@@ -36,10 +37,19 @@ def compose_cfg(root: Path, *overrides: str):
 def run_cli(root: Path, *args: str, timeout: int = 900, check: bool = True, **kw):
     """`python -m benchmark ...` in a subprocess with its outputs under `root`."""
     env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, **kw)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 

@@ -18,8 +18,9 @@ from benchmark.uncertainty import Uncertainty
 def _unc(total, epi):
     total = np.asarray(total, dtype=float)
     epi = np.asarray(epi, dtype=float)
-    return Uncertainty(action=np.zeros(len(total), dtype=int), total=total,
-                       aleatoric=total - epi, epistemic=epi)
+    return Uncertainty(
+        action=np.zeros(len(total), dtype=int), total=total, aleatoric=total - epi, epistemic=epi
+    )
 
 
 def test_entropy_and_epistemic_gates_threshold_their_own_field():
@@ -60,7 +61,9 @@ def test_rates_follow_the_paper_definitions():
     assert (row["ir"], row["or"], row["invalid_rate"]) == (0.4, 0.1, 0.25)
     slm_only = episode_rates({"length": 10, "queries": 10, "overwrites": None, "invalid": 0})
     assert slm_only["or"] is None
-    summary = summarize([dict(row, reward=1.0, success=1.0), dict(slm_only, reward=0.0, success=0.0)])
+    summary = summarize(
+        [dict(row, reward=1.0, success=1.0), dict(slm_only, reward=0.0, success=0.0)]
+    )
     assert summary["reward_mean"] == 0.5 and summary["ir_pooled"] == pytest.approx(14 / 20)
     assert summary["or_mean"] == 0.1  # episodes without a PPO policy have no overwrite rate
 
@@ -97,6 +100,13 @@ def test_tuning_study_uses_validation_seeds_and_resumes_without_extra_trials(tmp
 
 
 def test_tuning_stops_early_at_the_maximum_reward(tmp_path):
-    _, rows = tune(lambda tau, seeds: (1.0, 0.2), tmp_path, tau_range=(0.1, 2.0), n_trials=15,
-                   n_episodes=3, sampler_seed=0, max_reward=1.0)
+    _, rows = tune(
+        lambda tau, seeds: (1.0, 0.2),
+        tmp_path,
+        tau_range=(0.1, 2.0),
+        n_trials=15,
+        n_episodes=3,
+        sampler_seed=0,
+        max_reward=1.0,
+    )
     assert len(rows) == 1

@@ -30,15 +30,28 @@ def _evaluator(cfg, **kw):
 
     task = make_task(cfg.env)
     policy = load(ensure(cfg), task=task).policy
-    return Evaluator(task=task, gate=instantiate(cfg.gate), policy=policy,
-                     consultant=make_consultant(cfg.slm, cfg.paths),
-                     prompt=instantiate(cfg.prompt), mc_samples=cfg.gate.mc_samples, **kw)
+    return Evaluator(
+        task=task,
+        gate=instantiate(cfg.gate),
+        policy=policy,
+        consultant=make_consultant(cfg.slm, cfg.paths),
+        prompt=instantiate(cfg.prompt),
+        mc_samples=cfg.gate.mc_samples,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("slm", ["oracle", "random"])
 def test_lockstep_equals_sequential(trained_root, slm):
-    cfg = compose_cfg(trained_root, *SMALL, "gate=entropy", "gate.tau=0.3", "gate.mc_samples=10",
-                      f"slm={slm}", "prompt=basic")
+    cfg = compose_cfg(
+        trained_root,
+        *SMALL,
+        "gate=entropy",
+        "gate.tau=0.3",
+        "gate.mc_samples=10",
+        f"slm={slm}",
+        "prompt=basic",
+    )
     ev = _evaluator(cfg)
     seeds = list(range(100, 116))
     lockstep = results.split_runtime(ev.run(seeds, mode="lockstep"))[0]
@@ -48,15 +61,31 @@ def test_lockstep_equals_sequential(trained_root, slm):
 
 
 def test_tau_zero_always_asks_and_huge_tau_equals_ppo_only(trained_root, tmp_path):
-    ask_all, rows_all = _run(trained_root, tmp_path / "a", "gate=entropy", "gate.tau=0",
-                             "gate.mc_samples=8", "slm=tiny", "prompt=basic")
+    ask_all, rows_all = _run(
+        trained_root,
+        tmp_path / "a",
+        "gate=entropy",
+        "gate.tau=0",
+        "gate.mc_samples=8",
+        "slm=tiny",
+        "prompt=basic",
+    )
     assert ask_all["ir_mean"] == 1.0 and all(r["ir"] == 1.0 for r in rows_all)
-    never_asks, rows_never = _run(trained_root, tmp_path / "b", "gate=entropy", "gate.tau=5",
-                                  "gate.mc_samples=8", "slm=tiny", "prompt=basic")
+    never_asks, rows_never = _run(
+        trained_root,
+        tmp_path / "b",
+        "gate=entropy",
+        "gate.tau=5",
+        "gate.mc_samples=8",
+        "slm=tiny",
+        "prompt=basic",
+    )
     ppo, rows_ppo = _run(trained_root, tmp_path / "c", "gate=never")
     assert never_asks["ir_mean"] == 0.0
     keys = ("seed", "reward", "length", "success")
-    assert [{k: r[k] for k in keys} for r in rows_never] == [{k: r[k] for k in keys} for r in rows_ppo]
+    assert [{k: r[k] for k in keys} for r in rows_never] == [
+        {k: r[k] for k in keys} for r in rows_ppo
+    ]
 
 
 def test_tuning_touches_only_validation_seeds_and_evaluation_only_test_seeds(
@@ -66,10 +95,20 @@ def test_tuning_touches_only_validation_seeds_and_evaluation_only_test_seeds(
 
     touched: list[int] = []
     original = MiniGridTask.episode
-    monkeypatch.setattr(MiniGridTask, "episode",
-                        lambda self, seed: touched.append(seed) or original(self, seed))
-    cfg = compose_cfg(trained_root, *SMALL, "gate=entropy", "gate.tau=auto", "gate.mc_samples=8",
-                      "slm=oracle", "prompt=basic", "tuning.n_trials=3", "tuning.n_episodes=6")
+    monkeypatch.setattr(
+        MiniGridTask, "episode", lambda self, seed: touched.append(seed) or original(self, seed)
+    )
+    cfg = compose_cfg(
+        trained_root,
+        *SMALL,
+        "gate=entropy",
+        "gate.tau=auto",
+        "gate.mc_samples=8",
+        "slm=oracle",
+        "prompt=basic",
+        "tuning.n_trials=3",
+        "tuning.n_episodes=6",
+    )
     summary = run_job(cfg, tmp_path / "job", multirun=False)
     tuning, test = touched[:-12], touched[-12:]
     assert tuning and set(tuning) <= set(range(0, 100)) and set(tuning) == set(range(6))
@@ -80,17 +119,34 @@ def test_tuning_touches_only_validation_seeds_and_evaluation_only_test_seeds(
 
 
 def test_slm_only_never_trains_a_policy(tmp_path):
-    cfg = compose_cfg(tmp_path, "env=higherlower", "gate=always", "slm=oracle", "prompt=basic",
-                      "eval.n_episodes=5")
+    cfg = compose_cfg(
+        tmp_path,
+        "env=higherlower",
+        "gate=always",
+        "slm=oracle",
+        "prompt=basic",
+        "eval.n_episodes=5",
+    )
     summary = run_job(cfg, tmp_path / "job", multirun=False)
     assert not (tmp_path / "checkpoints").exists()
-    assert summary["checkpoint"] is None and summary["or_mean"] is None if "or_mean" in summary else True
+    assert (
+        summary["checkpoint"] is None and summary["or_mean"] is None
+        if "or_mean" in summary
+        else True
+    )
 
 
 @pytest.mark.slow
 def test_oracle_reproduces_card_counting_ceiling_without_a_policy(tmp_path):
-    run_cli(tmp_path, "env=higherlower", "gate=always", "slm=oracle", "prompt=basic",
-            "tracking=none", f"hydra.run.dir={tmp_path / 'run'}")
+    run_cli(
+        tmp_path,
+        "env=higherlower",
+        "gate=always",
+        "slm=oracle",
+        "prompt=basic",
+        "tracking=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     # independent reference: play the card-counting rule directly against the task, no prompts
     task = make_task(compose_cfg(tmp_path, "env=higherlower").env)
@@ -114,4 +170,6 @@ def test_oracle_solves_every_test_seed_with_shortest_paths(tmp_path, env):
     rows = results.read_jsonl(tmp_path / "job" / "episodes.jsonl")
     task = make_task(cfg.env)
     assert len(rows) == 100 and all(r["success"] == 1.0 and r["invalid"] == 0 for r in rows)
-    assert [r["length"] for r in rows] == [len(task.episode(s).expert_plan()) for s in range(100, 200)]
+    assert [r["length"] for r in rows] == [
+        len(task.episode(s).expert_plan()) for s in range(100, 200)
+    ]

@@ -31,15 +31,18 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
 def _cells(preset: str, *overrides: str) -> list[list[str]]:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"+experiment={preset}", *overrides],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=[f"+experiment={preset}", *overrides], return_hydra_config=True
+        )
     params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
     for o in overrides:  # the command line wins over the preset's sweep, as in Hydra
         key, value = o.split("=", 1)
         params[key] = value.split(",")
     keys = sorted(params)
-    return [[f"{k}={v}" for k, v in zip(keys, combo)]
-            for combo in itertools.product(*(params[k] for k in keys))]
+    return [
+        [f"{k}={v}" for k, v in zip(keys, combo, strict=False)]
+        for combo in itertools.product(*(params[k] for k in keys))
+    ]
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED))
@@ -51,7 +54,8 @@ def test_preset_cells_compose_and_count(preset, tmp_path):
     for cell in cells:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[f"+experiment={preset}", *cell,
-                                               f"paths.root={tmp_path}"])
+            cfg = compose(
+                "config", overrides=[f"+experiment={preset}", *cell, f"paths.root={tmp_path}"]
+            )
         validate(cfg)
         assert cfg.experiment_name == preset

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
 # keys that do not change the trained weights
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar")
+UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path")
 
 
 class CheckpointError(RuntimeError):

@@ -1,0 +1,107 @@
+"""`python -m benchmark.bench [cpu|gpu] [options]`: side-by-side speed and memory ratios.
+
+cpu (default, `make bench`): gate, training, evaluation, tuning, threads and memory sections in
+one process; prints a table (each ratio with its target and PASS/MISS) and writes
+`<paths.bench>/<timestamp>.json`. gpu (`make bench-gpu`): Qwen3.5-2B/4B shapes with random
+weights on the first CUDA device; `--device cpu --tiny-shapes` runs the same code on a CPU.
+
+Exit codes: 0 done (a MISS is reported, not an error), 2 no CUDA device for the gpu benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmark.bench.common import default_root, format_table, jsonable, machine_info, write_report
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmark.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("kind", nargs="?", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--quick", action="store_true", help="small sizes (tests, smoke runs)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="outputs root (paths.root); default $BENCHMARK_ROOT or ./outputs",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for the cpu run (default 1: fastest on a shared machine)",
+    )
+    p.add_argument(
+        "--sections", default=None, help="comma-separated subset of the cpu sections (default: all)"
+    )
+    p.add_argument("--device", default="cuda", help="gpu benchmark device (cuda, cuda:0, cpu)")
+    p.add_argument(
+        "--tiny-shapes",
+        action="store_true",
+        help="gpu benchmark: same architecture at toy widths (CPU dry run)",
+    )
+    p.add_argument("--models", default="qwen3.5-2b,qwen3.5-4b", help="gpu benchmark models")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = (args.root or default_root()).resolve()
+    if args.kind == "gpu":
+        from benchmark.bench.gpu import main_gpu
+
+        return main_gpu(args, root)
+    return main_cpu(args, root)
+
+
+def main_cpu(args: argparse.Namespace, root: Path) -> int:
+    import torch
+
+    from benchmark.bench.common import compose
+    from benchmark.bench.cpu import FULL, QUICK, SECTIONS, CpuBench, sizes_dict
+    from benchmark.job import provenance
+
+    if args.threads < 1:
+        raise SystemExit(f"--threads={args.threads} must be >= 1")
+    sections = tuple(s.strip() for s in args.sections.split(",")) if args.sections else SECTIONS
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    sizes = QUICK if args.quick else FULL
+    bench_dir = Path(str(compose(root).paths.bench))
+    started = time.perf_counter()
+    before = machine_info()
+    with tempfile.TemporaryDirectory(prefix="bench-work-") as work:
+        bench = CpuBench(root, Path(work), sizes, default_threads)
+        bench.run(sections)
+    data = {
+        "kind": "cpu",
+        "quick": args.quick,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "wall_seconds": time.perf_counter() - started,
+        "sizes": sizes_dict(sizes),
+        "machine": {
+            "before": before,
+            "after": machine_info(),
+            "default_torch_threads": default_threads,
+        },
+        "note": "machine shared with other jobs: ratios of paths timed side by side, medians",
+        "provenance": provenance(),
+        "sections": bench.sections,
+        "table": [c.to_dict() for c in bench.checks],
+    }
+    path = write_report(bench_dir, jsonable(data))
+    print(format_table(bench.checks))
+    load = data["machine"]["before"].get("loadavg")
+    print(f"\n{data['wall_seconds']:.0f} s, load average at start {load}; wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

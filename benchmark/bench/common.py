@@ -1,0 +1,185 @@
+"""Shared pieces of the benchmark: repeated timing, checks with targets, the printed table, the
+JSON file, RSS sampling and config composition.
+
+Why medians and ratios: the machine is shared and noisy, so absolute times move between runs;
+two paths timed side by side in one process, interleaved, give ratios that hold still."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+GIB = 1 << 30
+
+
+@dataclass
+class Check:
+    """One measured quantity with its target: `value cmp target` must hold to PASS; a check with
+    no target is informational."""
+
+    section: str
+    name: str
+    value: float
+    unit: str = "x"
+    target: float | None = None
+    cmp: str = ">="  # ">=" or "<"
+
+    @property
+    def passed(self) -> bool | None:
+        if self.target is None:
+            return None
+        return self.value >= self.target if self.cmp == ">=" else self.value < self.target
+
+    @property
+    def status(self) -> str:
+        return {True: "PASS", False: "MISS", None: "info"}[self.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "pass": self.passed, "status": self.status}
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict:
+    """Median seconds per call of each function, timed round-robin so drifting machine load hits
+    every path alike. Returns {name: {"median_s", "min_s", "times_s"}}."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: summarize_times(v) for k, v in times.items()}
+
+
+def summarize_times(times: list[float]) -> dict[str, Any]:
+    return {"median_s": statistics.median(times), "min_s": min(times), "times_s": times}
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def current_rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return peak_rss_bytes()
+
+
+class RssSampler:
+    """Samples this process's RSS in a background thread while a block runs (max and mean)."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(current_rss_bytes())
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(current_rss_bytes())
+
+    @property
+    def max_bytes(self) -> int:
+        return max(self.samples) if self.samples else 0
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    try:
+        info["loadavg"] = list(os.getloadavg())
+    except OSError:
+        info["loadavg"] = None
+    return info
+
+
+def compose(root: Path, *overrides: str) -> Any:
+    """The job config exactly as `python -m benchmark <overrides>` composes it, under `root`."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(
+            "config", overrides=[f"paths.root={root}", "tracking=none", *overrides]
+        )
+
+
+def default_root() -> Path:
+    """`paths.root` as conf/paths/default.yaml resolves it: $BENCHMARK_ROOT, else ./outputs."""
+    return Path(os.environ.get("BENCHMARK_ROOT") or Path.cwd() / "outputs").resolve()
+
+
+def format_table(checks: list[Check]) -> str:
+    """Plain-text table: section, metric, value, target, status."""
+    head = ("section", "metric", "value", "target", "status")
+    rows = [head]
+    for c in checks:
+        value = (
+            f"{c.value:,.3g} {c.unit}".strip()
+            if abs(c.value) < 1000
+            else f"{c.value:,.0f} {c.unit}"
+        )
+        target = "-" if c.target is None else f"{c.cmp} {c.target:g} {c.unit}".strip()
+        rows.append((c.section, c.name, value, target, c.status))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_report(bench_dir: Path, data: dict[str, Any], suffix: str = "") -> Path:
+    """`<paths.bench>/<timestamp><suffix>.json`, written atomically."""
+    from benchmark.results import write_json
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(bench_dir) / f"{stamp}{suffix}.json"
+    n = 1
+    while path.exists():
+        path = Path(bench_dir) / f"{stamp}{suffix}-{n}.json"
+        n += 1
+    write_json(path, data)
+    return path
+
+
+def jsonable(obj: Any) -> Any:
+    """Round-trip through JSON (numpy scalars and paths become plain values)."""
+    return json.loads(json.dumps(obj, default=_default))
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)

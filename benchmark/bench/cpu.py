@@ -1,0 +1,638 @@
+"""CPU benchmark sections, each timing two ways of doing the same work side by side in this process:
+
+gate        batched MC dropout vs the N-pass reference (and the evaluator's per-episode masks)
+training    PPO steps/s: the default DummyVecEnv with 4 envs vs a single env
+evaluation  ASK with the tiny model: lockstep vs sequential, identical per-episode results
+tuning      a tau study with and without the response cache (both from an empty cache)
+threads     tiny-model generation with 1 torch thread vs the default thread count
+memory      peak RSS, RSS during the lockstep evaluation, the response cache's cap and size
+
+The policies are built here, untrained (gate) or short-trained by the training section itself
+(evaluation, tuning): speed hardly depends on policy quality, and a 2M-step run does not fit."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
+
+SECTIONS = ("gate", "training", "evaluation", "tuning", "threads", "memory")
+TARGETS = {"gate": 5.0, "evaluation": 2.0, "tuning": 3.0, "training": 1.0, "memory_gib": 2.0}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each section does. FULL fits `make bench` in about 5 minutes on 2 cores."""
+
+    gate_batch: int = 100
+    gate_repeats: int = 25
+    train_steps: int = 8192
+    train_n_steps: int | None = None  # PPO n_steps override (None: SB3's 2048)
+    train_repeats: int = 2
+    eval_episodes: int = 100
+    eval_max_steps: int = 20  # fourrooms step cap (500 in the paper setting)
+    eval_repeats: int = 2
+    target_ir: float = 0.3
+    tune_trials: int = 15
+    tune_episodes: int = 10
+    thread_repeats: int = 3
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    gate_batch=100,
+    gate_repeats=3,
+    train_steps=1024,
+    train_n_steps=256,
+    train_repeats=1,
+    eval_episodes=12,
+    eval_max_steps=8,
+    eval_repeats=1,
+    tune_trials=3,
+    tune_episodes=3,
+    thread_repeats=1,
+)
+
+
+class CpuBench:
+    """Runs the sections in order; later sections reuse what earlier ones built (the
+    short-trained fourrooms policy, the tiny model)."""
+
+    def __init__(self, root: Path, work: Path, sizes: Sizes, default_threads: int) -> None:
+        self.root, self.work, self.sizes = Path(root), Path(work), sizes
+        self.default_threads = default_threads
+        self.checks: list[Check] = []
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.policy = None  # short-trained fourrooms policy (training section)
+        self.eval_rss: int | None = None
+
+    # -------------------------------------------------------------------------------- helpers
+    def check(
+        self,
+        section: str,
+        name: str,
+        value: float,
+        unit: str = "x",
+        target: float | None = None,
+        cmp: str = ">=",
+    ) -> Check:
+        c = Check(section, name, float(value), unit, target, cmp)
+        self.checks.append(c)
+        return c
+
+    def cfg(self, *overrides: str) -> Any:
+        return compose(self.root, *overrides)
+
+    def run(self, sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+        for name in sections:
+            if name not in SECTIONS:
+                raise ValueError(f"unknown bench section {name!r}; allowed: {list(SECTIONS)}")
+        for name in SECTIONS:  # fixed order: later sections use what earlier ones built
+            if name in sections:
+                t0 = time.perf_counter()
+                data = getattr(self, f"section_{name}")()
+                data["seconds"] = time.perf_counter() - t0
+                data["checks"] = [c.to_dict() for c in self.checks if c.section == name]
+                self.sections[name] = data
+        return self.sections
+
+    # -------------------------------------------------------------------------------- 1. gate
+    def section_gate(self) -> dict[str, Any]:
+        from benchmark.envs import make_task
+        from benchmark.evaluate import episode_masks
+        from benchmark.uncertainty import draw_masks, mc_dropout, mc_dropout_sequential
+
+        cfg = self.cfg("env=fourrooms", "gate=entropy")
+        task = make_task(cfg.env)
+        pol = new_ppo(task, cfg.policy, n_envs=1).policy  # untrained, fourrooms-shaped
+        n, b = int(cfg.gate.mc_samples), self.sizes.gate_batch
+        obs = sample_observations(task, b, steps=5)
+        gens = [torch.Generator().manual_seed(s) for s in range(b)]
+        one = obs[:1]
+        timings = time_interleaved(
+            {
+                "batched": lambda: mc_dropout(pol, obs, n, torch.Generator().manual_seed(0)),
+                "sequential": lambda: mc_dropout_sequential(
+                    pol, obs, n, torch.Generator().manual_seed(0)
+                ),
+                "evaluator_path": lambda: mc_dropout(
+                    pol, obs, n, masks=episode_masks(pol, gens, n)
+                ),
+                "masks_one_generator": lambda: draw_masks(
+                    pol, b, n, torch.Generator().manual_seed(0)
+                ),
+                "masks_per_episode": lambda: episode_masks(pol, gens, n),
+                "batched_b1": lambda: mc_dropout(pol, one, n, torch.Generator().manual_seed(0)),
+                "sequential_b1": lambda: mc_dropout_sequential(
+                    pol, one, n, torch.Generator().manual_seed(0)
+                ),
+            },
+            repeats=self.sizes.gate_repeats,
+        )
+        us = {k: v["median_s"] * 1e6 / (1 if k.endswith("_b1") else b) for k, v in timings.items()}
+        fast = mc_dropout(pol, obs, n, torch.Generator().manual_seed(0))
+        ref = mc_dropout_sequential(pol, obs, n, torch.Generator().manual_seed(0))
+        agree = {
+            "max_abs_diff_total_bits": float(np.abs(fast.total - ref.total).max()),
+            "actions_equal": bool((fast.action == ref.action).all()),
+        }
+        s = "gate"
+        self.check(
+            s,
+            f"batched vs N-pass (B={b}, N={n})",
+            us["sequential"] / us["batched"],
+            target=TARGETS["gate"],
+        )
+        self.check(
+            s,
+            "evaluator path (per-episode masks) vs N-pass",
+            us["sequential"] / us["evaluator_path"],
+        )
+        self.check(s, "batched vs N-pass at B=1", us["sequential_b1"] / us["batched_b1"])
+        self.check(s, "batched", us["batched"], "us/decision")
+        self.check(s, "N-pass sequential", us["sequential"], "us/decision")
+        self.check(s, "evaluator path", us["evaluator_path"], "us/decision")
+        self.check(s, "mask draws share of batched", us["masks_one_generator"] / us["batched"], "")
+        return {
+            "params": {
+                "batch": b,
+                "mc_samples": n,
+                "net_arch": list(cfg.env.net_arch),
+                "obs_dim": int(obs.shape[1]),
+                "actions": len(task.action_names),
+                "repeats": self.sizes.gate_repeats,
+                "policy": "untrained (PPO init)",
+            },
+            "us_per_decision": us,
+            "timings": timings,
+            "agreement": agree,
+        }
+
+    # -------------------------------------------------------------------------------- 4. training
+    def section_training(self) -> dict[str, Any]:
+        from benchmark.envs import make_task
+
+        cfg = self.cfg("env=fourrooms")
+        task = make_task(cfg.env)
+        steps = self.sizes.train_steps
+        default_envs = int(cfg.policy.n_envs)
+        threads = int(cfg.policy.torch_threads)
+        times: dict[str, list[float]] = {f"{default_envs}_envs": [], "1_env": []}
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            for rep in range(self.sizes.train_repeats):
+                for n_envs, key in ((default_envs, f"{default_envs}_envs"), (1, "1_env")):
+                    model = new_ppo(
+                        task,
+                        cfg.policy,
+                        n_envs,
+                        n_steps=self.sizes.train_n_steps,
+                        seed=int(cfg.policy.seed) + rep,
+                    )
+                    t0 = time.perf_counter()
+                    model.learn(total_timesteps=steps)
+                    times[key].append(model.num_timesteps / (time.perf_counter() - t0))
+                    if n_envs == default_envs:
+                        self.policy = model.policy  # the short-trained policy later sections use
+        finally:
+            torch.set_num_threads(old)
+        sps = {k: statistics.median(v) for k, v in times.items()}
+        s = "training"
+        self.check(
+            s,
+            f"{default_envs} envs vs 1 env (steps/s)",
+            sps[f"{default_envs}_envs"] / sps["1_env"],
+            target=TARGETS["training"],
+        )
+        self.check(s, f"DummyVecEnv x{default_envs}", sps[f"{default_envs}_envs"], "steps/s")
+        self.check(s, "single env", sps["1_env"], "steps/s")
+        return {
+            "params": {
+                "env": "fourrooms",
+                "total_timesteps": steps,
+                "n_envs": default_envs,
+                "torch_threads": threads,
+                "n_steps": self.sizes.train_n_steps or 2048,
+                "repeats": self.sizes.train_repeats,
+                "vec_env": "DummyVecEnv",
+            },
+            "steps_per_s": sps,
+            "steps_per_s_all": times,
+        }
+
+    def _policy(self, cfg: Any, task: Any):
+        if self.policy is None:  # sections run on their own: train the short policy here
+            old = torch.get_num_threads()
+            torch.set_num_threads(int(cfg.policy.torch_threads))
+            try:
+                model = new_ppo(
+                    task, cfg.policy, int(cfg.policy.n_envs), n_steps=self.sizes.train_n_steps
+                )
+                model.learn(total_timesteps=self.sizes.train_steps)
+            finally:
+                torch.set_num_threads(old)
+            self.policy = model.policy
+        return self.policy
+
+    # -------------------------------------------------------------------------------- 2. evaluation
+    def eval_overrides(self) -> list[str]:
+        return [
+            "env=fourrooms",
+            f"env.task.max_steps={self.sizes.eval_max_steps}",
+            "slm=tiny",
+            "prompt=basic",
+            "gate=entropy",
+            "gate.tau=1.0",
+        ]
+
+    def section_evaluation(self) -> dict[str, Any]:
+        from hydra.utils import instantiate
+
+        from benchmark import results
+        from benchmark.consultants import make_consultant
+        from benchmark.envs import make_task
+        from benchmark.evaluate import Evaluator
+        from benchmark.seeds import evaluation_seeds
+
+        z = self.sizes
+        cfg = self.cfg(
+            *self.eval_overrides(), "slm.cache=false", f"eval.n_episodes={z.eval_episodes}"
+        )
+        task = make_task(cfg.env)
+        policy = self._policy(cfg, task)
+        n = int(cfg.gate.mc_samples)
+        tau, entropies = calibrate_tau(
+            policy, task, z.eval_episodes, z.eval_max_steps, n, z.target_ir
+        )
+        consultant = make_consultant(cfg.slm, cfg.paths)
+        try:
+            ev = Evaluator(
+                task=task,
+                gate=instantiate(cfg.gate, tau=tau),
+                policy=policy,
+                consultant=consultant,
+                prompt=instantiate(cfg.prompt),
+                mc_samples=n,
+                seed=int(cfg.seed),
+            )
+            seeds = evaluation_seeds(cfg.eval.split, int(cfg.eval.n_episodes))
+            runs: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
+            outcomes: dict[str, list] = {"lockstep": [], "sequential": []}
+            for _ in range(z.eval_repeats):
+                for mode in ("lockstep", "sequential"):
+                    sampler = RssSampler()
+                    with sampler:
+                        t0 = time.perf_counter()
+                        rows = ev.run(seeds, mode=mode)
+                        wall = time.perf_counter() - t0
+                    if mode == "lockstep":
+                        self.eval_rss = max(self.eval_rss or 0, sampler.max_bytes)
+                    runs[mode].append(_run_stats(rows, wall))
+                    outcomes[mode].append(results.split_runtime(rows)[0])
+        finally:
+            consultant.close()
+        med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+        identical = all(o == outcomes["lockstep"][0] for m in outcomes for o in outcomes[m])
+        lock, seq = med["lockstep"], med["sequential"]
+        s = "evaluation"
+        self.check(
+            s,
+            "lockstep vs sequential (wall time)",
+            seq["wall_s"] / lock["wall_s"],
+            target=TARGETS["evaluation"],
+        )
+        self.check(s, "identical per-episode results", float(identical), "", target=1.0)
+        self.check(s, "lockstep decisions/s", lock["decisions_per_s"], "1/s")
+        self.check(s, "sequential decisions/s", seq["decisions_per_s"], "1/s")
+        self.check(s, "lockstep LM queries/s", lock["queries_per_s"], "1/s")
+        self.check(s, "sequential LM queries/s", seq["queries_per_s"], "1/s")
+        self.check(s, "interaction rate (IR)", lock["ir"], "")
+        return {
+            "params": {
+                "env": "fourrooms",
+                "max_steps": z.eval_max_steps,
+                "episodes": len(seeds),
+                "split": str(cfg.eval.split),
+                "slm": "tiny",
+                "prompt": "basic",
+                "cache": False,
+                "mc_samples": n,
+                "tau": tau,
+                "target_ir": z.target_ir,
+                "repeats": z.eval_repeats,
+                "torch_threads": torch.get_num_threads(),
+                "policy": f"PPO short-trained for {z.train_steps} steps (not converged)",
+            },
+            "tau_calibration": entropies,
+            "median": med,
+            "runs": runs,
+            "identical": identical,
+        }
+
+    # -------------------------------------------------------------------------------- 3. tuning
+    def section_tuning(self) -> dict[str, Any]:
+        from hydra.utils import instantiate
+        from omegaconf import OmegaConf
+
+        from benchmark.consultants import make_consultant
+        from benchmark.envs import make_task
+        from benchmark.evaluate import Evaluator
+        from benchmark.job import task_max_entropy
+        from benchmark.tuning import tune
+
+        z = self.sizes
+        cfg = self.cfg(
+            *self.eval_overrides(),
+            f"tuning.n_trials={z.tune_trials}",
+            f"tuning.n_episodes={z.tune_episodes}",
+        )
+        task = make_task(cfg.env)
+        policy = self._policy(cfg, task)
+        prompt = instantiate(cfg.prompt)
+        low, high = (float(v) for v in cfg.gate.tau_range)
+        high = min(high, task_max_entropy(task))
+        out: dict[str, Any] = {}
+        for cached in (False, True):
+            key = "with_cache" if cached else "without_cache"
+            slm = OmegaConf.merge(cfg.slm, {"cache": cached})
+            paths = OmegaConf.merge(cfg.paths, {"cache": str(self.work / f"cache-{key}")})
+            consultant = make_consultant(slm, paths)
+            queries = []
+
+            def objective(tau: float, seeds: list[int], consultant=consultant, queries=queries):
+                ev = Evaluator(
+                    task=task,
+                    gate=instantiate(cfg.gate, tau=tau),
+                    policy=policy,
+                    consultant=consultant,
+                    prompt=prompt,
+                    mc_samples=int(cfg.gate.mc_samples),
+                    seed=int(cfg.seed),
+                )
+                rows = ev.run(seeds, mode=cfg.eval.mode)
+                steps = sum(r["length"] for r in rows)
+                queries.append(sum(r["queries"] for r in rows))
+                return (
+                    sum(r["reward"] for r in rows) / len(rows),
+                    sum(r["queries"] for r in rows) / max(steps, 1),
+                )
+
+            try:
+                t0 = time.perf_counter()
+                tau, trials = tune(
+                    objective,
+                    self.work / f"study-{key}",
+                    tau_range=(low, high),
+                    n_trials=z.tune_trials,
+                    n_episodes=z.tune_episodes,
+                    sampler_seed=int(cfg.tuning.sampler_seed),
+                    max_reward=task.max_reward,
+                )
+                wall = time.perf_counter() - t0
+                stats = consultant.stats() if hasattr(consultant, "stats") else None
+                entry: dict[str, Any] = {
+                    "wall_s": wall,
+                    "best_tau": tau,
+                    "trials": len(trials),
+                    "queries": int(sum(queries)),
+                    "cache": stats,
+                    "ir": [t["ir"] for t in trials],
+                }
+                if stats is not None:
+                    asked = stats["hits"] + stats["misses"]
+                    entry["hit_rate"] = stats["hits"] / asked if asked else 0.0
+                    entry["cache_rows"] = len(consultant.store)
+                    db = Path(paths.cache) / "responses.sqlite"
+                    entry["cache_bytes"] = sum(
+                        p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file()
+                    )
+                    entry["cache_max_entries"] = int(slm.cache_max_entries)
+                    entry["cache_row_bytes_estimate"] = row_bytes_estimate(db)
+                out[key] = entry
+            finally:
+                consultant.close()
+        s = "tuning"
+        speedup = out["without_cache"]["wall_s"] / out["with_cache"]["wall_s"]
+        self.check(
+            s, f"with cache vs without ({z.tune_trials} trials)", speedup, target=TARGETS["tuning"]
+        )
+        self.check(s, "cache hit rate", out["with_cache"]["hit_rate"], "")
+        self.check(s, "study without cache", out["without_cache"]["wall_s"], "s")
+        self.check(s, "study with cache", out["with_cache"]["wall_s"], "s")
+        return {
+            "params": {
+                "env": "fourrooms",
+                "max_steps": z.eval_max_steps,
+                "split": "validation",
+                "episodes": z.tune_episodes,
+                "trials": z.tune_trials,
+                "slm": "tiny",
+                "prompt": "basic",
+                "tau_range": [low, high],
+                "repeats": 1,
+                "policy": f"PPO short-trained for {z.train_steps} steps",
+            },
+            **out,
+        }
+
+    # -------------------------------------------------------------------------------- threads
+    def section_threads(self) -> dict[str, Any]:
+        """The tiny model's batched generation with 1 torch thread vs torch's default count:
+        on a shared machine, OpenMP threads that wait for each other are the main slowdown."""
+        from hydra.utils import instantiate
+
+        from benchmark.consultants import make_consultant
+        from benchmark.envs import make_task
+
+        cfg = self.cfg(*self.eval_overrides(), "slm.cache=false")
+        task = make_task(cfg.env)
+        prompt = instantiate(cfg.prompt)
+        queries = []
+        for seed in range(8):
+            consultation = prompt.session(task.episode(seed), False).consult(0)
+            queries += next(consultation)
+        consultant = make_consultant(cfg.slm, cfg.paths)
+        old = torch.get_num_threads()
+        counts = sorted({1, self.default_threads})
+
+        def with_threads(k: int):
+            def fn():
+                torch.set_num_threads(k)
+                try:
+                    consultant.answer(queries)
+                finally:
+                    torch.set_num_threads(old)
+
+            return fn
+
+        try:
+            timings = time_interleaved(
+                {f"{k}_threads": with_threads(k) for k in counts}, repeats=self.sizes.thread_repeats
+            )
+        finally:
+            consultant.close()
+        s = "threads"
+        one = timings["1_threads"]["median_s"]
+        default = timings[f"{self.default_threads}_threads"]["median_s"]
+        self.check(
+            s, f"1 thread vs default {self.default_threads} (tiny LM batch of 8)", default / one
+        )
+        self.check(s, "tiny LM, 8 prompts, 1 thread", one, "s")
+        return {
+            "params": {
+                "batch": len(queries),
+                "prompt": "basic",
+                "env": "fourrooms",
+                "default_threads": self.default_threads,
+                "repeats": self.sizes.thread_repeats,
+            },
+            "timings": timings,
+        }
+
+    # -------------------------------------------------------------------------------- 5. memory
+    def section_memory(self) -> dict[str, Any]:
+        cfg = self.cfg("slm=tiny")
+        peak = peak_rss_bytes()
+        s = "memory"
+        data: dict[str, Any] = {
+            "peak_rss_bytes": peak,
+            "cache_max_entries": int(cfg.slm.cache_max_entries),
+        }
+        if self.eval_rss is not None:
+            data["eval_lockstep_rss_bytes"] = self.eval_rss
+            ep = self.sections.get("evaluation", {}).get("params", {}).get("episodes")
+            self.check(
+                s,
+                f"RSS during lockstep eval ({ep} episodes)",
+                self.eval_rss / GIB,
+                "GiB",
+                target=TARGETS["memory_gib"],
+                cmp="<",
+            )
+        self.check(s, "peak RSS of the bench process", peak / GIB, "GiB")
+        self.check(s, "response cache cap (rows)", data["cache_max_entries"], "rows")
+        tuning = self.sections.get("tuning", {}).get("with_cache")
+        if tuning:
+            data["cache_rows_after_tuning"] = tuning["cache_rows"]
+            data["cache_bytes_after_tuning"] = tuning["cache_bytes"]
+            per_row = tuning["cache_row_bytes_estimate"]
+            data["cache_row_bytes_estimate"] = per_row
+            data["cache_bytes_at_cap_estimate"] = per_row * data["cache_max_entries"]
+            self.check(
+                s,
+                "response cache at cap (estimate)",
+                data["cache_bytes_at_cap_estimate"] / (1 << 20),
+                "MiB",
+            )
+        return data
+
+
+# ------------------------------------------------------------------------------------ helpers
+def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None, seed: int = 0):
+    """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.utils import LinearSchedule, set_random_seed
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from benchmark.policy import DropoutActorCriticPolicy
+
+    set_random_seed(seed)
+    env = DummyVecEnv([lambda i=i: task.training_env(seed * 1000 + i) for i in range(n_envs)])
+    kwargs = dict(policy_cfg.get("ppo") or {})
+    if n_steps is not None:
+        kwargs["n_steps"] = n_steps
+    lr = float(policy_cfg.learning_rate)
+    return PPO(
+        DropoutActorCriticPolicy,
+        env,
+        learning_rate=LinearSchedule(lr, 0.0, 1.0),
+        policy_kwargs={"net_arch": list(policy_cfg.net_arch), "dropout": float(policy_cfg.dropout)},
+        device="cpu",
+        verbose=0,
+        **kwargs,
+    )
+
+
+def sample_observations(task: Any, n: int, steps: int = 5) -> np.ndarray:
+    """Observations of `n` validation episodes after a few seeded random steps (varied inputs)."""
+    rng = np.random.default_rng(0)
+    obs = []
+    for seed in range(n):
+        ep = task.episode(seed)
+        for _ in range(steps):
+            if ep.done:
+                break
+            ep.step(int(rng.integers(len(ep.action_names))))
+        obs.append(np.asarray(ep.obs))
+    return np.stack(obs)
+
+
+def calibrate_tau(
+    policy: Any, task: Any, n_episodes: int, max_steps: int, n_samples: int, target_ir: float
+) -> tuple[float, dict[str, Any]]:
+    """tau = the (1 - target IR) quantile of the total entropy along PPO-only trajectories of the
+    VALIDATION seeds (never a test seed), so the entropy gate asks on about `target_ir` of steps."""
+    from benchmark.evaluate import deterministic_actions
+    from benchmark.seeds import evaluation_seeds
+    from benchmark.uncertainty import mc_dropout
+
+    episodes = [task.episode(s) for s in evaluation_seeds("validation", n_episodes)]
+    obs = []
+    for _ in range(max_steps):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        batch = np.stack([np.asarray(e.obs) for e in live])
+        obs.append(batch)
+        for e, a in zip(live, deterministic_actions(policy, batch).tolist(), strict=True):
+            e.step(int(a))
+    total = mc_dropout(
+        policy, np.concatenate(obs), n_samples, torch.Generator().manual_seed(0)
+    ).total
+    tau = float(np.quantile(total, 1.0 - target_ir))
+    return tau, {
+        "n_observations": int(total.size),
+        "quantile": 1.0 - target_ir,
+        "tau": tau,
+        "entropy_bits": {q: float(np.quantile(total, q)) for q in (0.0, 0.25, 0.5, 0.75, 1.0)},
+        "max_entropy_bits": math.log2(len(task.action_names)),
+    }
+
+
+def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:
+    decisions = sum(r["length"] for r in rows)
+    queries = sum(r["queries"] for r in rows)
+    return {
+        "wall_s": wall,
+        "decisions": decisions,
+        "queries": queries,
+        "decisions_per_s": decisions / wall,
+        "queries_per_s": queries / wall,
+        "ir": queries / max(1, decisions),
+    }
+
+
+def row_bytes_estimate(db: Path) -> float:
+    """Mean bytes one cached answer takes: its columns plus the primary-key and last-access
+    index entries (the file size of a small cache is mostly fixed SQLite/WAL overhead)."""
+    import sqlite3
+
+    with sqlite3.connect(str(db)) as conn:
+        (avg,) = conn.execute(
+            "SELECT AVG(2 * LENGTH(key) + LENGTH(identity) + LENGTH(text) + 48 + 8 + 16)"
+            " FROM responses"
+        ).fetchone()
+    return float(avg or 0.0)
+
+
+def sizes_dict(sizes: Sizes) -> dict[str, Any]:
+    return asdict(sizes)

@@ -1,0 +1,115 @@
+"""`python -m benchmark.bench`: the quick CPU run and the GPU code path as a CPU dry run, each in a
+subprocess with its own outputs root; the JSON must carry every section with ratios and targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmark.bench.common import Check, format_table
+from benchmark.bench.cpu import SECTIONS, TARGETS
+from tests.conftest import REPO
+
+
+def _bench(root, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "benchmark.bench", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _report(root, pattern: str) -> dict:
+    files = sorted((root / "bench").glob(pattern))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+def test_checks_compare_against_their_targets():
+    assert Check("s", "ratio", 5.2, target=5.0).status == "PASS"
+    assert Check("s", "ratio", 4.9, target=5.0).status == "MISS"
+    assert Check("s", "rss", 2.5, "GiB", target=2.0, cmp="<").status == "MISS"
+    assert Check("s", "rss", 0.5, "GiB", target=2.0, cmp="<").status == "PASS"
+    assert Check("s", "info", 3.0).status == "info"
+    table = format_table([Check("gate", "batched vs N-pass", 6.0, target=5.0)])
+    assert "gate" in table and ">= 5 x" in table and "PASS" in table
+
+
+@pytest.mark.slow
+def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
+    proc = _bench(tmp_path, "--quick")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    data = _report(tmp_path, "*[0-9].json")
+    assert data["kind"] == "cpu" and data["quick"] is True
+    assert set(data["sections"]) == set(SECTIONS)
+    for name, section in data["sections"].items():
+        checks = section["checks"]
+        assert checks, f"section {name} has no checks"
+        for c in checks:
+            assert isinstance(c["value"], float) and c["status"] in ("PASS", "MISS", "info")
+    targets = {
+        c["section"]: c for c in data["table"] if c["target"] is not None and c["unit"] == "x"
+    }
+    for section in ("gate", "evaluation", "tuning", "training"):
+        assert targets[section]["target"] == TARGETS[section]
+        assert targets[section]["value"] > 0
+    ev = data["sections"]["evaluation"]
+    assert ev["identical"] is True  # lockstep and sequential give the same episodes
+    assert 0 < ev["median"]["lockstep"]["ir"] < 1
+    assert data["sections"]["gate"]["agreement"]["max_abs_diff_total_bits"] < 1e-4
+    tuning = data["sections"]["tuning"]
+    assert tuning["without_cache"]["cache"] is None and tuning["with_cache"]["hit_rate"] > 0
+    memory = data["sections"]["memory"]
+    assert 0 < memory["eval_lockstep_rss_bytes"] <= memory["peak_rss_bytes"]
+    # the printed table names every ratio with its target and verdict
+    assert "lockstep vs sequential" in proc.stdout and ">= 2 x" in proc.stdout
+
+
+@pytest.mark.slow
+def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
+    proc = _bench(tmp_path, "gpu", "--device", "cpu", "--tiny-shapes", "--quick")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    data = _report(tmp_path, "*-gpu-dryrun.json")
+    assert data["dry_run"] is True and set(data["models"]) == {"qwen3.5-2b", "qwen3.5-4b"}
+    assert 600 <= data["prompt"]["tokens_median"] <= 900  # real Qwen3.5 vocabulary, ASK+ prompt
+    for entry in data["models"].values():
+        assert set(entry["throughput"]) == {"1", "8"}
+        assert all(r["queries_per_s"] > 0 for r in entry["throughput"].values())
+    ask = data["models"]["qwen3.5-2b"]["ask"]
+    assert ask["identical"] is True and ask["runs"]["lockstep"]["queries"] > 0
+
+
+def test_gpu_bench_without_cuda_exits_with_code_2(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the no-GPU exit path cannot be observed")
+    proc = _bench(tmp_path, "gpu", timeout=120)
+    assert proc.returncode == 2
+    assert "no CUDA device" in proc.stderr and "--tiny-shapes" in proc.stderr
+
+
+def test_qwen35_shapes_follow_the_published_architecture():
+    from benchmark.bench.qwen_shapes import build_model, text_config
+
+    two, four = text_config("qwen3.5-2b"), text_config("qwen3.5-4b")
+    assert (two.hidden_size, two.num_hidden_layers, four.hidden_size, four.num_hidden_layers) == (
+        2048,
+        24,
+        2560,
+        32,
+    )
+    assert four.layer_types.count("full_attention") == 8  # 3:1 DeltaNet : full attention
+    model = build_model("qwen3.5-4b", "cpu", "float32", tiny_shapes=True)
+    assert model.config.vocab_size == 248320
+    assert model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    with pytest.raises(ValueError, match="allowed"):
+        text_config("qwen3.5-9b")
