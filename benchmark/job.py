@@ -54,7 +54,8 @@ def cell_config(cfg: DictConfig) -> dict:
     if gate.get("name") == "never":
         cell.pop("slm", None)
         cell.pop("prompt", None)
-    cell.get("eval", {}).pop("mode", None)  # lockstep and sequential give the same results
+    for key in ("mode", "torch_threads"):  # execution settings, not part of the results
+        cell.get("eval", {}).pop(key, None)
     return cell
 
 

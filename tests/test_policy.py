@@ -20,7 +20,13 @@ from torch import nn
 
 from benchmark.envs import load_env_cfg, make_task
 from benchmark.policy import CheckpointError, DropoutActorCriticPolicy, ensure, load, train
-from benchmark.policy.checkpoints import check_name, checkpoint_dir, config_hash, ensure_dir
+from benchmark.policy.checkpoints import (
+    check_name,
+    checkpoint_dir,
+    config_hash,
+    ensure_dir,
+    resolve,
+)
 from benchmark.policy.train import evaluate
 from benchmark.seeds import TRAIN_SEED_MIN, evaluation_seeds
 
@@ -252,12 +258,14 @@ def test_ensure_trains_once_then_hits_cache(task, tmp_path):
     msg = str(err.value)
     assert "policy.checkpoint=r099 does not exist for empty5x5_random-" in msg
     assert "available final, best, r000" in msg
-    # a truncated checkpoint inside a complete dir is refused, never silently used
+    # a truncated checkpoint inside a complete dir is never used: resolve refuses it, and
+    # ensure recomputes the directory
     cfg.policy.checkpoint = "best"
     best = d1 / "best.zip"
     best.write_bytes(best.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="sha256"):
-        ensure(cfg)
+        resolve(d1, "best")
+    assert ensure(cfg) == best and load(best, task=task) is not None
 
 
 def test_interrupted_dir_is_retrained(task, tmp_path):

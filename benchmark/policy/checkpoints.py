@@ -87,6 +87,17 @@ def _manifest(ckpt_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _intact(ckpt_dir: Path) -> bool:
+    """Complete (marker written after the final model) and every zip still matches its sha256."""
+    manifest = _manifest(ckpt_dir)
+    if manifest is None:
+        return False
+    return all(
+        (ckpt_dir / f"{n}.zip").is_file() and _sha256(ckpt_dir / f"{n}.zip") == h
+        for n, h in manifest["checkpoints"].items()
+    )
+
+
 def ensure_dir(
     cfg: DictConfig,
     task: Task | None = None,
@@ -95,14 +106,18 @@ def ensure_dir(
     """The complete checkpoint directory for `cfg`, training it first if needed (once across
     processes). Returns (directory, whether this call trained)."""
     ckpt_dir = checkpoint_dir(cfg)
-    if _manifest(ckpt_dir) is not None:
+    if _intact(ckpt_dir):
         return ckpt_dir, False
     ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(ckpt_dir) + ".lock"):
-        if _manifest(ckpt_dir) is not None:  # another process finished while we waited
+        if _intact(ckpt_dir):  # another process finished while we waited
             return ckpt_dir, False
         if ckpt_dir.exists():
-            log.warning("%s has no %s marker (interrupted training): retraining", ckpt_dir, MARKER)
+            log.warning(
+                "%s is incomplete or corrupt (interrupted training or a checkpoint that "
+                "no longer matches its sha256): retraining",
+                ckpt_dir,
+            )
             shutil.rmtree(ckpt_dir)
         ckpt_dir.mkdir(parents=True)
         if task is None:
