@@ -42,7 +42,7 @@ def test_cell_killed_mid_evaluation_reruns_to_identical_results(tmp_path):
     )
     cache = killed / "cache" / "responses.sqlite"
     deadline = time.time() + 300
-    while time.time() < deadline and not (cache.exists() and cache.stat().st_size > 40_000):
+    while time.time() < deadline and not (cache.exists() and cache.stat().st_size > 30_000):
         time.sleep(0.1)  # mid-evaluation: answers are being cached
     assert proc.poll() is None, "the job finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
@@ -51,7 +51,7 @@ def test_cell_killed_mid_evaluation_reruns_to_identical_results(tmp_path):
     run_cli(killed, *SLM_ONLY, f"hydra.run.dir={killed / 'run'}")
     a = (clean / "run" / "episodes.jsonl").read_bytes()
     assert a == (killed / "run" / "episodes.jsonl").read_bytes()
-    assert a.count(b"\n") == 8
+    assert a.count(b"\n") == 4
 
 
 def test_same_config_twice_gives_byte_identical_episodes(trained_root, tmp_path):

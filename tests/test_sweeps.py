@@ -119,7 +119,6 @@ def test_failing_cell_is_recorded_and_the_sweep_carries_on(tmp_path):
         "+experiment=smoke",
         "method=slm_only",
         "slm=oracle,openai",
-        "slm.backend.max_retries=0",
         *SMALL,
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "-m",
