@@ -67,11 +67,11 @@ class Evaluator:
             for ep in episodes
         ]
         # one dropout-mask stream per episode: masks never depend on who shares the batch
-        generators = [torch.Generator().manual_seed(self.seed * 1_000_003 + s) for s in seeds]
+        streams = [MaskStream(self.seed * 1_000_003 + s) for s in seeds]
         stats = [_new_row(s, self.gate.needs_policy) for s in seeds]
         start = [time.perf_counter()] * len(seeds)
         while live := [i for i, ep in enumerate(episodes) if not ep.done]:
-            ppo = self._ppo_actions([episodes[i] for i in live], [generators[i] for i in live])
+            ppo = self._ppo_actions([episodes[i] for i in live], [streams[i] for i in live])
             unc = ppo if not isinstance(ppo, list) else None
             ppo_actions = ppo if isinstance(ppo, list) else ppo.action.tolist()
             mask = self.gate.mask(unc, [seeds[i] for i in live], [episodes[i].steps for i in live])
@@ -93,13 +93,13 @@ class Evaluator:
             rows.append(episode_rates(row))
         return rows
 
-    def _ppo_actions(self, episodes: list[Episode], generators: list[torch.Generator]):
+    def _ppo_actions(self, episodes: list[Episode], streams: list[MaskStream]):
         """Uncertainty (with the deterministic action) when the gate needs it, else plain actions."""
         if not self.gate.needs_policy:
             return [None] * len(episodes)
         obs = np.stack([ep.obs for ep in episodes])
         if self.gate.needs_uncertainty:
-            masks = episode_masks(self.policy, generators, self.mc_samples)
+            masks = episode_masks(self.policy, streams, self.mc_samples)
             return mc_dropout(self.policy, obs, self.mc_samples, masks=masks)
         return deterministic_actions(self.policy, obs).tolist()
 
@@ -132,11 +132,27 @@ def deterministic_actions(policy, obs: np.ndarray) -> np.ndarray:
         return policy._predict(obs_t, deterministic=True).cpu().numpy().astype(np.int64)
 
 
-def episode_masks(policy, generators: list[torch.Generator], n_samples: int) -> list[torch.Tensor]:
-    """Dropout masks drawn from each episode's own generator, so an episode's uncertainty never
-    depends on which other episodes share the batch (lockstep == sequential)."""
-    per_episode = [draw_masks(policy, 1, n_samples, g) for g in generators]
-    return [torch.cat(layer) for layer in zip(*per_episode, strict=False)]
+class MaskStream:
+    """One episode's own stream of dropout masks, so its uncertainty never depends on which
+    other episodes share the batch (lockstep == sequential). Masks are drawn `chunk` steps at a
+    time: one generator call per episode every `chunk` steps instead of every step."""
+
+    def __init__(self, seed: int, chunk: int = 8):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.chunk, self.buffer, self.used = chunk, None, chunk
+
+    def next(self, policy, n_samples: int) -> list[torch.Tensor]:
+        if self.used >= self.chunk:
+            self.buffer = draw_masks(policy, self.chunk, n_samples, self.generator)
+            self.used = 0
+        self.used += 1
+        return [m[self.used - 1 : self.used] for m in self.buffer]
+
+
+def episode_masks(policy, streams: list[MaskStream], n_samples: int) -> list[torch.Tensor]:
+    """The next step's masks of every live episode, stacked for one batched forward."""
+    per_episode = [s.next(policy, n_samples) for s in streams]
+    return [torch.cat(layer) for layer in zip(*per_episode, strict=True)]
 
 
 def fallback_action(seed: int, ep: Episode) -> int:

@@ -107,7 +107,7 @@ class CpuBench:
     # -------------------------------------------------------------------------------- 1. gate
     def section_gate(self) -> dict[str, Any]:
         from benchmark.envs import make_task
-        from benchmark.evaluate import episode_masks
+        from benchmark.evaluate import MaskStream, episode_masks
         from benchmark.uncertainty import draw_masks, mc_dropout, mc_dropout_sequential
 
         cfg = self.cfg("env=fourrooms", "gate=entropy")
@@ -115,7 +115,7 @@ class CpuBench:
         pol = new_ppo(task, cfg.policy, n_envs=1).policy  # untrained, fourrooms-shaped
         n, b = int(cfg.gate.mc_samples), self.sizes.gate_batch
         obs = sample_observations(task, b, steps=5)
-        gens = [torch.Generator().manual_seed(s) for s in range(b)]
+        gens = [MaskStream(s) for s in range(b)]  # the evaluator's per-episode mask streams
         one = obs[:1]
         timings = time_interleaved(
             {
@@ -153,7 +153,9 @@ class CpuBench:
             us["sequential_b1"] / us["evaluator_path"],
             target=TARGETS["gate"],
         )
-        self.check(s, f"batched vs N-pass over the same B={b} rows", us["sequential"] / us["batched"])
+        self.check(
+            s, f"batched vs N-pass over the same B={b} rows", us["sequential"] / us["batched"]
+        )
         self.check(
             s,
             "evaluator path (per-episode masks) vs N-pass",

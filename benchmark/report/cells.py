@@ -215,6 +215,7 @@ def load_sweep(root: str | Path) -> Sweep:
     cells = [_load_cell(d, name="0" if single else d.name) for d in dirs]
     if config is not None and not single:
         cells += _never_started(config, {c.job for c in cells})
+    cells = _unique(cells)
     _resolve_checkpoint_aliases(cells)
     experiment = None
     if config is not None:
@@ -224,6 +225,20 @@ def load_sweep(root: str | Path) -> Sweep:
     if experiment is None:
         experiment = next((c.summary.get("experiment") for c in cells if c.summary), None)
     return Sweep(root=root, cells=cells, config=config, experiment=str(experiment or "default"))
+
+
+def _unique(cells: list[Cell]) -> list[Cell]:
+    """One row per computed cell: jobs that resolve to the same cell (e.g. PPO-only swept over
+    consultants it never asks) share a cell hash and are reported once."""
+    seen: set[str] = set()
+    out = []
+    for c in cells:
+        key = (c.summary or {}).get("cell_hash") if c.ok else None
+        if key is not None and key in seen:
+            continue
+        seen.add(key) if key else None
+        out.append(c)
+    return out
 
 
 def _load_yaml(path: Path) -> Any:
