@@ -22,7 +22,7 @@ SLM_ONLY = [
     "gate=always",
     "slm=tiny",
     "prompt=basic",
-    "eval.n_episodes=8",
+    "eval.n_episodes=4",
     "tracking=none",
 ]
 
