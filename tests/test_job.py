@@ -173,3 +173,72 @@ def test_oracle_solves_every_test_seed_with_shortest_paths(tmp_path, env):
     assert [r["length"] for r in rows] == [
         len(task.episode(s).expert_plan()) for s in range(100, 200)
     ]
+
+
+def test_random_gate_matches_the_entropy_cells_query_rate(trained_root, tmp_path):
+    common = ["gate.mc_samples=8", "slm=oracle", "prompt=basic"]
+    entropy, _ = _run(trained_root, tmp_path / "e", "gate=entropy", "gate.tau=0.05", *common)
+    matched, rows = _run(
+        trained_root,
+        tmp_path / "r",
+        "gate=random",
+        "++gate.p=match",
+        "++gate.mc_samples=8",
+        "slm=oracle",
+        "prompt=basic",
+    )
+    assert 0 < entropy["ir_pooled"] and matched["p"] == pytest.approx(entropy["ir_pooled"])
+    assert sum(r["queries"] for r in rows) > 0
+
+
+@pytest.mark.parametrize(
+    ("env", "prompt", "calls_per_query"),
+    [
+        ("fourrooms", "belief", 2),
+        ("higherlower", "belief", 2),
+        ("empty16x16", "hwbp_cot_df_rf_crf_pf", 1),
+    ],
+)
+def test_multi_round_and_stateful_prompts_run_through_the_evaluator(
+    tmp_path, env, prompt, calls_per_query
+):
+    summary, rows = _run(
+        tmp_path,
+        tmp_path / "j",
+        f"env={env}",
+        "gate=always",
+        "slm=oracle",
+        f"prompt={prompt}",
+        "eval.n_episodes=3",
+    )
+    assert summary["invalid_rate_mean"] == 0.0
+    assert all(r["calls"] == calls_per_query * r["queries"] for r in rows)
+    metric = "accuracy" if env == "higherlower" else "success"
+    assert summary[f"{metric}_mean"] > (0.6 if env == "higherlower" else 0.99)
+
+
+def test_one_shot_plan_is_queried_once_and_executed_open_loop(tmp_path):
+    summary, rows = _run(
+        tmp_path,
+        tmp_path / "j",
+        "env=simplecrossing9",
+        "gate=always",
+        "slm=oracle",
+        "prompt=complete",
+        "eval.n_episodes=4",
+    )
+    assert all(r["queries"] == 1 and r["success"] == 1.0 for r in rows)
+    assert summary["ir_mean"] < 0.2
+
+
+def test_policy_feedback_across_episodes_runs_episodes_in_order(tmp_path):
+    summary, rows = _run(
+        tmp_path,
+        tmp_path / "j",
+        "env=empty5x5_random",
+        "gate=always",
+        "slm=tiny",
+        "prompt=pf_across_episodes",
+        "eval.n_episodes=2",
+    )
+    assert [r["seed"] for r in rows] == [100, 101] and summary["ir_mean"] == 1.0
