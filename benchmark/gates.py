@@ -13,7 +13,7 @@ import numpy as np
 from benchmark.uncertainty import Uncertainty
 
 
-def _check_tau(name: str, tau: float, n_actions: int | None = None) -> float:
+def _check_tau(name: str, tau: float) -> float:
     tau = float(tau)
     if tau < 0 or math.isnan(tau):
         raise ValueError(f"gate.tau={tau} is invalid for gate {name!r}: allowed tau >= 0 (bits)")
@@ -32,29 +32,30 @@ class Gate:
         raise NotImplementedError
 
 
-class NeverGate(Gate):
+class ConstantGate(Gate):
+    """A gate that never or always asks, whatever the uncertainty."""
+
+    asks = False
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def mask(self, unc, seeds, step):
+        return np.full(len(seeds), self.asks, dtype=bool)
+
+
+class NeverGate(ConstantGate):
     """PPO-only."""
 
     name = "never"
 
-    def __init__(self, **_: object) -> None:
-        pass
 
-    def mask(self, unc, seeds, step):
-        return np.zeros(len(seeds), dtype=bool)
-
-
-class AlwaysGate(Gate):
+class AlwaysGate(ConstantGate):
     """SLM-only: the consultant acts every step and sees no PPO suggestion."""
 
     name = "always"
     needs_policy = False
-
-    def __init__(self, **_: object) -> None:
-        pass
-
-    def mask(self, unc, seeds, step):
-        return np.ones(len(seeds), dtype=bool)
+    asks = True
 
 
 class EntropyGate(Gate):

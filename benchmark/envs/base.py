@@ -84,6 +84,18 @@ class Episode(abc.ABC):
     total_reward: float = 0.0
     done: bool = False
 
+    def __init__(self, task: Task, seed: int):
+        """Reset the task's policy-facing env with `seed`; subclasses then read their simulator."""
+        self.task = task
+        self.action_names = task.action_names
+        self.seed = int(seed)
+        self.env = task.make_env()
+        self.obs, _ = self.env.reset(seed=self.seed)
+        self.steps = 0
+        self.total_reward = 0.0
+        self.done = False
+        self.memory = Memory()
+
     @abc.abstractmethod
     def step(self, action: int) -> tuple[float, bool]:
         """Apply a policy action index; update obs, memory, counters. Returns (reward, done)."""
@@ -118,9 +130,15 @@ class Task(abc.ABC):
         """A fresh episode reset with `seed` (validation/test seeds come from benchmark.seeds)."""
 
     @abc.abstractmethod
+    def make_env(self) -> gym.Env:
+        """The policy-facing gymnasium env (memoryless observation, the configured actions)."""
+
     def training_env(self, seed: int) -> gym.Env:
         """A gymnasium env for PPO whose resets draw seeds only from benchmark.seeds.training_seeds."""
+        from benchmark.envs.wrappers import TrainingSeeds
 
-    @abc.abstractmethod
+        return TrainingSeeds(self.make_env(), seed)
+
     def validation_env(self) -> gym.Env:
         """A gymnasium env with the same observation/action spaces, reset with explicit seeds."""
+        return self.make_env()

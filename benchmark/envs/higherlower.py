@@ -18,8 +18,8 @@ import numpy as np
 from popgym.core.deck import DECK_SIZE, RANKS
 from popgym.envs.higher_lower import HigherLower
 
-from benchmark.envs.base import CardView, Episode, Memory, Task
-from benchmark.envs.wrappers import ActionSubset, TrainingSeeds
+from benchmark.envs.base import CardView, Episode, Task
+from benchmark.envs.wrappers import ActionSubset
 
 ACTION_INDEX: dict[str, int] = {"HIGHER": 0, "LOWER": 1}  # POPGym: guess_higher = action == 0
 N_RANKS = len(RANKS)
@@ -99,12 +99,6 @@ class HigherLowerTask(Task):
             OneHotRank(HigherLower(self.num_decks)), self.action_names, ACTION_INDEX
         )
 
-    def training_env(self, seed: int) -> gym.Env:
-        return TrainingSeeds(self.make_env(), seed)
-
-    def validation_env(self) -> gym.Env:
-        return self.make_env()
-
     def episode(self, seed: int) -> HigherLowerEpisode:
         return HigherLowerEpisode(self, seed)
 
@@ -116,16 +110,8 @@ class HigherLowerEpisode(Episode):
     """One seeded HigherLower game; the CardView reads the deck itself, not our bookkeeping."""
 
     def __init__(self, task: HigherLowerTask, seed: int):
-        self.task = task
-        self.action_names = task.action_names
-        self.seed = int(seed)
-        self.env = task.make_env()
-        self.obs, _ = self.env.reset(seed=self.seed)
+        super().__init__(task, seed)
         self.game: HigherLower = self.env.unwrapped
-        self.steps = 0
-        self.total_reward = 0.0
-        self.done = False
-        self.memory = Memory()
 
     # -- game state, read from POPGym's deck -------------------------------------------------------
 

@@ -16,9 +16,9 @@ from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX, STA
 from minigrid.core.world_object import WorldObj
 from minigrid.minigrid_env import MiniGridEnv
 
-from benchmark.envs.base import Episode, Memory, NavView, Task
+from benchmark.envs.base import Episode, NavView, Task
 from benchmark.envs.expert import GridPlanner
-from benchmark.envs.wrappers import ActionSubset, TrainingSeeds
+from benchmark.envs.wrappers import ActionSubset
 
 # MiniGrid's action indices (minigrid.core.actions.Actions)
 ACTION_INDEX: dict[str, int] = {
@@ -91,12 +91,6 @@ class MiniGridTask(Task):
         env = gym.make(self.gym_id, max_steps=self.max_steps, disable_env_checker=True)
         return ActionSubset(EgoImageObs(env), self.action_names, ACTION_INDEX)
 
-    def training_env(self, seed: int) -> gym.Env:
-        return TrainingSeeds(self.make_env(), seed)
-
-    def validation_env(self) -> gym.Env:
-        return self.make_env()
-
     def episode(self, seed: int) -> MiniGridEpisode:
         return MiniGridEpisode(self, seed)
 
@@ -108,19 +102,11 @@ class MiniGridEpisode(Episode):
     """One seeded MiniGrid episode with its memory and expert."""
 
     def __init__(self, task: MiniGridTask, seed: int):
-        self.task = task
-        self.action_names = task.action_names
-        self.seed = int(seed)
-        self.env = task.make_env()
-        self.obs, _ = self.env.reset(seed=self.seed)
+        super().__init__(task, seed)
         self.sim: MiniGridEnv = self.env.unwrapped
-        self.steps = 0
-        self.total_reward = 0.0
-        self.done = False
         self.terminated = False
         self.truncated = False
         self.last_reward = 0.0
-        self.memory = Memory()
         self._planner = GridPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
         self._remember_position()
         self._observe()
