@@ -111,6 +111,16 @@ def _features(pol: ActorCriticPolicy, obs: np.ndarray) -> torch.Tensor:
     return pol.extract_features(obs_t, pol.pi_features_extractor)
 
 
+def _inputs(pol, obs, n, generator, masks) -> tuple[torch.Tensor, int, list[torch.Tensor]]:
+    """Features of the B observations and the masks both MC paths use (drawn if not given)."""
+    x = _features(pol, obs)
+    b = x.shape[0]
+    if masks is None:
+        masks = draw_masks(pol, b, n, generator)
+    _check_masks(masks, _widths(pol), b, n)
+    return x, b, masks
+
+
 def _entropies(logits: torch.Tensor, n_obs: int, n_samples: int) -> tuple[torch.Tensor, ...]:
     """(total, aleatoric, epistemic) in bits from (n_obs * n_samples, A) logits, obs-major."""
     logp = torch.log_softmax(logits.float(), dim=-1).view(n_obs, n_samples, -1)
@@ -142,11 +152,7 @@ def mc_dropout(
     pol = _policy(policy)
     n = _check_n(n_samples)
     with torch.inference_mode():
-        x = _features(pol, obs)
-        b = x.shape[0]
-        if masks is None:
-            masks = draw_masks(pol, b, n, generator)
-        _check_masks(masks, _widths(pol), b, n)
+        x, b, masks = _inputs(pol, obs, n, generator, masks)
         det, mc, k = x, None, 0
         for layer in pol.mlp_extractor.policy_net:
             if isinstance(layer, nn.Dropout):
@@ -179,11 +185,7 @@ def mc_dropout_sequential(
     n = _check_n(n_samples)
     layers = _dropout_modules(pol)
     with torch.inference_mode():
-        x = _features(pol, obs)
-        b = x.shape[0]
-        if masks is None:
-            masks = draw_masks(pol, b, n, generator)
-        _check_masks(masks, _widths(pol), b, n)
+        x, b, masks = _inputs(pol, obs, n, generator, masks)
         logits = []
         for i in range(n):
             hooks = [
