@@ -23,6 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
+from benchmark.envs import make_task
 from benchmark.seeds import evaluation_seeds
 from benchmark.tracking import Tracker
 from benchmark.validate import validate
@@ -125,7 +126,8 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     cell, cell_dir, name, tracker = None, None, str(cfg.env.name), None
     try:
         normalize_checkpoint(cfg)
-        validate(cfg, make_task_cfg(cfg))  # every bad input fails here, before expensive work
+        task = make_task(cfg.env)
+        validate(cfg, task)  # every bad input fails here, before any expensive work
         cell = cell_config(cfg)
         cell_dir = Path(cfg.paths.root) / "cells" / digest(cell)
         name = cell_name(cfg)
@@ -141,7 +143,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             job_type=cfg.gate.name,
             config=cell,
         )
-        summary = _compute(cfg, cell, cell_dir, name, tracker)
+        summary = _compute(cfg, task, cell, cell_dir, name, tracker)
         _publish(cell_dir, job_dir)
         tracker.finish(0)
         return summary
@@ -167,12 +169,6 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
         return None
 
 
-def make_task_cfg(cfg: DictConfig):
-    from benchmark.envs import make_task
-
-    return make_task(cfg.env)
-
-
 def _publish(cell_dir: Path, job_dir: Path) -> None:
     """Copy the cell's result files into the job dir (the sweep's view of the cell)."""
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -182,32 +178,33 @@ def _publish(cell_dir: Path, job_dir: Path) -> None:
             shutil.copy2(cell_dir / f, job_dir / f)
 
 
-def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tracker) -> dict:
+def _compute(
+    cfg: DictConfig, task, cell: dict, cell_dir: Path, name: str, tracker: Tracker
+) -> dict:
     from benchmark.consultants import make_consultant
-    from benchmark.envs import make_task
     from benchmark.evaluate import Evaluator
     from benchmark.policy import ensure, load
 
     t0 = time.perf_counter()
-    task = make_task(cfg.env)
     gate_cfg = cfg.gate
+    if cfg.get("train_only"):
+        return {"checkpoint_path": str(ensure(cfg, task, log_fn=tracker.log))}
     if cfg.eval.get("torch_threads"):
         torch.set_num_threads(int(cfg.eval.torch_threads))
     results.write_json(cell_dir / "cell.json", {"name": name, "config": cell})
+    extra = {}
+    if str(gate_cfg.get("p")) == "match":
+        extra["p"] = matched_query_rate(cfg, cell)
+    # cheap failures first (prompt/env mismatch, missing model or server), then PPO training
     asks = gate_cfg.name != "never"
     prompt = instantiate(cfg.prompt) if asks else None
     if prompt is not None:
         prompt.check(task)
     consultant = make_consultant(cfg.slm, cfg.paths) if asks else None
     policy, checkpoint_path = None, None
-    if cfg.get("train_only"):
-        return {"checkpoint_path": str(ensure(cfg, task, log_fn=tracker.log))}
     if gate_cfg.get("needs_policy", True):
         checkpoint_path = policy_checkpoint(cfg, task, tracker)
         policy = load(checkpoint_path, task=task, device=cfg.policy.get("device", "cpu")).policy
-    extra = {}
-    if str(gate_cfg.get("p")) == "match":
-        extra["p"] = matched_query_rate(cfg, cell)
     try:
 
         def evaluator(tau: float | None) -> Evaluator:
@@ -269,6 +266,7 @@ def _compute(cfg: DictConfig, cell: dict, cell_dir: Path, name: str, tracker: Tr
     results.write_jsonl(cell_dir / "episodes.jsonl", outcome)
     results.write_jsonl(cell_dir / "episode_costs.jsonl", costs)
     results.write_json(cell_dir / "summary.json", summary)  # last: marks the cell complete
+    (cell_dir / "error.json").unlink(missing_ok=True)  # an earlier failure of this cell is over
     tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
     tracker.table("episodes", outcome)
     return summary
@@ -330,12 +328,17 @@ def task_max_entropy(task) -> float:
 
 def matched_query_rate(cfg: DictConfig, cell: dict) -> float:
     """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
-    one only in its gate, so the random gate spends the same query budget."""
+    one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
+    random gate spends the same query budget."""
     same = {k: v for k, v in cell.items() if k not in ("gate", "tuning")}
+    want_tau = str(cfg.gate.get("match_tau", "auto"))
+    want_n = cfg.gate.get("mc_samples")
     for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
-        other = results.read_json(path) or {}
-        conf = other.get("config", {})
-        if conf.get("gate", {}).get("name") != "entropy":
+        conf = (results.read_json(path) or {}).get("config", {})
+        gate = conf.get("gate", {})
+        if gate.get("name") != "entropy" or str(gate.get("tau")) != want_tau:
+            continue
+        if want_n is not None and gate.get("mc_samples") != want_n:
             continue
         if {k: v for k, v in conf.items() if k not in ("gate", "tuning")} != same:
             continue
@@ -343,6 +346,7 @@ def matched_query_rate(cfg: DictConfig, cell: dict) -> float:
         if done is not None:
             return float(done[0]["ir_pooled"])
     raise ValueError(
-        "gate.p=match needs the completed gate=entropy cell with the same env, policy, slm, prompt "
-        "and eval settings under paths.root; run it first (in a sweep, list entropy before random)"
+        f"gate.p=match needs the completed gate=entropy cell (tau={want_tau}, mc_samples={want_n}) "
+        "with the same env, policy, slm, prompt and eval settings under paths.root; run it first "
+        "(in a sweep, list entropy before random) or set gate.p to a number"
     )

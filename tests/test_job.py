@@ -183,6 +183,7 @@ def test_random_gate_matches_the_entropy_cells_query_rate(trained_root, tmp_path
         tmp_path / "r",
         "gate=random",
         "++gate.p=match",
+        "++gate.match_tau=0.05",
         "++gate.mc_samples=8",
         "slm=oracle",
         "prompt=basic",
