@@ -49,7 +49,7 @@ report: $(VENV_STAMP) ## tables and plots for SWEEP=<sweep dir> (default: the ne
 prompt-stats: $(VENV_STAMP) ## prompt token statistics per env x prompt variant
 	$(PY) -m benchmark.prompts stats
 
-slurm-up: ## bring up a single-node SLURM cluster on this machine (root, Debian)
+slurm-up: ## single-node SLURM on this machine (root, Debian); or eval "$$(bash launchers/local-slurm/up.sh)" to get SLURM_CONF
 	bash launchers/local-slurm/up.sh
 
 slurm-down: ## stop the daemons slurm-up started
