@@ -49,7 +49,7 @@ report: $(VENV_STAMP) ## tables and plots for SWEEP=<sweep dir> (default: the ne
 prompt-stats: $(VENV_STAMP) ## prompt token statistics per env x prompt variant
 	$(PY) -m benchmark.prompts stats
 
-slurm-up: ## single-node SLURM on this machine (root, Debian); or eval "$$(bash launchers/local-slurm/up.sh)" to get SLURM_CONF
+slurm-up: ## single-node SLURM on this machine (root, Debian); `eval` what launchers/local-slurm/up.sh prints to get SLURM_CONF
 	bash launchers/local-slurm/up.sh
 
 slurm-down: ## stop the daemons slurm-up started
