@@ -34,11 +34,19 @@ def compose_cfg(root: Path, *overrides: str):
         return compose("config", overrides=[f"paths.root={root}", "tracking=none", *overrides])
 
 
-def run_cli(root: Path, *args: str, timeout: int = 900, check: bool = True, **kw):
-    """`python -m benchmark ...` in a subprocess with its outputs under `root`."""
+def run_cli(
+    root: Path,
+    *args: str,
+    timeout: int = 900,
+    check: bool = True,
+    module: str = "benchmark",
+    **kw,
+):
+    """`python -m <module> ...` (the app by default; also benchmark.report, benchmark.bench) in a
+    subprocess with its outputs under `root`."""
     env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmark", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -51,6 +59,16 @@ def run_cli(root: Path, *args: str, timeout: int = 900, check: bool = True, **kw
             f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         )
     return proc
+
+
+def start_cli(root: Path, *args: str, **popen_kw) -> subprocess.Popen:
+    """`python -m benchmark ...` started in the background, in its own process group (so a test
+    can SIGKILL the whole job), outputs under `root`, output discarded unless redirected."""
+    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
+    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmark", *args], cwd=REPO, env=env, **{**kw, **popen_kw}
+    )
 
 
 @pytest.fixture(scope="session")

@@ -4,27 +4,17 @@ subprocess with its own outputs root; the JSON must carry every section with rat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from benchmark.bench.common import Check, format_table
 from benchmark.bench.cpu import SECTIONS, TARGETS
-from tests.conftest import REPO
+from tests.conftest import run_cli
 
 
 def _bench(root, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [sys.executable, "-m", "benchmark.bench", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(root, *args, module="benchmark.bench", check=False, timeout=timeout)
 
 
 def _report(root, pattern: str) -> dict:

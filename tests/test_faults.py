@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from benchmark.policy.checkpoints import checkpoint_dir
-from tests.conftest import REPO, SMALL_POLICY, compose_cfg, run_cli
+from tests.conftest import SMALL_POLICY, compose_cfg, run_cli, start_cli
 
 pytestmark = pytest.mark.slow
 SLM_ONLY = [
@@ -30,16 +29,7 @@ SLM_ONLY = [
 def test_cell_killed_mid_evaluation_reruns_to_identical_results(tmp_path):
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     run_cli(clean, *SLM_ONLY, f"hydra.run.dir={clean / 'run'}")
-    env = dict(os.environ, BENCHMARK_ROOT=str(killed))
-    args = [sys.executable, "-m", "benchmark", *SLM_ONLY, f"hydra.run.dir={killed / 'run'}"]
-    proc = subprocess.Popen(
-        args,
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_cli(killed, *SLM_ONLY, f"hydra.run.dir={killed / 'run'}")
     cache = killed / "cache" / "responses.sqlite"
     deadline = time.time() + 300
     while time.time() < deadline and not (cache.exists() and cache.stat().st_size > 30_000):
@@ -92,16 +82,8 @@ def test_two_sweeps_on_one_root_train_once_and_corrupt_nothing(tmp_path):
         "tracking=none",
         "-m",
     ]
-    env = dict(os.environ, BENCHMARK_ROOT=str(tmp_path))
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "benchmark", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        start_cli(tmp_path, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
     ]
     logs = [p.communicate(timeout=900)[0] for p in procs]

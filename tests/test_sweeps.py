@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli, start_cli
 
 pytestmark = pytest.mark.slow
 SMALL = ["eval.n_episodes=4", "tuning.n_episodes=4", "tuning.n_trials=3", "tracking=none"]
@@ -54,14 +52,7 @@ def test_smoke_sweep_then_report(tmp_path):
     oracle = [s for s in oracle_slm_only if s["gate"] == "always" and s["slm"] == "oracle"][0]
     assert oracle["success_mean"] == 1.0 and oracle["invalid_rate_mean"] == 0.0
     assert list((tmp_path / "wandb").rglob("*.wandb")), "no offline W&B run was written"
-    report = subprocess.run(
-        [sys.executable, "-m", "benchmark.report", str(sweep), "--no-wandb"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr[-3000:]
+    report = run_cli(tmp_path, str(sweep), "--no-wandb", module="benchmark.report", timeout=300)
     assert "| PPO |" in report.stdout and "ASK+" in report.stdout
     out = sweep / "report"
     for name in ("report.md", "report.tex"):
@@ -82,15 +73,7 @@ def test_killed_sweep_resumes_without_recomputing(tmp_path):
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "-m",
     ]
-    env = dict(os.environ, BENCHMARK_ROOT=str(tmp_path), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmark", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_cli(tmp_path, *args)
     deadline = time.time() + 600
     try:  # kill once the PPO cell is done and the ASK+ study has its first trial
         while time.time() < deadline and proc.poll() is None:
@@ -129,11 +112,7 @@ def test_failing_cell_is_recorded_and_the_sweep_carries_on(tmp_path):
     error = json.loads((failed / "error.json").read_text())
     assert "127.0.0.1:8000" in error["message"] and error["traceback"]
     assert not (failed / "summary.json").exists()
-    report = subprocess.run(
-        [sys.executable, "-m", "benchmark.report", str(tmp_path / "sweep"), "--no-wandb"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    report = run_cli(
+        tmp_path, str(tmp_path / "sweep"), "--no-wandb", module="benchmark.report", timeout=300
     )
-    assert report.returncode == 0 and "FAILED" in report.stdout
+    assert "FAILED" in report.stdout
