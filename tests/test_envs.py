@@ -56,6 +56,10 @@ def test_bad_configs_name_the_problem() -> None:
         MiniGridTask("x", "MiniGrid-FourRooms-v0", 500, ["TURN_LEFT", "JUMP"])
     with pytest.raises(ValueError, match="MiniGrid-FourRooms-v0"):
         MiniGridTask("x", "MiniGrid-FiveRooms-v0", 500, ["FORWARD"])
+    with pytest.raises(ValueError, match="'CartPole-v1' is not a registered MiniGrid id"):
+        MiniGridTask("x", "MiniGrid-DoorKey-8x8-v0", 640, ["FORWARD"], ["CartPole-v1"])
+    with pytest.raises(ValueError, match="train_gym_ids is empty"):
+        MiniGridTask("x", "MiniGrid-DoorKey-8x8-v0", 640, ["FORWARD"], [])
     with pytest.raises(ValueError, match="51 decisions"):
         HigherLowerTask("x", num_decks=1, max_steps=52)
     with pytest.raises(ValueError, match="available"):
@@ -79,7 +83,8 @@ def test_training_env_is_a_valid_gymnasium_env(name: str) -> None:
 @pytest.mark.parametrize("name", ["fourrooms", "doorkey8", "higherlower"])
 def test_episode_obs_equals_training_env_obs(name: str) -> None:
     task = make_task(name)
-    env = task.training_env(seed=3)
+    mixture = getattr(task, "train_gym_ids", None)  # doorkey8 trains on smaller grids too
+    env = task.training_env(seed=3, index=mixture.index(task.gym_id) if mixture else 0)
     obs, info = env.reset()
     ep = task.episode(info["reset_seed"])  # same layout, built the evaluation way
     np.testing.assert_array_equal(ep.obs, obs)
@@ -92,6 +97,22 @@ def test_episode_obs_equals_training_env_obs(name: str) -> None:
         assert r == reward and done == (terminated or truncated)
         if done:
             break
+
+
+def test_a_training_mixture_gives_slots_their_grids_and_never_touches_evaluation() -> None:
+    ids = ["MiniGrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-8x8-v0"]
+    task = MiniGridTask("dk", "MiniGrid-DoorKey-8x8-v0", 640, ["FORWARD", "PICKUP"], ids)
+    sizes = []
+    for index in range(4):
+        env = task.training_env(seed=5, index=index)
+        obs, _ = env.reset()
+        assert env.observation_space == task.validation_env().observation_space
+        assert obs.shape == (147,)
+        sizes.append((env.unwrapped.width, env.unwrapped.max_steps))
+    assert sizes == [(5, 250), (8, 640), (5, 250), (8, 640)]  # other ids keep their own limit
+    ep = task.episode(100)
+    assert (ep.sim.width, ep.sim.max_steps) == (8, 640)
+    assert make_task("doorkey8").train_gym_ids[-1] == "MiniGrid-DoorKey-8x8-v0"
 
 
 def test_nav_obs_is_the_scaled_flat_egocentric_image() -> None:

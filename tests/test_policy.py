@@ -173,7 +173,7 @@ class RecordingTask:
     def __getattr__(self, name):
         return getattr(self.task, name)
 
-    def training_env(self, seed: int) -> gym.Env:
+    def training_env(self, seed: int, index: int = 0) -> gym.Env:
         outer = self
 
         class Record(gym.Wrapper):
@@ -183,7 +183,7 @@ class RecordingTask:
                 outer.used.append(info["reset_seed"])
                 return obs, info
 
-        return Record(self.task.training_env(seed))
+        return Record(self.task.training_env(seed, index))
 
 
 def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
@@ -248,6 +248,8 @@ def test_ensure_trains_once_then_hits_cache(task, tmp_path):
     assert (trained1, trained2) == (True, False) and d1 == d2
     assert d1.name.startswith("empty5x5_random-")
     mtime = (d1 / "final.zip").stat().st_mtime_ns
+    assert ensure(cfg) == d1 / "best.zip"  # the default checkpoint
+    cfg.policy.checkpoint = "final"
     assert ensure(cfg) == d1 / "final.zip"
     assert (d1 / "final.zip").stat().st_mtime_ns == mtime
     cfg.policy.checkpoint = "r000"

@@ -15,7 +15,7 @@ from tests.conftest import CONF
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "table1": (3 * 4 * 2, 3 * 4),  # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B}
     "table2": (3 * 5 * 2, 3 * 5),  # envs x 5 prompt variants x models
-    "table3": (3 * 5 * 2 * 2, 3 * 5 * 2),  # envs x (4 thresholds + final) x {PPO, ASK+} x models
+    "table3": (3 * 5 * 2 * 2, 3 * 5 * 2),  # envs x (4 thresholds + best) x {PPO, ASK+} x models
     "fig2_tau": (3 * 10, 3 * 10),  # envs x tau 0.1..1.9
     "mc_samples": (3 * 5, 3 * 5),
     "gating": (3 * 2 * 3, 3 * 3),  # envs x {oracle, SLM} x {entropy, epistemic, random}

@@ -548,12 +548,11 @@ def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None,
     """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import LinearSchedule, set_random_seed
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
     from benchmark.policy import DropoutActorCriticPolicy
+    from benchmark.policy.train import training_vec_env
 
     set_random_seed(seed)
-    env = DummyVecEnv([lambda i=i: task.training_env(seed * 1000 + i) for i in range(n_envs)])
+    env = training_vec_env(task, seed, n_envs)
     kwargs = dict(policy_cfg.get("ppo") or {})
     if n_steps is not None:
         kwargs["n_steps"] = n_steps

@@ -133,11 +133,16 @@ class Task(abc.ABC):
     def make_env(self) -> gym.Env:
         """The policy-facing gymnasium env (memoryless observation, the configured actions)."""
 
-    def training_env(self, seed: int) -> gym.Env:
+    def make_training_env(self, index: int) -> gym.Env:
+        """The env of slot `index` of PPO's training vector: `make_env()` unless the task trains on
+        a mixture (e.g. smaller DoorKey grids as a curriculum), always with the same spaces."""
+        return self.make_env()
+
+    def training_env(self, seed: int, index: int = 0) -> gym.Env:
         """A gymnasium env for PPO whose resets draw seeds only from benchmark.seeds.training_seeds."""
         from benchmark.envs.wrappers import TrainingSeeds
 
-        return TrainingSeeds(self.make_env(), seed)
+        return TrainingSeeds(self.make_training_env(index), seed)
 
     def validation_env(self) -> gym.Env:
         """A gymnasium env with the same observation/action spaces, reset with explicit seeds."""

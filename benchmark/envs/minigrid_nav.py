@@ -64,15 +64,30 @@ class EgoImageObs(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
 
 class MiniGridTask(Task):
-    """A MiniGrid env id with a step limit and the subset of actions the policy may use."""
+    """A MiniGrid env id with a step limit and the subset of actions the policy may use.
+
+    `train_gym_ids` (optional) is a mixture curriculum for PPO: training slot i plays
+    `train_gym_ids[i % len]` (an id other than `gym_id` keeps MiniGrid's own step limit). The
+    egocentric 7x7 view has the same meaning on every grid size, so skills learnt on DoorKey-5x5
+    carry over to 8x8. Validation, tuning and test episodes always play `gym_id`."""
 
     metric = "success"
     family = "grid"
 
-    def __init__(self, name: str, gym_id: str, max_steps: int, actions: Sequence[str]):
-        if gym_id not in gym.registry:
-            known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
-            raise ValueError(f"gym_id {gym_id!r} is not registered; MiniGrid ids: {known}")
+    def __init__(
+        self,
+        name: str,
+        gym_id: str,
+        max_steps: int,
+        actions: Sequence[str],
+        train_gym_ids: Sequence[str] | None = None,
+    ):
+        for gid in [gym_id, *(train_gym_ids or [])]:
+            if gid not in gym.registry or not gid.startswith("MiniGrid-"):
+                known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
+                raise ValueError(f"gym_id {gid!r} is not a registered MiniGrid id; known: {known}")
+        if train_gym_ids is not None and len(train_gym_ids) == 0:
+            raise ValueError("train_gym_ids is empty: give MiniGrid ids, or null to train on gym_id")
         if int(max_steps) < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
         bad = [a for a in actions if a not in ACTION_INDEX]
@@ -84,12 +99,18 @@ class MiniGridTask(Task):
         self.gym_id = gym_id
         self.max_steps = int(max_steps)
         self.action_names = tuple(actions)
+        self.train_gym_ids = tuple(train_gym_ids or (gym_id,))
         self.max_reward = 1.0  # MiniGrid pays 1 - 0.9 * steps / max_steps on reaching the goal
 
-    def make_env(self) -> gym.Env:
+    def make_env(self, gym_id: str | None = None) -> gym.Env:
         """The policy-facing env: flat scaled image in, the configured action subset out."""
-        env = gym.make(self.gym_id, max_steps=self.max_steps, disable_env_checker=True)
+        gid = gym_id or self.gym_id
+        limit = {"max_steps": self.max_steps} if gid == self.gym_id else {}
+        env = gym.make(gid, disable_env_checker=True, **limit)
         return ActionSubset(EgoImageObs(env), self.action_names, ACTION_INDEX)
+
+    def make_training_env(self, index: int) -> gym.Env:
+        return self.make_env(self.train_gym_ids[index % len(self.train_gym_ids)])
 
     def episode(self, seed: int) -> MiniGridEpisode:
         return MiniGridEpisode(self, seed)

@@ -71,6 +71,14 @@ def evaluate(model: PPO, task: Task, seeds: list[int]) -> dict[str, float]:
     }
 
 
+def training_vec_env(task: Task, seed: int, n_envs: int) -> DummyVecEnv:
+    """PPO's training envs: slot i draws layouts from training seed stream `seed * 1000 + i` and
+    is the task's training env `i` (a task may give slots different grids)."""
+    return DummyVecEnv(
+        [lambda i=i: task.training_env(seed * 1000 + i, index=i) for i in range(n_envs)]
+    )
+
+
 def save_atomic(model: PPO, path: Path) -> None:
     """Write the zip next to `path`, then rename: a reader never sees half a checkpoint."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -190,7 +198,7 @@ def train(
         # resets would then pass seeds 0,1,2,... (evaluation seeds) to the envs.
         set_random_seed(seed)
         n_envs = int(cfg["n_envs"])
-        env = DummyVecEnv([lambda i=i: task.training_env(seed * 1000 + i) for i in range(n_envs)])
+        env = training_vec_env(task, seed, n_envs)
         lr = float(cfg["learning_rate"])
         linear = cfg["lr_schedule"] == "linear"
         schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)

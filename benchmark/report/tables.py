@@ -335,7 +335,8 @@ def _checkpoint_aliases(sweep: Sweep) -> list[str]:
 
 def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
     """PPO-only of the same env (and checkpoint and policy seed when `c` uses a policy);
-    SLM-only is compared with the final checkpoint of the lowest policy seed."""
+    SLM-only is compared with the strongest checkpoint in the sweep (final, else best, else the
+    highest threshold) of the lowest policy seed."""
     cands = [p for p in sweep.ok if p.gate == "never" and p.env == c.env]
     if c.has_policy:
         cands = [
@@ -343,7 +344,6 @@ def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
         ]
     cands.sort(
         key=lambda p: (
-            p.checkpoint != "final",
             -checkpoint_order(p.checkpoint)[0],
             p.policy_seed or 0,
             int(p.job) if p.job.isdigit() else 0,
@@ -398,7 +398,7 @@ def paired_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table | None:
         table.rows.append((row.index, vals))
     table.notes.append(
         "Episodes matched by seed; PPO of the same env, checkpoint and policy seed "
-        "(SLM-only: PPO's final checkpoint). * = the CI excludes 0."
+        "(SLM-only: PPO's strongest checkpoint). * = the CI excludes 0."
     )
     return table if table.rows else None
 
