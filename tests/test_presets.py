@@ -59,3 +59,17 @@ def test_preset_cells_compose_and_count(preset, tmp_path):
             )
         validate(cfg)
         assert cfg.experiment_name == preset
+
+
+def test_policies_preset_trains_two_at_a_time_unless_told_otherwise():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        default = compose("config", overrides=["+experiment=policies"], return_hydra_config=True)
+        slurm = compose(
+            "config",
+            overrides=["+experiment=policies", "hydra/launcher=slurm_cpu"],
+            return_hydra_config=True,
+        )
+    assert default.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert default.hydra.launcher.n_jobs == 2
+    assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
