@@ -548,6 +548,7 @@ def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None,
     """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import LinearSchedule, set_random_seed
+
     from benchmark.policy import DropoutActorCriticPolicy
     from benchmark.policy.train import training_vec_env
 

@@ -87,7 +87,9 @@ class MiniGridTask(Task):
                 known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
                 raise ValueError(f"gym_id {gid!r} is not a registered MiniGrid id; known: {known}")
         if train_gym_ids is not None and len(train_gym_ids) == 0:
-            raise ValueError("train_gym_ids is empty: give MiniGrid ids, or null to train on gym_id")
+            raise ValueError(
+                "train_gym_ids is empty: give MiniGrid ids, or null to train on gym_id"
+            )
         if int(max_steps) < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
         bad = [a for a in actions if a not in ACTION_INDEX]
