@@ -1,5 +1,6 @@
-"""The bad-input table (README "Bad input"), shared by the test and the README generator:
-(case, overrides, extra environment, text the error must contain)."""
+"""The bad-input table (README "Bad input"), shared by the test and the README:
+(case, overrides, extra environment, text the error must contain). The README table is kept by
+hand; tests/test_bad_inputs.py checks that it lists every case."""
 
 GOOD = ["gate=always", "slm=oracle", "prompt=basic", "env=empty5x5_random", "eval.n_episodes=2"]
 
@@ -74,6 +75,12 @@ CASES = [
         ["gate=never", "policy.path=/nonexistent/ppo.zip"],
         {},
         "policy.path='/nonexistent/ppo.zip' does not exist",
+    ),
+    (
+        "training mixture id unknown",
+        ["env=doorkey8", "gate=never", "env.task.train_gym_ids=[MiniGrid-DoorKey-7x7-v0]"],
+        {},
+        "train_gym_ids 'MiniGrid-DoorKey-7x7-v0' is not a registered MiniGrid id",
     ),
     ("malformed override", ["gate.tau=[0.1,"], {}, "no viable alternative at input '[0.1,'"),
     (

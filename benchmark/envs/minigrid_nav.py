@@ -82,10 +82,10 @@ class MiniGridTask(Task):
         actions: Sequence[str],
         train_gym_ids: Sequence[str] | None = None,
     ):
-        for gid in [gym_id, *(train_gym_ids or [])]:
+        for key, gid in [("gym_id", gym_id), *(("train_gym_ids", g) for g in train_gym_ids or [])]:
             if gid not in gym.registry or not gid.startswith("MiniGrid-"):
                 known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
-                raise ValueError(f"gym_id {gid!r} is not a registered MiniGrid id; known: {known}")
+                raise ValueError(f"{key} {gid!r} is not a registered MiniGrid id; known: {known}")
         if train_gym_ids is not None and len(train_gym_ids) == 0:
             raise ValueError(
                 "train_gym_ids is empty: give MiniGrid ids, or null to train on gym_id"
