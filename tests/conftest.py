@@ -44,11 +44,10 @@ def run_cli(
 ):
     """`python -m <module> ...` (the app by default; also benchmark.report, benchmark.bench) in a
     subprocess with its outputs under `root`."""
-    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=REPO,
-        env=env,
+        env=_cli_env(root),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -64,11 +63,18 @@ def run_cli(
 def start_cli(root: Path, *args: str, **popen_kw) -> subprocess.Popen:
     """`python -m benchmark ...` started in the background, in its own process group (so a test
     can SIGKILL the whole job), outputs under `root`, output discarded unless redirected."""
-    env = dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
     kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
     return subprocess.Popen(
-        [sys.executable, "-m", "benchmark", *args], cwd=REPO, env=env, **{**kw, **popen_kw}
+        [sys.executable, "-m", "benchmark", *args],
+        cwd=REPO,
+        env=_cli_env(root),
+        **{**kw, **popen_kw},
     )
+
+
+def _cli_env(root: Path) -> dict[str, str]:
+    """The environment of a CLI subprocess: this one, with every output under `root`."""
+    return dict(os.environ, BENCHMARK_ROOT=str(root), PYTHONUNBUFFERED="1")
 
 
 @pytest.fixture(scope="session")

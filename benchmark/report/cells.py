@@ -234,9 +234,10 @@ def _unique(cells: list[Cell]) -> list[Cell]:
     out = []
     for c in cells:
         key = (c.summary or {}).get("cell_hash") if c.ok else None
-        if key is not None and key in seen:
-            continue
-        seen.add(key) if key else None
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
         out.append(c)
     return out
 
