@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from benchmark.consultants.base import Answer, Consultant
+from benchmark.consultants.base import Answer, Consultant, Query
 from benchmark.envs.base import Episode, Task
 from benchmark.gates import Gate
 from benchmark.metrics import episode_rates
@@ -20,6 +20,9 @@ from benchmark.prompts.base import Consultation, Decision, PromptVariant
 from benchmark.uncertainty import draw_masks, mc_dropout
 
 MODES = ("lockstep", "sequential")
+# Part of every cell's identity: bump it with any change here or in metrics.py, uncertainty.py or
+# gates.py that changes episodes.jsonl for the same config, so no stale cell is reused.
+EVALUATION_VERSION = 1
 
 
 @dataclass
@@ -77,7 +80,8 @@ class Evaluator:
             mask = self.gate.mask(unc, [seeds[i] for i in live], [episodes[i].steps for i in live])
             asked = [j for j, m in enumerate(mask) if m] if asks else []
             decisions = consult_all(
-                [sessions[live[j]].consult(ppo_actions[j]) for j in asked], self.consultant
+                [sessions[live[j]].consult(ppo_actions[j]) for j in asked],
+                self.consultant.answer if asked else None,
             )
             by_j = dict(zip(asked, decisions, strict=False))
             for j, i in enumerate(live):
@@ -162,8 +166,11 @@ def fallback_action(seed: int, ep: Episode) -> int:
     return int(rng.integers(len(ep.action_names)))
 
 
-def consult_all(consultations: list[Consultation], consultant: Consultant | None) -> list[Decision]:
-    """Advance every consultation generator in lockstep; each round is ONE batched call."""
+def consult_all(
+    consultations: list[Consultation], answer: Callable[[list[Query]], list[Answer]] | None
+) -> list[Decision]:
+    """The one consultation driver: advance every consultation generator in lockstep; each
+    round is ONE batched `answer` call (a consultant's, or the prompt showcase's scripted one)."""
     decisions: list[Decision | None] = [None] * len(consultations)
     pending: dict[int, list] = {}
     for k, gen in enumerate(consultations):
@@ -171,7 +178,7 @@ def consult_all(consultations: list[Consultation], consultant: Consultant | None
     while pending:
         order = list(pending)
         flat = [q for k in order for q in pending[k]]
-        answers = consultant.answer(flat) if flat else []
+        answers = answer(flat) if flat else []
         cursor, rounds = 0, {}
         for k in order:
             n = len(pending[k])

@@ -2,22 +2,26 @@
 
 Every gate is batch-independent: its decision for an episode depends only on that episode's
 uncertainty and (seed, episode seed, step), never on which other episodes share the batch, so
-lockstep and sequential evaluation agree."""
+lockstep and sequential evaluation agree.
+
+A gate class is built from its own typed constructor arguments only; what a job needs to know
+about it (does it use a policy, MC-dropout uncertainty, a threshold to tune) are class
+attributes, the one source of truth. The job-level settings of conf/gate (tau=auto, tau_range,
+mc_samples, match_tau) are read by `GateSettings`; values are checked once, in validate.py."""
 
 from __future__ import annotations
 
-import math
+import inspect
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from hydra.utils import get_class
 
 from benchmark.uncertainty import Uncertainty
 
-
-def _check_tau(name: str, tau: float) -> float:
-    tau = float(tau)
-    if tau < 0 or math.isnan(tau):
-        raise ValueError(f"gate.tau={tau} is invalid for gate {name!r}: allowed tau >= 0 (bits)")
-    return tau
+TAU_AUTO = "auto"  # gate.tau=auto: tuned with Optuna on validation seeds
+P_MATCH = "match"  # gate.p=match: the random gate spends the entropy cell's query budget
 
 
 class Gate:
@@ -36,9 +40,6 @@ class ConstantGate(Gate):
     """A gate that never or always asks, whatever the uncertainty."""
 
     asks = False
-
-    def __init__(self, **_: object) -> None:
-        pass
 
     def mask(self, unc, seeds, step):
         return np.full(len(seeds), self.asks, dtype=bool)
@@ -59,14 +60,14 @@ class AlwaysGate(ConstantGate):
 
 
 class EntropyGate(Gate):
-    """ASK: query when the total predictive entropy H(o) >= tau."""
+    """ASK: query when the total predictive entropy H(o) >= tau (bits)."""
 
     name = "entropy"
     needs_uncertainty = True
     threshold_field = "total"
 
-    def __init__(self, tau: float, **_: object) -> None:
-        self.tau = _check_tau(self.name, tau)
+    def __init__(self, tau: float) -> None:
+        self.tau = float(tau)
 
     def mask(self, unc, seeds, step):
         return getattr(unc, self.threshold_field) >= self.tau
@@ -85,11 +86,8 @@ class RandomGate(Gate):
 
     name = "random"
 
-    def __init__(self, p: float, seed: int = 0, **_: object) -> None:
-        p = float(p)
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"gate.p={p} is invalid for gate 'random': allowed 0 <= p <= 1")
-        self.p, self.seed = p, int(seed)
+    def __init__(self, p: float, seed: int = 0) -> None:
+        self.p, self.seed = float(p), int(seed)
 
     def mask(self, unc, seeds, step):
         draws = [
@@ -97,3 +95,60 @@ class RandomGate(Gate):
             for s, t in zip(seeds, step, strict=False)
         ]
         return np.asarray(draws) < self.p
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """A gate config (conf/gate/<name>.yaml) read once: the class, its constructor arguments,
+    and the job-level settings around it."""
+
+    cls: type[Gate]
+    args: dict[str, Any]  # the constructor arguments the config gives (tau may be "auto")
+    tau_range: tuple[float, float] | None
+    mc_samples: int | None  # None when the gate needs no uncertainty
+    match_tau: Any = None
+
+    @classmethod
+    def from_config(cls, gate_cfg: Any) -> GateSettings:
+        gate = dict(gate_cfg)
+        gate_cls = get_class(gate["_target_"])
+        if not (isinstance(gate_cls, type) and issubclass(gate_cls, Gate)):
+            raise ValueError(
+                f"gate._target_={gate['_target_']!r} is not a benchmark.gates.Gate subclass"
+            )
+        params = inspect.signature(gate_cls.__init__).parameters
+        args = {k: gate[k] for k in params if k != "self" and k in gate}
+        tau_range = gate.get("tau_range")
+        return cls(
+            cls=gate_cls,
+            args=args,
+            tau_range=tuple(float(v) for v in tau_range) if tau_range is not None else None,
+            mc_samples=int(gate.get("mc_samples", 50)) if gate_cls.needs_uncertainty else None,
+            match_tau=gate.get("match_tau"),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def needs_policy(self) -> bool:
+        return self.cls.needs_policy
+
+    @property
+    def asks(self) -> bool:
+        """False for PPO-only: no consultant and no prompt are built."""
+        return self.cls is not NeverGate
+
+    @property
+    def tunes_tau(self) -> bool:
+        return str(self.args.get("tau")) == TAU_AUTO
+
+    @property
+    def matches_ir(self) -> bool:
+        return str(self.args.get("p")) == P_MATCH
+
+    def build(self, **resolved: Any) -> Gate:
+        """The gate, with `resolved` replacing settings decided at run time (a tuned tau, a
+        matched p)."""
+        return self.cls(**{**self.args, **resolved})

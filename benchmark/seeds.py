@@ -1,57 +1,91 @@
-"""Seed splits, enforced in one place so that tuning never sees a test seed and training never
-sees an evaluation layout."""
+"""Seed splits, passed explicitly (never a global) so that tuning never sees a test seed, training
+never sees an evaluation layout, and every hash that depends on a split includes it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-SPLITS: dict[str, range] = {
-    "validation": range(0, 100),
-    "test": range(100, 200),
-}
 TRAIN_SEED_MIN = 200  # every training reset seed is >= this
+TUNING_SPLIT = "validation"  # fixed: tuning can never evaluate a test seed
 
 
-def configure_splits(splits: dict[str, list[int]] | None) -> None:
-    """Use the job's `splits` config ({name: [start, stop)}) after checking it: disjoint, below
-    the training seeds, and with both validation and test present."""
-    if not splits:
-        return
-    ranges = {}
-    for name, bounds in dict(splits).items():
-        try:
-            start, stop = (int(b) for b in bounds)
-        except (TypeError, ValueError):
+@dataclass(frozen=True)
+class Splits:
+    """Named, disjoint, half-open seed ranges below TRAIN_SEED_MIN; validation and test required."""
+
+    ranges: dict[str, range] = field(
+        default_factory=lambda: {"validation": range(0, 100), "test": range(100, 200)}
+    )
+
+    def __post_init__(self) -> None:
+        missing = {"validation", "test"} - set(self.ranges)
+        if missing:
             raise ValueError(
-                f"splits.{name}={bounds!r} is invalid: allowed [start, stop)"
-            ) from None
-        if not 0 <= start < stop:
-            raise ValueError(
-                f"splits.{name}=[{start}, {stop}) is invalid: allowed 0 <= start < stop"
+                f"splits is missing {sorted(missing)}: both validation and test are required"
             )
-        ranges[name] = range(start, stop)
-    missing = {"validation", "test"} - set(ranges)
-    if missing:
-        raise ValueError(
-            f"splits is missing {sorted(missing)}: both validation and test are required"
-        )
-    check_disjoint(ranges)
-    SPLITS.clear()
-    SPLITS.update(ranges)
+        names = sorted(self.ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                overlap = set(self.ranges[a]) & set(self.ranges[b])
+                if overlap:
+                    raise ValueError(
+                        f"seed splits {a!r} and {b!r} overlap on {sorted(overlap)[:5]}...: "
+                        "validation and test seeds must be disjoint"
+                    )
+            if max(self.ranges[a]) >= TRAIN_SEED_MIN:
+                raise ValueError(
+                    f"split {a!r} reaches seed {max(self.ranges[a])}, but seeds >= "
+                    f"{TRAIN_SEED_MIN} are for training"
+                )
+
+    @classmethod
+    def from_config(cls, splits: Mapping | None) -> Splits:
+        """From the job's `splits` config ({name: [start, stop)}); None gives the papers' splits."""
+        if not splits:
+            return cls()
+        ranges = {}
+        for name, bounds in dict(splits).items():
+            try:
+                start, stop = (int(b) for b in bounds)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"splits.{name}={bounds!r} is invalid: allowed [start, stop)"
+                ) from None
+            if not 0 <= start < stop:
+                raise ValueError(
+                    f"splits.{name}=[{start}, {stop}) is invalid: allowed 0 <= start < stop"
+                )
+            ranges[name] = range(start, stop)
+        return cls(ranges)
+
+    def names(self) -> list[str]:
+        return sorted(self.ranges)
+
+    def size(self, split: str) -> int:
+        return len(self.ranges.get(split, ()))
+
+    def seeds(self, split: str, n_episodes: int) -> list[int]:
+        """The first `n_episodes` seeds of a fixed evaluation split."""
+        if split not in self.ranges:
+            raise ValueError(f"eval split {split!r} is not one of {self.names()}")
+        seeds = self.ranges[split]
+        if not 1 <= n_episodes <= len(seeds):
+            raise ValueError(
+                f"n_episodes={n_episodes} is out of range for split {split!r}: "
+                f"allowed 1..{len(seeds)}"
+            )
+        return list(seeds[:n_episodes])
+
+    def bounds(self, split: str) -> list[int]:
+        """[start, stop) of a split: what enters a hash."""
+        r = self.ranges[split]
+        return [r.start, r.stop]
 
 
-def evaluation_seeds(split: str, n_episodes: int) -> list[int]:
-    """The first `n_episodes` seeds of a fixed evaluation split."""
-    if split not in SPLITS:
-        raise ValueError(f"eval split {split!r} is not one of {sorted(SPLITS)}")
-    seeds = SPLITS[split]
-    if not 1 <= n_episodes <= len(seeds):
-        raise ValueError(
-            f"n_episodes={n_episodes} is out of range for split {split!r}: allowed 1..{len(seeds)}"
-        )
-    return list(seeds[:n_episodes])
+DEFAULT_SPLITS = Splits()
 
 
 def training_seeds(seed: int) -> Iterator[int]:
@@ -59,20 +93,3 @@ def training_seeds(seed: int) -> Iterator[int]:
     rng = np.random.default_rng(seed)
     while True:
         yield int(TRAIN_SEED_MIN + rng.integers(0, 2**31 - 1 - TRAIN_SEED_MIN))
-
-
-def check_disjoint(splits: dict[str, range] = SPLITS) -> None:
-    """Fail when two splits share a seed or an evaluation seed could be a training seed."""
-    names = sorted(splits)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            overlap = set(splits[a]) & set(splits[b])
-            if overlap:
-                raise ValueError(
-                    f"seed splits {a!r} and {b!r} overlap on {sorted(overlap)[:5]}...: "
-                    "validation and test seeds must be disjoint"
-                )
-        if max(splits[a]) >= TRAIN_SEED_MIN:
-            raise ValueError(
-                f"split {a!r} reaches seed {max(splits[a])}, but seeds >= {TRAIN_SEED_MIN} are for training"
-            )

@@ -2,19 +2,23 @@
 
 The study lives on disk (Optuna JournalStorage, process-safe) keyed by everything that changes
 the objective, so it is shared by every cell that needs the same tau and resumes after a kill:
-a rerun continues to the configured number of trials instead of adding that many more."""
+a rerun continues to the configured number of trials instead of adding that many more.
+
+Test-only pause point: with BENCHMARK_PAUSE_AFTER_TRIAL=k in the environment, the process writes
+`<study_dir>/paused` once the study holds k completed trials and then sleeps until it is killed,
+so a test can kill a sweep at a known point (tests/test_sweeps.py) instead of racing it."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 from filelock import FileLock
 
-from benchmark.seeds import evaluation_seeds
-
-TUNING_SPLIT = "validation"  # fixed: tuning can never evaluate a test seed
+PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
 
 
 def tune(
@@ -23,15 +27,13 @@ def tune(
     *,
     tau_range: tuple[float, float],
     n_trials: int,
-    n_episodes: int,
+    seeds: list[int],
     sampler_seed: int,
     max_reward: float,
 ) -> tuple[float, list[dict]]:
-    """Run (or resume) the study; `objective(tau, seeds) -> (mean reward, IR)`.
+    """Run (or resume) the study on validation `seeds` (benchmark.build passes the first
+    tuning.n_episodes of the validation split); `objective(tau, seeds) -> (mean reward, IR)`.
     Returns the best tau and one row per completed trial (tau, reward, ir, seeds)."""
-    if n_trials < 1:
-        raise ValueError(f"tuning.n_trials={n_trials} is invalid: allowed >= 1")
-    seeds = evaluation_seeds(TUNING_SPLIT, n_episodes)
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -60,12 +62,22 @@ def tune(
 
         while not _finished(study, n_trials, max_reward):
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
+            _pause_if_asked(study, study_dir)
     trials = _complete(study)
     rows = [
         {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs}
         for t in trials
     ]
     return float(study.best_params["tau"]), rows
+
+
+def _pause_if_asked(study: optuna.Study, study_dir: Path) -> None:
+    """Test-only: once $BENCHMARK_PAUSE_AFTER_TRIAL trials are complete, mark and never return."""
+    after = os.environ.get(PAUSE_ENV)
+    if after and len(_complete(study)) >= int(after):
+        (study_dir / "paused").write_text(f"{os.getpid()}\n")
+        while True:
+            time.sleep(1)
 
 
 def _complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

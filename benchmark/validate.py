@@ -7,21 +7,31 @@ from __future__ import annotations
 import math
 import re
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from benchmark.seeds import SPLITS, configure_splits
+from benchmark.gates import P_MATCH, TAU_AUTO
+from benchmark.policy.train import checkpoint_name
+from benchmark.seeds import Splits
 
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
 
-def validate(cfg: DictConfig, task=None) -> None:
-    configure_splits(cfg.get("splits"))
+def validate(cfg: DictConfig, task=None) -> Splits:
+    """Check every value the job reads; returns the job's seed splits."""
+    splits = Splits.from_config(cfg.get("splits"))
+    for key in ("seed", "policy.seed", "tuning.sampler_seed"):
+        value = OmegaConf.select(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
+    n_trials = cfg.tuning.n_trials
+    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+        raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
     gate = cfg.gate
     n = gate.get("mc_samples")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gate.mc_samples={n!r} is invalid: allowed an integer >= 1")
     tau = gate.get("tau")
-    if tau is not None and str(tau) != "auto":
+    if tau is not None and str(tau) != TAU_AUTO:
         if not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
             raise ValueError(f"gate.tau={tau!r} is invalid: allowed 'auto' or a number >= 0 (bits)")
     if "tau_range" in gate:
@@ -33,14 +43,14 @@ def validate(cfg: DictConfig, task=None) -> None:
                 f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
             )
     p = gate.get("p")
-    if p is not None and str(p) != "match" and not (isinstance(p, (int, float)) and 0 <= p <= 1):
+    if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
         raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
-    if cfg.eval.split not in SPLITS:
-        raise ValueError(f"eval.split={cfg.eval.split!r} is invalid: allowed {sorted(SPLITS)}")
+    if cfg.eval.split not in splits.names():
+        raise ValueError(f"eval.split={cfg.eval.split!r} is invalid: allowed {splits.names()}")
     for key in ("eval", "tuning"):
         n_ep = cfg[key].n_episodes
         split = cfg.eval.split if key == "eval" else "validation"
-        size = len(SPLITS.get(split, ()))
+        size = splits.size(split)
         if not isinstance(n_ep, int) or not 1 <= n_ep <= max(size, 1):
             raise ValueError(
                 f"{key}.n_episodes={n_ep!r} is invalid: allowed an integer in 1..{size} "
@@ -52,8 +62,9 @@ def validate(cfg: DictConfig, task=None) -> None:
     if not CHECKPOINT.match(ckpt):
         raise ValueError(
             f"policy.checkpoint={ckpt!r} is invalid: allowed final, best, tK (K-th threshold) or rNNN "
-            f"(reward threshold x100, one of {[f'r{round(t * 100):03d}' for t in cfg.env.thresholds]})"
+            f"(reward threshold x100, one of {[checkpoint_name(t) for t in cfg.env.thresholds]})"
         )
+    return splits
 
 
 def _pair(name: str, value) -> tuple[float, float]:

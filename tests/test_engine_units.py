@@ -13,6 +13,7 @@ from benchmark.gates import EntropyGate, EpistemicGate, RandomGate
 from benchmark.metrics import bootstrap_ci, episode_rates, paired_difference, summarize
 from benchmark.tuning import tune
 from benchmark.uncertainty import Uncertainty
+from tests.conftest import compose_cfg
 
 
 def _unc(total, epi):
@@ -30,9 +31,23 @@ def test_entropy_and_epistemic_gates_threshold_their_own_field():
     assert EntropyGate(tau=0).mask(unc, [1, 2, 3], [0, 0, 0]).all()
 
 
-def test_negative_tau_is_rejected_with_the_allowed_range():
-    with pytest.raises(ValueError, match=r"gate.tau=-0.1 .*allowed tau >= 0"):
-        EntropyGate(tau=-0.1)
+def test_gate_settings_read_the_class_not_the_yaml(tmp_path):
+    """needs_policy / needs_uncertainty come from the class; constructor arguments are only the
+    ones the class declares; tau=auto is a setting, not an argument value."""
+    from benchmark.gates import AlwaysGate, GateSettings
+
+    cfg = compose_cfg(tmp_path, "gate=entropy")
+    gate = GateSettings.from_config(cfg.gate)
+    assert gate.cls is EntropyGate and gate.tunes_tau and gate.mc_samples == 50
+    assert gate.args == {"tau": "auto"} and gate.build(tau=0.4).tau == 0.4
+    always = GateSettings.from_config(compose_cfg(tmp_path, "gate=always").gate)
+    assert always.cls is AlwaysGate and not always.needs_policy and always.mc_samples is None
+    random = GateSettings.from_config(compose_cfg(tmp_path, "gate=random").gate)
+    assert set(random.args) == {"p", "seed"} and not random.tunes_tau
+    with pytest.raises(ValueError, match=r"gate.tau=-0.1 .*allowed 'auto' or a number >= 0"):
+        from benchmark.build import prepare
+
+        prepare(compose_cfg(tmp_path, "gate=entropy", "gate.tau=-0.1"))
 
 
 def test_random_gate_is_batch_independent_and_hits_its_rate():
@@ -88,7 +103,7 @@ def test_tuning_study_uses_validation_seeds_and_resumes_without_extra_trials(tmp
         seen.extend(seeds)
         return -((tau - 0.7) ** 2), 1.0 - tau / 2
 
-    kw = dict(tau_range=(0.1, 1.5), n_episodes=10, sampler_seed=0, max_reward=math.inf)
+    kw = dict(tau_range=(0.1, 1.5), seeds=list(range(10)), sampler_seed=0, max_reward=math.inf)
     tau, rows = tune(objective, tmp_path, n_trials=4, **kw)
     assert len(rows) == 4 and set(seen) == set(range(10))
     calls = len(seen)
@@ -105,7 +120,7 @@ def test_tuning_stops_early_at_the_maximum_reward(tmp_path):
         tmp_path,
         tau_range=(0.1, 2.0),
         n_trials=15,
-        n_episodes=3,
+        seeds=[0, 1, 2],
         sampler_seed=0,
         max_reward=1.0,
     )

@@ -11,9 +11,9 @@ import pytest
 from minigrid.core.constants import DIR_TO_VEC
 
 from benchmark.envs import make_task
-from benchmark.seeds import evaluation_seeds
+from benchmark.seeds import DEFAULT_SPLITS
 
-TEST_SEEDS = evaluation_seeds("test", 100)
+TEST_SEEDS = DEFAULT_SPLITS.seeds("test", 100)
 
 
 def _dijkstra(sources: dict, passable) -> dict:

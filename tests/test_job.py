@@ -9,7 +9,6 @@ import pytest
 
 from benchmark import results
 from benchmark.envs import make_task
-from benchmark.evaluate import Evaluator
 from benchmark.job import run_job
 from tests.conftest import SMALL_POLICY, compose_cfg, run_cli
 
@@ -22,23 +21,10 @@ def _run(root, tmp_path, *overrides):
     return summary, results.read_jsonl(tmp_path / "job" / "episodes.jsonl")
 
 
-def _evaluator(cfg, **kw):
-    from hydra.utils import instantiate
+def _evaluator(cfg):
+    from benchmark.build import build
 
-    from benchmark.consultants import make_consultant
-    from benchmark.policy import ensure, load
-
-    task = make_task(cfg.env)
-    policy = load(ensure(cfg), task=task).policy
-    return Evaluator(
-        task=task,
-        gate=instantiate(cfg.gate),
-        policy=policy,
-        consultant=make_consultant(cfg.slm, cfg.paths),
-        prompt=instantiate(cfg.prompt),
-        mc_samples=cfg.gate.mc_samples,
-        **kw,
-    )
+    return build(cfg).evaluator()
 
 
 @pytest.mark.parametrize("slm", ["oracle", "random"])
@@ -128,12 +114,12 @@ def test_slm_only_never_trains_a_policy(tmp_path):
         "eval.n_episodes=5",
     )
     summary = run_job(cfg, tmp_path / "job", multirun=False)
-    assert not (tmp_path / "checkpoints").exists()
-    assert (
-        summary["checkpoint"] is None and summary["or_mean"] is None
-        if "or_mean" in summary
-        else True
-    )
+    assert cfg.paths.checkpoints == str(tmp_path / "checkpoints")
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained, nothing cached
+    assert not list(tmp_path.rglob("*.zip"))  # no SB3 policy file anywhere under the root
+    assert summary["checkpoint"] is None and summary["checkpoint_path"] is None
+    assert summary["policy_seed"] is None
+    assert summary.get("or_mean") is None  # no policy, so no overwrite rate (absent or None)
 
 
 @pytest.mark.slow

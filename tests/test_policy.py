@@ -28,7 +28,7 @@ from benchmark.policy.checkpoints import (
     resolve,
 )
 from benchmark.policy.train import evaluate
-from benchmark.seeds import TRAIN_SEED_MIN, evaluation_seeds
+from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
 
 ROOT = Path(__file__).resolve().parents[1]
 # PPO settings that learn Empty-Random-5x5 in a few thousand steps (SB3 defaults need ~1e5)
@@ -206,7 +206,7 @@ def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
     assert len(curve) == 1 + len(rows)
     # the saved best model is the model that was evaluated: re-evaluating reproduces its reward
     best_meta = json.loads((out / "best.json").read_text())
-    again = evaluate(load(out / "best.zip", task=task), task, evaluation_seeds("validation", 3))
+    again = evaluate(load(out / "best.zip", task=task), task, DEFAULT_SPLITS.seeds("validation", 3))
     assert again["reward"] == pytest.approx(best_meta["eval_reward"])
     # training never handed an evaluation seed to an env
     assert set(rec.reset_kwargs) == {None}
@@ -227,7 +227,7 @@ def test_ppo_learns_better_than_random(task, tmp_path):
     )
     rows: list[dict] = []
     train(task, cfg.policy, tmp_path / "run", log_fn=rows.append)
-    seeds = evaluation_seeds("test", 100)
+    seeds = DEFAULT_SPLITS.seeds("test", 100)
     ppo = evaluate(load(tmp_path / "run/final.zip", task=task), task, seeds)
     rnd = _random_policy(task, seeds)
     steps_per_s = rows[-1]["timesteps"] / rows[-1]["wall_seconds"]

@@ -28,18 +28,18 @@ def _ids(case):
 
 def _consult(session, ppo=None, answer=None):
     """One consultation; `answer(query) -> text` (default: the expert via render_answer)."""
-    gen = session.consult(ppo)
+    from benchmark.evaluate import consult_all
+
     queries_seen = []
-    try:
-        queries = next(gen)
-        while True:
-            queries_seen += queries
-            texts = [
-                answer(q) if answer else q.render_answer(" ".join(q.expert), "x") for q in queries
-            ]
-            queries = gen.send([Answer(t) for t in texts])
-    except StopIteration as stop:
-        return stop.value, queries_seen
+
+    def answer_all(queries):
+        queries_seen.extend(queries)
+        return [
+            Answer(answer(q) if answer else q.render_answer(" ".join(q.expert), "x"))
+            for q in queries
+        ]
+
+    return consult_all([session.consult(ppo)], answer_all)[0], queries_seen
 
 
 def test_every_family_is_covered():

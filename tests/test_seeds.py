@@ -9,22 +9,27 @@ import numpy as np
 import pytest
 
 from benchmark.envs import available_envs, make_task
-from benchmark.seeds import SPLITS, TRAIN_SEED_MIN, check_disjoint, evaluation_seeds
+from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN, Splits
 
 EVAL_SEEDS = set(range(0, 200))
 
 
 def test_splits_are_fixed_and_disjoint() -> None:
-    check_disjoint()
-    assert evaluation_seeds("validation", 100) == list(range(0, 100))
-    assert evaluation_seeds("test", 100) == list(range(100, 200))
-    assert not set(SPLITS["validation"]) & set(SPLITS["test"])
+    assert DEFAULT_SPLITS == Splits.from_config(None)
+    assert DEFAULT_SPLITS.seeds("validation", 100) == list(range(0, 100))
+    assert DEFAULT_SPLITS.seeds("test", 100) == list(range(100, 200))
+    assert not set(DEFAULT_SPLITS.ranges["validation"]) & set(DEFAULT_SPLITS.ranges["test"])
     with pytest.raises(ValueError, match="not one of"):
-        evaluation_seeds("train", 5)
+        DEFAULT_SPLITS.seeds("train", 5)
     with pytest.raises(ValueError, match="overlap"):
-        check_disjoint({"validation": range(0, 10), "test": range(5, 15)})
+        Splits({"validation": range(0, 10), "test": range(5, 15)})
     with pytest.raises(ValueError, match="for training"):
-        check_disjoint({"test": range(150, 250)})
+        Splits({"validation": range(0, 10), "test": range(150, 250)})
+    with pytest.raises(ValueError, match="missing"):
+        Splits.from_config({"test": [100, 200]})
+    custom = Splits.from_config({"validation": [0, 50], "test": [50, 60]})
+    assert custom.seeds("test", 10) == list(range(50, 60))
+    assert custom.bounds("validation") == [0, 50]
 
 
 @pytest.mark.parametrize("name", ["fourrooms", "higherlower"])

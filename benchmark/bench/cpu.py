@@ -260,36 +260,22 @@ class CpuBench:
         ]
 
     def section_evaluation(self) -> dict[str, Any]:
-        from hydra.utils import instantiate
-
         from benchmark import results
-        from benchmark.consultants import make_consultant
-        from benchmark.envs import make_task
-        from benchmark.evaluate import Evaluator
-        from benchmark.seeds import evaluation_seeds
+        from benchmark.build import build, prepare
 
         z = self.sizes
         cfg = self.cfg(
             *self.eval_overrides(), "slm.cache=false", f"eval.n_episodes={z.eval_episodes}"
         )
-        task = make_task(cfg.env)
-        policy = self._policy(cfg, task)
+        prepared = prepare(cfg)
+        policy = self._policy(cfg, prepared[0])
         n = int(cfg.gate.mc_samples)
         tau, entropies = calibrate_tau(
-            policy, task, z.eval_episodes, z.eval_max_steps, n, z.target_ir
+            policy, prepared[0], z.eval_episodes, z.eval_max_steps, n, z.target_ir
         )
-        consultant = make_consultant(cfg.slm, cfg.paths)
+        evaluation = build(cfg, prepared=prepared, policy=policy)
         try:
-            ev = Evaluator(
-                task=task,
-                gate=instantiate(cfg.gate, tau=tau),
-                policy=policy,
-                consultant=consultant,
-                prompt=instantiate(cfg.prompt),
-                mc_samples=n,
-                seed=int(cfg.seed),
-            )
-            seeds = evaluation_seeds(cfg.eval.split, int(cfg.eval.n_episodes))
+            seeds = evaluation.test_seeds()
             runs: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
             outcomes: dict[str, list] = {"lockstep": [], "sequential": []}
             for _ in range(z.eval_repeats):
@@ -297,14 +283,14 @@ class CpuBench:
                     sampler = RssSampler()
                     with sampler:
                         t0 = time.perf_counter()
-                        rows = ev.run(seeds, mode=mode)
+                        rows = evaluation.run(seeds, mode=mode, tau=tau)
                         wall = time.perf_counter() - t0
                     if mode == "lockstep":
                         self.eval_rss = max(self.eval_rss or 0, sampler.max_bytes)
                     runs[mode].append(_run_stats(rows, wall))
                     outcomes[mode].append(results.split_runtime(rows)[0])
         finally:
-            consultant.close()
+            evaluation.close()
         med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
         identical = all(o == outcomes["lockstep"][0] for m in outcomes for o in outcomes[m])
         lock, seq = med["lockstep"], med["sequential"]
@@ -345,70 +331,37 @@ class CpuBench:
 
     # -------------------------------------------------------------------------------- 3. tuning
     def section_tuning(self) -> dict[str, Any]:
-        from hydra.utils import instantiate
         from omegaconf import OmegaConf
 
+        from benchmark.build import build, prepare
         from benchmark.consultants import make_consultant
-        from benchmark.envs import make_task
-        from benchmark.evaluate import Evaluator
-        from benchmark.job import task_max_entropy
-        from benchmark.tuning import tune
 
         z = self.sizes
         cfg = self.cfg(
             *self.eval_overrides(),
+            "gate.tau=auto",
             f"tuning.n_trials={z.tune_trials}",
             f"tuning.n_episodes={z.tune_episodes}",
         )
-        task = make_task(cfg.env)
-        policy = self._policy(cfg, task)
-        prompt = instantiate(cfg.prompt)
-        low, high = (float(v) for v in cfg.gate.tau_range)
-        high = min(high, task_max_entropy(task))
+        prepared = prepare(cfg)
+        policy = self._policy(cfg, prepared[0])
         out: dict[str, Any] = {}
         for cached in (False, True):
             key = "with_cache" if cached else "without_cache"
             slm = OmegaConf.merge(cfg.slm, {"cache": cached})
             paths = OmegaConf.merge(cfg.paths, {"cache": str(self.work / f"cache-{key}")})
-            consultant = make_consultant(slm, paths)
-            queries = []
-
-            def objective(tau: float, seeds: list[int], consultant=consultant, queries=queries):
-                ev = Evaluator(
-                    task=task,
-                    gate=instantiate(cfg.gate, tau=tau),
-                    policy=policy,
-                    consultant=consultant,
-                    prompt=prompt,
-                    mc_samples=int(cfg.gate.mc_samples),
-                    seed=int(cfg.seed),
-                )
-                rows = ev.run(seeds, mode=cfg.eval.mode)
-                steps = sum(r["length"] for r in rows)
-                queries.append(sum(r["queries"] for r in rows))
-                return (
-                    sum(r["reward"] for r in rows) / len(rows),
-                    sum(r["queries"] for r in rows) / max(steps, 1),
-                )
-
+            consultant = counting(make_consultant(slm, paths))
+            evaluation = build(cfg, prepared=prepared, policy=policy, consultant=consultant)
             try:
                 t0 = time.perf_counter()
-                tau, trials = tune(
-                    objective,
-                    self.work / f"study-{key}",
-                    tau_range=(low, high),
-                    n_trials=z.tune_trials,
-                    n_episodes=z.tune_episodes,
-                    sampler_seed=int(cfg.tuning.sampler_seed),
-                    max_reward=task.max_reward,
-                )
+                tau, trials = evaluation.tune(self.work / f"study-{key}")
                 wall = time.perf_counter() - t0
                 stats = consultant.stats() if hasattr(consultant, "stats") else None
                 entry: dict[str, Any] = {
                     "wall_s": wall,
                     "best_tau": tau,
                     "trials": len(trials),
-                    "queries": int(sum(queries)),
+                    "queries": consultant.queries_seen,
                     "cache": stats,
                     "ir": [t["ir"] for t in trials],
                 }
@@ -424,7 +377,8 @@ class CpuBench:
                     entry["cache_row_bytes_estimate"] = row_bytes_estimate(db)
                 out[key] = entry
             finally:
-                consultant.close()
+                evaluation.close()
+        low, high = evaluation.tau_range()
         s = "tuning"
         speedup = out["without_cache"]["wall_s"] / out["with_cache"]["wall_s"]
         self.check(
@@ -453,14 +407,12 @@ class CpuBench:
     def section_threads(self) -> dict[str, Any]:
         """The tiny model's batched generation with 1 torch thread vs torch's default count:
         on a shared machine, OpenMP threads that wait for each other are the main slowdown."""
-        from hydra.utils import instantiate
-
+        from benchmark.build import build_prompt, prepare
         from benchmark.consultants import make_consultant
-        from benchmark.envs import make_task
 
         cfg = self.cfg(*self.eval_overrides(), "slm.cache=false")
-        task = make_task(cfg.env)
-        prompt = instantiate(cfg.prompt)
+        task = prepare(cfg)[0]
+        prompt = build_prompt(cfg, task)
         queries = []
         for seed in range(8):
             consultation = prompt.session(task.episode(seed), False).consult(0)
@@ -581,6 +533,20 @@ def sample_observations(task: Any, n: int, steps: int = 5) -> np.ndarray:
             ep.step(int(rng.integers(len(ep.action_names))))
         obs.append(np.asarray(ep.obs))
     return np.stack(obs)
+
+
+class counting:  # noqa: N801 - reads as a function at the call site
+    """A consultant that counts the queries it is asked (the tuning section's cost figure)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.queries_seen = inner, 0
+
+    def answer(self, queries: list) -> list:
+        self.queries_seen += len(queries)
+        return self.inner.answer(queries)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def calibrate_tau(

@@ -135,40 +135,31 @@ def ask_lockstep_vs_sequential(
 
     from benchmark import results
     from benchmark.bench.cpu import calibrate_tau, new_ppo
-    from benchmark.envs import make_task
-    from benchmark.evaluate import Evaluator
-    from benchmark.gates import EntropyGate
-    from benchmark.prompts.ask import AskPrompt
-    from benchmark.seeds import evaluation_seeds
+    from benchmark.build import build, prepare
 
     cfg = compose(
         root,
         "env=fourrooms",
         f"env.task.max_steps={sizes.ask_max_steps}",
         "gate=entropy",
+        "gate.tau=1.0",
         "prompt=basic",
+        f"eval.n_episodes={sizes.ask_episodes}",
     )
-    task = make_task(cfg.env)
+    prepared = prepare(cfg)
+    task = prepared[0]
     torch.manual_seed(0)
     policy = new_ppo(task, cfg.policy, n_envs=1).policy  # untrained: speed, not quality
     n = int(cfg.gate.mc_samples)
     tau, calib = calibrate_tau(
         policy, task, sizes.ask_episodes, sizes.ask_max_steps, n, sizes.target_ir
     )
-    ev = Evaluator(
-        task=task,
-        gate=EntropyGate(tau=tau),
-        policy=policy,
-        consultant=consultant,
-        prompt=AskPrompt(name="basic", level="basic"),
-        mc_samples=n,
-        seed=0,
-    )
-    seeds = evaluation_seeds("test", sizes.ask_episodes)
+    evaluation = build(cfg, prepared=prepared, policy=policy, consultant=consultant)
+    seeds = evaluation.test_seeds()
     runs, outcomes = {}, {}
     for mode in ("lockstep", "sequential"):
         t0 = time.perf_counter()
-        rows = ev.run(seeds, mode=mode)
+        rows = evaluation.run(seeds, mode=mode, tau=tau)
         wall = time.perf_counter() - t0
         decisions = sum(r["length"] for r in rows)
         queries = sum(r["queries"] for r in rows)

@@ -54,6 +54,13 @@ class Consultant(abc.ABC):
 
     needs_expert: bool = False
 
+    @classmethod
+    def weights_identity(cls, **backend_args: object) -> str | None:
+        """The identity of the weights a backend config names, found without loading them (a
+        cell's identity must follow the model's content, not where it lies). None when the
+        config itself says it all (dice, oracle, a server's URL and model)."""
+        return None
+
     @property
     @abc.abstractmethod
     def identity(self) -> str:

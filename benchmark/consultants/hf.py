@@ -102,6 +102,16 @@ class HFConsultant(Consultant):
         self.model.eval()
         self._setup_tokens()
 
+    @classmethod
+    def weights_identity(
+        cls,
+        model: str | None = None,
+        path: str | None = None,
+        revision: str | None = None,
+        **_: object,
+    ) -> str | None:
+        return _resolve_source(model, path, revision)[2]
+
     # ----------------------------------------------------------------------------- setup
     def _setup_tokens(self) -> None:
         tok, vocab = self.tokenizer, self.tokenizer.get_vocab()

@@ -165,3 +165,8 @@ class TinyConsultant(HFConsultant):
         kwargs.setdefault("dtype", "float32")
         kwargs.setdefault("device_map", "cpu")
         super().__init__(model=None, path=path, **kwargs)
+
+    @classmethod
+    def weights_identity(cls, path: str, seed: int = 0, **_: object) -> str | None:
+        build_tiny(path, seed)  # seconds; the identity is the built files' fingerprint
+        return super().weights_identity(path=path)

@@ -24,7 +24,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
-from benchmark.policy.train import as_dict, train, write_json_atomic
+from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
+from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,9 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt or does not fit the task."""
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Short sha256 of the env task, net_arch, thresholds and the policy config (minus keys that
-    do not shape the weights)."""
+def _payload(cfg: DictConfig) -> dict[str, Any]:
     policy = {k: v for k, v in as_dict(cfg.policy).items() if k not in UNHASHED_POLICY_KEYS}
-    payload = {
+    return {
         "env": {
             "task": OmegaConf.to_container(cfg.env.task, resolve=True),
             "net_arch": OmegaConf.to_container(cfg.env.net_arch, resolve=True),
@@ -50,13 +49,58 @@ def config_hash(cfg: DictConfig) -> str:
         },
         "policy": policy,
     }
+
+
+def _short_hash(payload: dict[str, Any]) -> str:
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
-def checkpoint_dir(cfg: DictConfig) -> Path:
+def config_hash(cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> str:
+    """Short sha256 of the env task, net_arch, thresholds, the policy config (minus keys that do
+    not shape the weights), the validation split that picks `best` and the thresholds, and the
+    training code's version."""
+    payload = _payload(cfg)
+    payload["validation"] = splits.bounds("validation")
+    payload["training_version"] = TRAINING_VERSION
+    return _short_hash(payload)
+
+
+def legacy_config_hash(cfg: DictConfig) -> str:
+    """The hash of results roots written before splits and the training version entered it."""
+    return _short_hash(_payload(cfg))
+
+
+def checkpoint_dir(cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
     """`<paths.checkpoints>/<env.name>-<hash>`."""
-    return Path(cfg.paths.checkpoints) / f"{cfg.env.name}-{config_hash(cfg)}"
+    return Path(cfg.paths.checkpoints) / f"{cfg.env.name}-{config_hash(cfg, splits)}"
+
+
+def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
+    """Move a complete checkpoint directory of the old layout (hash without splits and training
+    version) to its new name, once. Only with the default splits: the old hash did not record
+    which validation seeds picked `best`, and the default ones are all the presets ever used."""
+    old = ckpt_dir.parent / f"{cfg.env.name}-{legacy_config_hash(cfg)}"
+    if old == ckpt_dir or not _intact(old):
+        return False
+    if splits != DEFAULT_SPLITS:
+        log.warning(
+            "%s was trained before checkpoint identities recorded the validation split; this job "
+            "uses splits.validation=%s, so it is not reused: training %s",
+            old,
+            splits.bounds("validation"),
+            ckpt_dir.name,
+        )
+        return False
+    os.replace(old, ckpt_dir)
+    log.warning(
+        "checkpoint directory %s renamed to %s (identity v2: validation split and training "
+        "version %d now enter the hash; the weights are unchanged)",
+        old.name,
+        ckpt_dir.name,
+        TRAINING_VERSION,
+    )
+    return True
 
 
 def check_name(name: str) -> str:
@@ -102,15 +146,16 @@ def ensure_dir(
     cfg: DictConfig,
     task: Task | None = None,
     log_fn: Callable[[dict[str, Any]], None] | None = None,
+    splits: Splits = DEFAULT_SPLITS,
 ) -> tuple[Path, bool]:
     """The complete checkpoint directory for `cfg`, training it first if needed (once across
     processes). Returns (directory, whether this call trained)."""
-    ckpt_dir = checkpoint_dir(cfg)
+    ckpt_dir = checkpoint_dir(cfg, splits)
     if _intact(ckpt_dir):
         return ckpt_dir, False
     ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(ckpt_dir) + ".lock"):
-        if _intact(ckpt_dir):  # another process finished while we waited
+        if _intact(ckpt_dir) or _adopt_legacy(cfg, ckpt_dir, splits):
             return ckpt_dir, False
         if ckpt_dir.exists():
             log.warning(
@@ -126,11 +171,16 @@ def ensure_dir(
             task = make_task(cfg.env)
         policy_cfg = {k: v for k, v in as_dict(cfg.policy).items() if k != "checkpoint"}
         write_json_atomic(
-            {"env": OmegaConf.to_container(cfg.env, resolve=True), "policy": policy_cfg},
+            {
+                "env": OmegaConf.to_container(cfg.env, resolve=True),
+                "policy": policy_cfg,
+                "validation": splits.bounds("validation"),
+                "training_version": TRAINING_VERSION,
+            },
             ckpt_dir / "config.json",
         )
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
-        train(task, cfg.policy, ckpt_dir, log_fn=log_fn)
+        train(task, cfg.policy, ckpt_dir, log_fn=log_fn, splits=splits)
         files = {p.stem: _sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, ckpt_dir / MARKER)
         return ckpt_dir, True
@@ -140,12 +190,13 @@ def ensure(
     cfg: DictConfig,
     task: Task | None = None,
     log_fn: Callable[[dict[str, Any]], None] | None = None,
+    splits: Splits = DEFAULT_SPLITS,
 ) -> Path:
     """Path of the checkpoint `cfg.policy.checkpoint` (final | best | rNNN), training once if the
     directory for this env + policy config is not complete yet. `task` defaults to
     `benchmark.envs.make_task(cfg.env)`."""
     name = check_name(cfg.policy.checkpoint)
-    ckpt_dir, _ = ensure_dir(cfg, task, log_fn)
+    ckpt_dir, _ = ensure_dir(cfg, task, log_fn, splits)
     return resolve(ckpt_dir, name)
 
 

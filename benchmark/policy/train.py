@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmark.envs.base import Task
 from benchmark.policy.network import DropoutActorCriticPolicy
-from benchmark.seeds import evaluation_seeds
+from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ LR_SCHEDULES = ("linear", "constant")
 # PPO kwargs set from top-level policy keys; `seed` would make SB3 reset envs with seeds 0,1,..
 MANAGED_PPO_KWARGS = {"seed", "learning_rate", "policy_kwargs", "device", "env", "policy"}
 CURVE_FIELDS = ("timesteps", "eval_reward", "eval_success", "wall_seconds")
+# Part of every checkpoint's identity: bump it with any change here or in policy/network.py that
+# changes the weights a config trains to, so no cached checkpoint of older code is reused.
+TRAINING_VERSION = 1
 
 
 def checkpoint_name(threshold: float) -> str:
@@ -105,12 +108,12 @@ class ThresholdCheckpoints(BaseCallback):
         out_dir: Path,
         thresholds: list[float],
         eval_freq: int,
-        eval_episodes: int,
+        validation_seeds: list[int],
         log_fn: Callable[[dict[str, Any]], None] | None,
     ) -> None:
         super().__init__()
         self.task, self.out_dir, self.eval_freq = task, out_dir, eval_freq
-        self.seeds = evaluation_seeds("validation", eval_episodes)
+        self.seeds = validation_seeds
         self.pending = sorted(float(t) for t in thresholds)
         self.log_fn = log_fn
         self.best = -np.inf
@@ -183,9 +186,11 @@ def train(
     policy_cfg: Mapping[str, Any] | DictConfig,
     out_dir: str | Path,
     log_fn: Callable[[dict[str, Any]], None] | None = None,
+    splits: Splits = DEFAULT_SPLITS,
 ) -> Path:
     """Train PPO with the dropout policy on `task`; write checkpoints, metas and curve.csv into
-    `out_dir`. Returns the path of `final.zip`."""
+    `out_dir`. Returns the path of `final.zip`. `best` and the thresholds are judged on the first
+    `eval_episodes` seeds of `splits`' validation split."""
     cfg = as_dict(policy_cfg)
     _validate(cfg)
     out = Path(out_dir)
@@ -217,7 +222,7 @@ def train(
             out,
             list(cfg.get("thresholds") or []),
             int(cfg["eval_freq"]),
-            int(cfg["eval_episodes"]),
+            splits.seeds("validation", int(cfg["eval_episodes"])),
             log_fn,
         )
         try:

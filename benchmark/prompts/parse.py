@@ -48,6 +48,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "LOWER": ("lower", "low", "less", "below", "smaller"),
 }
 
+# Part of the identity of every cell that asks a consultant: bump it with any change that parses
+# some answer differently (tests/test_parse.py pins the answers that anchor it).
+PARSER_VERSION = 1
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
 _ACTION_MARKER = re.compile(
     r"(?:final\s+)?\baction\b\s*\**\s*[:=]\s*\**\s*(?P<value>[^\n]*)", re.IGNORECASE

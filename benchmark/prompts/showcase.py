@@ -123,17 +123,17 @@ def consult_once(
     session: Any, ppo_action: int | None, policy: str, rng: random.Random, step: int
 ) -> Consult:
     """Run one consultation, answering every round through render_answer."""
+    from benchmark.evaluate import consult_all
+
     record = Consult(step)
-    gen = session.consult(ppo_action)
-    try:
-        queries = next(gen)
-        while True:
-            record.queries += queries
-            texts = [q.render_answer(answer_name(q, policy, rng), "x") for q in queries]
-            record.answers += texts
-            queries = gen.send([Answer(t) for t in texts])
-    except StopIteration as stop:
-        record.decision = stop.value
+
+    def answer(queries: list[Query]) -> list[Answer]:
+        texts = [q.render_answer(answer_name(q, policy, rng), "x") for q in queries]
+        record.queries += queries
+        record.answers += texts
+        return [Answer(t) for t in texts]
+
+    record.decision = consult_all([session.consult(ppo_action)], answer)[0]
     return record
 
 

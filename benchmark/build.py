@@ -1,0 +1,245 @@
+"""Config -> the objects of one evaluation (task, gate, policy, consultant, prompt, Evaluator),
+and the tuning entry point. The job, the bench, the prompt showcase and the tests build through
+here, so there is one way to assemble an evaluation and one tuning objective."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from benchmark import results
+from benchmark.cell import CellSpec, file_sha256
+from benchmark.envs import Task, make_task
+from benchmark.evaluate import Evaluator
+from benchmark.seeds import TUNING_SPLIT, Splits
+from benchmark.validate import validate
+
+log = logging.getLogger(__name__)
+
+
+def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
+    """The cheap, I/O-free part: `policy.checkpoint=tK` normalized, every value validated, the
+    task and the cell described. Every bad input fails here."""
+    normalize_checkpoint(cfg)
+    task = make_task(cfg.env)
+    splits = validate(cfg, task)
+    return task, splits, CellSpec.from_config(cfg)
+
+
+def normalize_checkpoint(cfg: DictConfig) -> None:
+    """`policy.checkpoint=tK` (the env's K-th reward threshold, so one sweep covers envs with
+    different thresholds) becomes the rNNN name it stands for."""
+    from benchmark.policy.train import checkpoint_name
+
+    name = str(cfg.policy.checkpoint)
+    if len(name) == 2 and name[0] == "t" and name[1].isdigit():
+        thresholds = list(cfg.env.thresholds)
+        k = int(name[1])
+        if not 1 <= k <= len(thresholds):
+            raise ValueError(
+                f"policy.checkpoint={name} is invalid for {cfg.env.name}: allowed "
+                f"t1..t{len(thresholds)} (thresholds {thresholds}), final, best or rNNN"
+            )
+        OmegaConf.update(cfg, "policy.checkpoint", checkpoint_name(thresholds[k - 1]))
+
+
+# ----------------------------------------------------------------------------- inputs
+def policy_checkpoint(
+    cfg: DictConfig,
+    task: Task,
+    splits: Splits,
+    *,
+    train: bool = True,
+    log_fn: Callable[[dict], None] | None = None,
+) -> Path | None:
+    """A checkpoint the user gave (`policy.path`; SB3 zips hold pickles: only load files you
+    trust), else the suite's own cache, trained once if missing (None when `train` is False and
+    it is not trained yet)."""
+    from benchmark.policy.checkpoints import checkpoint_dir, ensure, resolve
+
+    if cfg.policy.get("path"):
+        path = Path(cfg.policy.path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip"
+            )
+        return path
+    if train:
+        return ensure(cfg, task, log_fn=log_fn, splits=splits)
+    ckpt_dir = checkpoint_dir(cfg, splits)
+    try:
+        return resolve(ckpt_dir, str(cfg.policy.checkpoint))
+    except Exception:  # noqa: BLE001 - not trained (or not intact): the caller trains
+        return None
+
+
+def model_identity(slm_cfg: Any) -> str | None:
+    """The weights identity of the consultant a config names, without loading it."""
+    backend = OmegaConf.to_container(slm_cfg.backend, resolve=True)
+    target = get_class(backend.pop("_target_"))
+    return target.weights_identity(**backend)
+
+
+def locate_inputs(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> CellSpec | None:
+    """The spec with its inputs' content identity; None when its checkpoint does not exist yet."""
+    inputs: dict[str, Any] = {}
+    if spec.uses_policy:
+        if checkpoint is None:
+            return None
+        inputs["checkpoint_sha256"] = file_sha256(checkpoint)
+    if spec.uses_consultant:
+        inputs["model"] = model_identity(cfg.slm)
+    return spec.with_inputs(**inputs)
+
+
+# ----------------------------------------------------------------------------- evaluation
+@dataclass
+class Evaluation:
+    """The built objects of one cell. `evaluator()` is the one place an Evaluator is made."""
+
+    cfg: DictConfig
+    task: Task
+    splits: Splits
+    spec: CellSpec
+    policy: Any = None  # an SB3 policy, None when the gate needs none
+    consultant: Any = None
+    prompt: Any = None
+    checkpoint_path: Path | None = None
+
+    def evaluator(self, **gate_args: Any) -> Evaluator:
+        """`gate_args` replace gate settings decided at run time (tuned tau, matched p)."""
+        gate = self.spec.gate
+        return Evaluator(
+            task=self.task,
+            gate=gate.build(**gate_args),
+            policy=self.policy,
+            consultant=self.consultant,
+            prompt=self.prompt,
+            mc_samples=gate.mc_samples or 0,
+            seed=int(self.cfg.seed),
+        )
+
+    def run(self, seeds: list[int], mode: str | None = None, **gate_args: Any) -> list[dict]:
+        return self.evaluator(**gate_args).run(seeds, mode=mode or str(self.cfg.eval.mode))
+
+    def test_seeds(self) -> list[int]:
+        return self.splits.seeds(str(self.cfg.eval.split), int(self.cfg.eval.n_episodes))
+
+    def tau_range(self) -> tuple[float, float]:
+        """gate.tau_range clipped to log2|A|, the largest total entropy a policy can have."""
+        low, high = self.spec.gate.tau_range
+        return float(low), min(float(high), math.log2(len(self.task.action_names)))
+
+    def tune(self, study_dir: Path) -> tuple[float, list[dict]]:
+        """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under
+        `study_dir` resumes after a kill). Returns (best tau, one row per trial)."""
+        from benchmark.tuning import tune
+
+        tuning = self.cfg.tuning
+        seeds = self.splits.seeds(TUNING_SPLIT, int(tuning.n_episodes))
+
+        def objective(tau: float, seeds: list[int]) -> tuple[float, float]:
+            rows = self.run(seeds, tau=tau)
+            steps = sum(r["length"] for r in rows)
+            return (
+                sum(r["reward"] for r in rows) / len(rows),
+                sum(r["queries"] for r in rows) / max(steps, 1),
+            )
+
+        return tune(
+            objective,
+            study_dir,
+            tau_range=self.tau_range(),
+            n_trials=int(tuning.n_trials),
+            seeds=seeds,
+            sampler_seed=int(tuning.sampler_seed),
+            max_reward=self.task.max_reward,
+        )
+
+    def close(self) -> None:
+        if self.consultant is not None:
+            self.consultant.close()
+
+
+def build(
+    cfg: DictConfig,
+    *,
+    prepared: tuple[Task, Splits, CellSpec] | None = None,
+    policy: Any = None,
+    consultant: Any = None,
+    log_fn: Callable[[dict], None] | None = None,
+) -> Evaluation:
+    """Every object of the cell `cfg` describes. Cheap failures come first (a prompt that does
+    not fit the env, a missing model or server), then the PPO policy (trained once if missing).
+    `policy` / `consultant` reuse objects the caller already has (the bench's short policy)."""
+    from benchmark.consultants import make_consultant
+    from benchmark.policy import load
+
+    task, splits, spec = prepared or prepare(cfg)
+    prompt = None
+    if spec.uses_consultant:
+        prompt = build_prompt(cfg, task)
+        if consultant is None:
+            consultant = make_consultant(cfg.slm, cfg.paths)
+    checkpoint = None
+    try:
+        if spec.uses_policy and policy is None:
+            checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
+            device = cfg.policy.get("device", "cpu")
+            policy = load(checkpoint, task=task, device=device).policy
+    except BaseException:
+        if consultant is not None:
+            consultant.close()
+        raise
+    return Evaluation(
+        cfg=cfg,
+        task=task,
+        splits=splits,
+        spec=spec,
+        policy=policy if spec.uses_policy else None,
+        consultant=consultant,
+        prompt=prompt,
+        checkpoint_path=checkpoint,
+    )
+
+
+def build_prompt(cfg: DictConfig, task: Task) -> Any:
+    """The prompt variant of `cfg`, checked against the task (a mismatch fails before training)."""
+    prompt = instantiate(cfg.prompt)
+    prompt.check(task)
+    return prompt
+
+
+def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
+    """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
+    one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
+    random gate spends the same query budget."""
+    same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
+    want_tau = str(spec.gate.match_tau or "auto")
+    want_n = cfg.gate.get("mc_samples")
+    for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
+        identity = (results.read_json(path) or {}).get("identity", {})
+        gate = identity.get("gate", {})
+        if gate.get("_target_") != "benchmark.gates.EntropyGate":
+            continue
+        if str(gate.get("tau")) != want_tau:
+            continue
+        if want_n is not None and gate.get("mc_samples") != want_n:
+            continue
+        if {k: v for k, v in identity.items() if k not in ("gate", "tuning")} != same:
+            continue
+        done = results.complete_cell(path.parent)
+        if done is not None:
+            return float(done[0]["ir_pooled"])
+    raise ValueError(
+        f"gate.p=match needs the completed gate=entropy cell (tau={want_tau}, mc_samples={want_n}) "
+        "with the same env, policy, slm, prompt and eval settings under paths.root; run it first "
+        "(in a sweep, list entropy before random) or set gate.p to a number"
+    )

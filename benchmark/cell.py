@@ -1,0 +1,200 @@
+"""What a cell is: its identity, hash, human name, the components it uses and its summary labels.
+
+One job computes one cell, stored under `<paths.root>/cells/<hash>/`. The job, the report, the
+bench and the migration of older results roots all read cells through `CellSpec`, so the rules
+below exist once:
+
+- PPO-only (`gate=never`) uses no consultant and no prompt; SLM-only (a gate with
+  `needs_policy = False`) uses no policy: what a cell does not use is not part of it.
+- The identity holds what determines the results: the resolved env, gate, eval, tuning (only
+  when tau is tuned), seed and seed splits, the code versions, and the inputs by content: the
+  SHA-256 of the PPO checkpoint file and the weights identity of the consultant's model. Paths
+  never enter it, so a results root can move, and replaced weights are never mistaken for the
+  old ones.
+- Execution settings (eval.mode, eval.torch_threads, device, progress bars) are not part of it:
+  lockstep and sequential evaluation give byte-identical episodes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from benchmark.gates import GateSettings
+
+IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
+EXECUTION_KEYS = {
+    "eval": ("mode", "torch_threads"),
+    "policy": ("device", "progress_bar", "path", "torch_threads"),
+}
+
+
+def digest(data: Any, n: int = 12) -> str:
+    """Short SHA-256 of a JSON-able value (sorted keys)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tuning_key(identity: dict[str, Any]) -> str:
+    """The Optuna study's key: a cell identity without what tuning never sees (the evaluation
+    split and size, the tuned tau itself), so cells that differ only there share one study."""
+    key = {k: v for k, v in identity.items() if k != "eval"}
+    key["gate"] = {k: v for k, v in key["gate"].items() if k != "tau"}
+    return digest(key)
+
+
+def code_versions(asks: bool) -> dict[str, int]:
+    """The versions of the code that shape a cell's results (see each constant's comment)."""
+    from benchmark.evaluate import EVALUATION_VERSION
+
+    versions = {"evaluation": EVALUATION_VERSION}
+    if asks:
+        from benchmark.prompts import PARSER_VERSION, PROMPT_VERSION
+
+        versions.update(prompts=PROMPT_VERSION, parser=PARSER_VERSION)
+    return versions
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """A cell as the config describes it; `with_inputs` adds what its inputs contain."""
+
+    config: dict[str, Any]  # the resolved config parts the cell uses (paths included)
+    gate: GateSettings
+    inputs: dict[str, Any] = field(default_factory=dict)  # content digests, once known
+
+    # ------------------------------------------------------------------------- construction
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> CellSpec:
+        """No I/O: the cell `cfg` asks for. `policy.checkpoint=tK` must be normalized first."""
+        data = OmegaConf.to_container(cfg, resolve=True)
+        gate = GateSettings.from_config(data["gate"])
+        keys = ["env", "gate", "eval", "seed", "splits"]
+        if gate.needs_policy:
+            keys.append("policy")
+        if gate.asks:
+            keys += ["slm", "prompt"]
+        if gate.tunes_tau:
+            keys.append("tuning")
+        config = {k: data[k] for k in keys if k in data}
+        return cls(config=config, gate=gate)
+
+    def with_inputs(self, **inputs: Any) -> CellSpec:
+        """The spec with the content identity of its inputs (checkpoint sha256, model identity)."""
+        return replace(self, inputs={**self.inputs, **inputs})
+
+    # ------------------------------------------------------------------------- what it uses
+    @property
+    def uses_policy(self) -> bool:
+        return self.gate.needs_policy
+
+    @property
+    def uses_consultant(self) -> bool:
+        """A consultant and a prompt (every gate but never)."""
+        return self.gate.asks
+
+    @property
+    def tunes_tau(self) -> bool:
+        return self.gate.tunes_tau
+
+    def needed_inputs(self) -> set[str]:
+        """The content digests the identity needs: the checkpoint's SHA-256 when a policy is
+        used, the model's weights identity (None for dice, oracle, servers) when a consultant is."""
+        needed = set()
+        if self.uses_policy:
+            needed.add("checkpoint_sha256")
+        if self.uses_consultant:
+            needed.add("model")
+        return needed
+
+    # ------------------------------------------------------------------------- identity
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the results, and nothing that does not."""
+        missing = self.needed_inputs() - set(self.inputs)
+        if missing:
+            raise RuntimeError(f"cell identity needs {sorted(missing)} first (with_inputs)")
+        out = {k: _drop(v, EXECUTION_KEYS.get(k, ())) for k, v in self.config.items()}
+        out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
+        if "policy" in out:  # the weights by content; the recipe that made them is in them
+            out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
+        if "slm" in out and self.inputs["model"] is not None:
+            backend = dict(out["slm"]["backend"])
+            backend.pop("path", None)
+            backend["weights"] = self.inputs["model"]
+            out["slm"] = {**out["slm"], "backend": backend}
+        return {
+            "identity_version": IDENTITY_VERSION,
+            "code": code_versions(self.uses_consultant),
+            **out,
+        }
+
+    @property
+    def hash(self) -> str:
+        return digest(self.identity)
+
+    def dir(self, root: str | Path) -> Path:
+        return Path(root) / "cells" / self.hash
+
+    def tuning_key(self) -> str:
+        return tuning_key(self.identity)
+
+    def record(self) -> dict[str, Any]:
+        """cell.json: the name, the identity (what the hash is of) and the config as asked."""
+        return {"name": self.name, "identity": self.identity, "config": self.config}
+
+    # ------------------------------------------------------------------------- labels
+    @property
+    def name(self) -> str:
+        """env/gate[/slm/prompt(+r)][/checkpoint-sSEED or file@sha]: readable, not unique."""
+        c = self.config
+        parts = [c["env"]["name"], self.gate.name]
+        if self.uses_consultant:
+            rationale = "+r" if c["prompt"].get("rationale") else ""
+            parts += [c["slm"]["name"], c["prompt"]["name"] + rationale]
+        if self.uses_policy:
+            parts.append(self.policy_label)
+        return "/".join(str(p) for p in parts)
+
+    @property
+    def policy_label(self) -> str:
+        policy = self.config["policy"]
+        if policy.get("path"):
+            sha = self.inputs.get("checkpoint_sha256", "")[:8]
+            return f"{Path(policy['path']).stem}@{sha}" if sha else Path(policy["path"]).stem
+        return f"{policy['checkpoint']}-s{policy['seed']}"
+
+    def labels(self) -> dict[str, Any]:
+        """The fields that say what the cell is (summary.json, report rows, W&B config)."""
+        c = self.config
+        asks, policy = self.uses_consultant, self.uses_policy
+        return {
+            "cell": self.name,
+            "env": c["env"]["name"],
+            "metric": c["env"].get("metric"),
+            "gate": self.gate.name,
+            "slm": c["slm"]["name"] if asks else None,
+            "prompt": c["prompt"]["name"] if asks else None,
+            "rationale": bool(c["prompt"].get("rationale")) if asks else None,
+            "checkpoint": c["policy"]["checkpoint"] if policy else None,
+            "policy_seed": int(c["policy"]["seed"]) if policy else None,
+            "mc_samples": self.gate.mc_samples,
+            "split": c["eval"]["split"],
+        }
+
+
+def _drop(value: Any, keys: tuple[str, ...]) -> Any:
+    if not keys or not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if k not in keys}
