@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from benchmark.tuning import PAUSE_ENV
 from tests.conftest import run_cli, start_cli
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,8 @@ def test_smoke_sweep_then_report(tmp_path):
     assert pngs and all(p.stat().st_size > 5000 for p in pngs)
 
 
-def test_killed_sweep_resumes_without_recomputing(tmp_path):
+@pytest.mark.timeout(1500)
+def test_killed_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     # tau near 0: the tiny model is asked at every step, so each trial takes a few seconds
     args = [
         "+experiment=smoke",
@@ -73,14 +75,19 @@ def test_killed_sweep_resumes_without_recomputing(tmp_path):
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "-m",
     ]
-    proc = start_cli(tmp_path, *args)
+    # the first run parks itself after the ASK+ study's first trial (benchmark/tuning.py's
+    # test-only pause point) and is killed there: a fixed point, not a race with the next trial
+    with monkeypatch.context() as mp:
+        mp.setenv(PAUSE_ENV, "1")
+        proc = start_cli(tmp_path, *args)
     deadline = time.time() + 600
-    try:  # kill once the PPO cell is done and the ASK+ study has its first trial
+    try:  # kill once the PPO cell is done and the ASK+ study is paused after its first trial
         while time.time() < deadline and proc.poll() is None:
-            if list((tmp_path / "cells").glob("*/summary.json")) and _trials(tmp_path) >= 1:
+            if list((tmp_path / "tuning").glob("*/paused")):
                 break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"no pause point reached (sweep exit code {proc.poll()})")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
