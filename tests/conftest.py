@@ -1,9 +1,14 @@
 """Compose the real configuration once, shrink it for CPU, and give each test its own outputs root.
-A short PPO run on Empty-Random-5x5 is trained once per session and shared."""
+A short PPO run on Empty-Random-5x5 is trained once per session and shared.
+
+Tests marked `slurm` need a real single-node cluster (launchers/local-slurm): where its binaries
+are missing they skip with the list of what is missing, unless BENCHMARK_REQUIRE_SLURM=1 (CI,
+.ci/run), where they fail instead, so that CI can never go green without running them."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +30,27 @@ SMALL_POLICY = [
 os.environ.setdefault("BENCHMARK_REPO", str(REPO))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# what launchers/local-slurm/up.sh starts and what the `slurm` tests call
+SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "sinfo", "munge", "munged")
+REQUIRE_SLURM = "BENCHMARK_REQUIRE_SLURM"
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `slurm` test without SLURM installed: skip, or fail when BENCHMARK_REQUIRE_SLURM=1."""
+    if item.get_closest_marker("slurm") is None:
+        return
+    missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
+    if not missing:
+        return
+    what = f"SLURM is not installed here (missing on PATH: {', '.join(missing)})"
+    if os.environ.get(REQUIRE_SLURM) == "1":
+        pytest.fail(
+            f"{what}, and {REQUIRE_SLURM}=1 requires the SLURM tests to run: install Debian's "
+            "slurmctld slurmd slurm-client munge (as .ci/run does) or unset it",
+            pytrace=False,
+        )
+    pytest.skip(f"{what}; `make slurm-up` installs it (root, Debian), {REQUIRE_SLURM}=1 to require")
 
 
 def compose_cfg(root: Path, *overrides: str):

@@ -162,10 +162,32 @@ def test_unknown_key_is_rejected(config_dir: Path) -> None:
         _launcher(config_dir, "slurm", "hydra.launcher.srun_args=[--foo]")
 
 
-def test_slurm_profile_renders_sbatch_script(config_dir: Path, tmp_path: Path) -> None:
-    """Feed the profile to submitit exactly as the launcher does and read the sbatch script."""
+def _render_sbatch(params: dict, folder: Path) -> str:
+    """The sbatch script submitit writes for launcher `params`, with the executor built as
+    BaseSubmititLauncher.launch in hydra-submitit-launcher 1.2 builds it, on any machine.
+
+    SlurmExecutor's constructor refuses to run where `srun` is not on PATH: it asks its own
+    cluster probe, `SlurmExecutor.affinity()` (AutoExecutor's way of picking a cluster), which is
+    a `shutil.which("srun")`. Writing the script never runs srun, so only that probe is replaced,
+    while the executor is built; parameter translation and the sbatch writer are submitit's own."""
     import submitit
 
+    init_keys = {"submitit_folder", "max_num_timeout"}
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=folder, slurm_max_num_timeout=params["max_num_timeout"]
+        )
+    executor.update_parameters(
+        **{(k if k in base else f"slurm_{k}"): v for k, v in params.items() if k not in init_keys}
+    )
+    return executor._executor._make_submission_file_text("python -c pass", "uid")
+
+
+def test_slurm_profile_renders_sbatch_script(config_dir: Path, tmp_path: Path) -> None:
+    """Feed the profile to submitit exactly as the launcher does and read the sbatch script
+    (no SLURM needed: see _render_sbatch)."""
     node = _launcher(
         config_dir,
         "slurm",
@@ -178,16 +200,7 @@ def test_slurm_profile_renders_sbatch_script(config_dir: Path, tmp_path: Path) -
     params = {k: v for k, v in raw.items() if k != "_target_"}
     params["setup"] = ["export HF_HUB_OFFLINE=1"]  # the others need Hydra's runtime node
     params["name"] = "smoke"
-    # Mirrors BaseSubmititLauncher.launch in hydra-submitit-launcher 1.2.
-    init_keys = {"submitit_folder", "max_num_timeout"}
-    base = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor = submitit.AutoExecutor(
-        cluster="slurm", folder=tmp_path, slurm_max_num_timeout=params["max_num_timeout"]
-    )
-    executor.update_parameters(
-        **{(k if k in base else f"slurm_{k}"): v for k, v in params.items() if k not in init_keys}
-    )
-    text = executor._executor._make_submission_file_text("python -c pass", "uid")
+    text = _render_sbatch(params, tmp_path)
     flags = dict(re.findall(r"^#SBATCH --([\w-]+)=?(.*)$", text, flags=re.M))
     assert flags["partition"] == "gpu"
     assert flags["account"] == "proj42"
