@@ -10,14 +10,19 @@ so a test can kill a sweep at a known point (tests/test_sweeps.py) instead of ra
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import optuna
 from filelock import FileLock
 
+log = logging.getLogger(__name__)
 PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
 
 
@@ -38,16 +43,21 @@ def tune(
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with FileLock(str(study_dir / "study.lock")):
+        journal = study_dir / "study.journal"
+        set_aside_torn_tail(journal)
         storage = optuna.storages.JournalStorage(
-            optuna.storages.journal.JournalFileBackend(str(study_dir / "study.journal"))
+            optuna.storages.journal.JournalFileBackend(str(journal))
         )
-        study = optuna.create_study(
-            study_name="tau",
-            storage=storage,
-            direction="maximize",
-            sampler=optuna.samplers.TPESampler(seed=sampler_seed),
-            load_if_exists=True,
-        )
+        try:
+            study = optuna.create_study(
+                study_name="tau", storage=storage, direction="maximize", load_if_exists=True
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"the tuning study {journal} is corrupt ({exc}); move it aside to start the "
+                "study afresh (its trials are lost)"
+            ) from exc
+        _fail_stale_running(study)
 
         def trial_fn(trial: optuna.Trial) -> float:
             tau = trial.suggest_float("tau", *tau_range)
@@ -61,6 +71,14 @@ def tune(
                 study.stop()
 
         while not _finished(study, n_trials, max_reward):
+            # The k-th completed trial is always proposed by a sampler seeded with (seed, k) from
+            # the k trials before it, so a study resumed after a kill, or extended by a larger
+            # n_trials, proposes exactly the taus of one that ran through.
+            k = len(_complete(study))
+            sampler = optuna.samplers.TPESampler(
+                seed=int(np.random.SeedSequence([sampler_seed, k]).generate_state(1)[0])
+            )
+            study = optuna.load_study(study_name="tau", storage=storage, sampler=sampler)
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
             _pause_if_asked(study, study_dir)
     trials = _complete(study)
@@ -69,6 +87,44 @@ def tune(
         for t in trials
     ]
     return float(study.best_params["tau"]), rows
+
+
+def _fail_stale_running(study: optuna.Study) -> None:
+    """A RUNNING trial under the study lock was left by a killed process: fail it (the loop
+    then retries that trial with the same sampler seed)."""
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def set_aside_torn_tail(journal: Path) -> None:
+    """A writer killed mid-line leaves a partial last line in the journal: keep a copy of the
+    whole file beside it and cut the partial line off, so the study goes on. A bad line
+    anywhere else is real corruption: fail, naming the file."""
+    if not journal.exists():
+        return
+    data = journal.read_bytes()
+    lines = data.splitlines()
+    bad = [i for i, line in enumerate(lines) if line.strip() and not _is_json(line)]
+    if bad and bad != [len(lines) - 1]:
+        raise ValueError(
+            f"the tuning study {journal} is corrupt at line {bad[0] + 1}: move it aside to "
+            "start the study afresh (its trials are lost)"
+        )
+    if not bad and (not data or data.endswith(b"\n")):
+        return
+    aside = journal.with_name(f"{journal.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.copy2(journal, aside)
+    keep = lines[:-1] if bad else lines
+    journal.write_bytes(b"".join(line + b"\n" for line in keep))
+    log.warning("%s ended in a partial line (a killed writer): kept a copy at %s", journal, aside)
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def _pause_if_asked(study: optuna.Study, study_dir: Path) -> None:

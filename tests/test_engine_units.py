@@ -125,3 +125,50 @@ def test_tuning_stops_early_at_the_maximum_reward(tmp_path):
         max_reward=1.0,
     )
     assert len(rows) == 1
+
+
+def _bumpy(tau, seeds):
+    """A deterministic objective with several local optima (TPE has something to choose)."""
+    return math.sin(5 * tau) + 0.3 * tau, tau / 2
+
+
+TUNE_KW = dict(tau_range=(0.1, 2.0), seeds=[0, 1], sampler_seed=0, max_reward=math.inf)
+
+
+def test_resumed_study_proposes_the_taus_of_an_uninterrupted_one(tmp_path):
+    """Killed mid-trial (a RUNNING trial left behind), then resumed; or extended from 4 to 8
+    trials: the same taus in the same order, and the same tuned tau."""
+    tau, rows = tune(_bumpy, tmp_path / "straight", n_trials=8, **TUNE_KW)
+
+    calls = []
+
+    def killed_at_trial_4(t, seeds):
+        calls.append(t)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # like SIGINT: the trial stays RUNNING in the journal
+        return _bumpy(t, seeds)
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(killed_at_trial_4, tmp_path / "killed", n_trials=8, **TUNE_KW)
+    tau_k, rows_k = tune(_bumpy, tmp_path / "killed", n_trials=8, **TUNE_KW)
+    tune(_bumpy, tmp_path / "extended", n_trials=4, **TUNE_KW)
+    tau_e, rows_e = tune(_bumpy, tmp_path / "extended", n_trials=8, **TUNE_KW)
+    taus = [r["tau"] for r in rows]
+    assert len(set(taus)) == 8
+    assert [r["tau"] for r in rows_k] == taus and tau_k == tau
+    assert [r["tau"] for r in rows_e] == taus and tau_e == tau
+
+
+def test_torn_journal_tail_is_set_aside_and_the_study_goes_on(tmp_path):
+    tune(_bumpy, tmp_path, n_trials=3, **TUNE_KW)
+    journal = tmp_path / "study.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "x", "tri')  # killed writer
+    _, rows = tune(_bumpy, tmp_path, n_trials=5, **TUNE_KW)
+    assert len(rows) == 5
+    (aside,) = tmp_path.glob("study.journal.torn-*")
+    assert aside.read_bytes().endswith(b'"tri')  # nothing is lost
+    lines = journal.read_bytes().splitlines()
+    journal.write_bytes(b"\n".join([lines[0], b"garbage", *lines[1:]]) + b"\n")
+    with pytest.raises(ValueError, match=r"study.journal is corrupt at line 2"):
+        tune(_bumpy, tmp_path, n_trials=6, **TUNE_KW)

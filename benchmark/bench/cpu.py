@@ -555,10 +555,10 @@ def calibrate_tau(
     """tau = the (1 - target IR) quantile of the total entropy along PPO-only trajectories of the
     VALIDATION seeds (never a test seed), so the entropy gate asks on about `target_ir` of steps."""
     from benchmark.evaluate import deterministic_actions
-    from benchmark.seeds import evaluation_seeds
+    from benchmark.seeds import DEFAULT_SPLITS
     from benchmark.uncertainty import mc_dropout
 
-    episodes = [task.episode(s) for s in evaluation_seeds("validation", n_episodes)]
+    episodes = [task.episode(s) for s in DEFAULT_SPLITS.seeds("validation", n_episodes)]
     obs = []
     for _ in range(max_steps):
         live = [e for e in episodes if not e.done]

@@ -1,0 +1,136 @@
+"""Cell identity: what enters a cell's hash (inputs by content, code versions, splits) and what
+never does (paths, execution settings); the one-time adoption of v1 cells."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmark import results
+from benchmark.build import locate_inputs, prepare
+from benchmark.cell import digest
+from benchmark.job import run_job
+from benchmark.migrate import v1_cell_config
+from benchmark.policy.checkpoints import config_hash
+from benchmark.prompts import PROMPT_VERSION
+from benchmark.seeds import DEFAULT_SPLITS, Splits
+from tests.conftest import compose_cfg
+
+GOLDEN = Path(__file__).parent / "golden"
+SLM_ONLY = ["env=empty5x5_random", "gate=always", "prompt=basic", "eval.n_episodes=2"]
+
+
+def _spec(root, *overrides, checkpoint=None):
+    cfg = compose_cfg(root, *overrides)
+    return locate_inputs(prepare(cfg)[2], cfg, checkpoint)
+
+
+def test_identity_does_not_depend_on_the_results_root(tmp_path):
+    """The tiny model lives under each root; its weights, not its path, enter the identity."""
+    a = _spec(tmp_path / "a", *SLM_ONLY, "slm=tiny")
+    b = _spec(tmp_path / "b", *SLM_ONLY, "slm=tiny")
+    assert a.hash == b.hash and a.inputs["model"].startswith("hf-local:")
+    assert str(tmp_path) not in repr(a.identity)
+    # execution settings are not part of the results
+    c = _spec(tmp_path / "a", *SLM_ONLY, "slm=tiny", "eval.mode=sequential", "eval.torch_threads=2")
+    assert c.hash == a.hash
+    assert _spec(tmp_path / "a", *SLM_ONLY, "slm=tiny", "seed=1").hash != a.hash
+
+
+def test_replaced_weights_change_the_cell_and_its_name(tmp_path):
+    ckpt = tmp_path / "mine.zip"
+    ckpt.write_bytes(b"weights one")
+    over = ["env=empty5x5_random", "gate=never", f"policy.path={ckpt}"]
+    first = _spec(tmp_path, *over, checkpoint=ckpt)
+    ckpt.write_bytes(b"weights two")
+    second = _spec(tmp_path, *over, checkpoint=ckpt)
+    assert first.hash != second.hash
+    sha = hashlib.sha256(b"weights two").hexdigest()
+    assert second.name == f"empty5x5_random/never/mine@{sha[:8]}"
+    # the same file elsewhere is the same cell
+    moved = tmp_path / "elsewhere" / "mine.zip"
+    moved.parent.mkdir()
+    shutil.copy(ckpt, moved)
+    over_moved = ["env=empty5x5_random", "gate=never", f"policy.path={moved}"]
+    assert _spec(tmp_path, *over_moved, checkpoint=moved).hash == second.hash
+
+
+def test_unused_components_are_not_part_of_a_cell(tmp_path):
+    """PPO-only ignores the consultant and prompt; SLM-only ignores the policy."""
+    ckpt = tmp_path / "p.zip"
+    ckpt.write_bytes(b"x")
+    ppo = ["env=empty5x5_random", "gate=never", f"policy.path={ckpt}"]
+    base = _spec(tmp_path, *ppo, checkpoint=ckpt)
+    assert _spec(tmp_path, *ppo, "slm=oracle", "prompt=stateful", checkpoint=ckpt).hash == base.hash
+    assert not base.uses_consultant and "slm" not in base.identity
+    slm_only = _spec(tmp_path, *SLM_ONLY, "slm=oracle")
+    assert _spec(tmp_path, *SLM_ONLY, "slm=oracle", "policy.seed=3").hash == slm_only.hash
+    assert slm_only.labels()["checkpoint"] is None and "policy" not in slm_only.identity
+
+
+def test_validation_split_and_training_version_enter_the_checkpoint_hash(tmp_path):
+    cfg = compose_cfg(tmp_path, "env=empty5x5_random")
+    other = Splits.from_config({"validation": [0, 50], "test": [100, 200]})
+    assert config_hash(cfg, DEFAULT_SPLITS) == config_hash(cfg)
+    assert config_hash(cfg, other) != config_hash(cfg)
+    # the test split does not pick checkpoints
+    test_only = Splits.from_config({"validation": [0, 100], "test": [100, 150]})
+    assert config_hash(cfg, test_only) == config_hash(cfg)
+
+
+def test_prompt_version_follows_the_golden_files():
+    """A change to any prompt text shows in tests/golden/ and must come with a new
+    PROMPT_VERSION (benchmark/prompts/__init__.py), so cells of the old text are not reused."""
+    h = hashlib.sha256()
+    for f in sorted(GOLDEN.glob("*.txt")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    recorded = (GOLDEN / "PROMPT_VERSION").read_text().split()
+    assert recorded == [str(PROMPT_VERSION), h.hexdigest()], (
+        "the golden prompts changed: bump PROMPT_VERSION in benchmark/prompts/__init__.py and "
+        f"write '{PROMPT_VERSION + 1} {h.hexdigest()}' into tests/golden/PROMPT_VERSION"
+        if recorded[0] == str(PROMPT_VERSION)
+        else "PROMPT_VERSION changed: record it with the golden digest in tests/golden/PROMPT_VERSION"
+    )
+
+
+def _as_v1(root: Path, cfg, job_dir: Path) -> tuple[Path, dict]:
+    """Turn the v2 cell the job wrote into the v1 cell an older release would have written."""
+    summary = results.read_json(job_dir / "summary.json")
+    v2_dir = root / "cells" / summary["cell_hash"]
+    v1_dir = root / "cells" / digest(v1_cell_config(cfg))
+    os.replace(v2_dir, v1_dir)
+    return v1_dir, summary
+
+
+@pytest.mark.slow
+def test_v1_cell_is_adopted_once_when_its_inputs_are_unchanged(tmp_path):
+    over = [*SLM_ONLY, "slm=tiny"]
+    cfg = compose_cfg(tmp_path, *over)
+    run_job(cfg, tmp_path / "j1", multirun=False)
+    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
+    episodes = (v1_dir / "episodes.jsonl").read_bytes()
+    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+    assert not v1_dir.exists()
+    assert again["wall_seconds"] == before["wall_seconds"]  # reused, not recomputed
+    assert again["cell_hash"] == before["cell_hash"]
+    v2_dir = tmp_path / "cells" / again["cell_hash"]
+    assert (v2_dir / "episodes.jsonl").read_bytes() == episodes
+    assert results.read_json(v2_dir / "cell.json")["migrated_from"]["hash"] == v1_dir.name
+
+
+@pytest.mark.slow
+def test_v1_cell_whose_model_changed_since_is_not_reused(tmp_path):
+    over = [*SLM_ONLY, "slm=tiny"]
+    cfg = compose_cfg(tmp_path, *over)
+    run_job(cfg, tmp_path / "j1", multirun=False)
+    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
+    model_dir = Path(cfg.slm.backend.path)
+    later = (v1_dir / "summary.json").stat().st_mtime + 10
+    os.utime(model_dir / "config.json", (later, later))  # the model was rewritten afterwards
+    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+    assert v1_dir.exists()  # left in place, never deleted
+    assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
