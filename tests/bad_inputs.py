@@ -107,4 +107,22 @@ CASES = [
         {},
         "eval.mode='parallel' is invalid: allowed lockstep, sequential",
     ),
+    (
+        "seed not an integer",
+        ["seed=abc"],
+        {},
+        "seed='abc' is invalid: allowed an integer >= 0",
+    ),
+    (
+        "negative policy seed",
+        ["gate=never", "policy.seed=-1"],
+        {},
+        "policy.seed=-1 is invalid: allowed an integer >= 0",
+    ),
+    (
+        "no tuning trials",
+        ["gate=entropy", "gate.tau=auto", "tuning.n_trials=0"],
+        {},
+        "tuning.n_trials=0 is invalid: allowed an integer >= 1",
+    ),
 ]
