@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from minigrid.core.constants import IDX_TO_OBJECT, STATE_TO_IDX
 from omegaconf import OmegaConf
 
-from benchmark.envs import ENV_CONF_DIR, available_envs, load_env_cfg, make_task
+from benchmark.envs import ENV_CONF_DIR, available_envs, is_doorkey, load_env_cfg, make_task
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.higherlower import HigherLowerTask
 from benchmark.envs.minigrid_nav import MiniGridTask, cell_char
@@ -49,6 +49,11 @@ def test_env_configs_follow_the_schema() -> None:
             assert isinstance(task, HigherLowerTask) and task.action_names == ("HIGHER", "LOWER")
             assert task.max_steps == 51
     assert (ENV_CONF_DIR / "fourrooms.yaml").is_file()
+
+
+def test_doorkey_is_told_by_one_predicate() -> None:
+    doorkey = [n for n in available_envs() if is_doorkey(make_task(n).action_names)]
+    assert doorkey == ["doorkey8"]
 
 
 def test_bad_configs_name_the_problem() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
+from benchmark.consultants.hf import strip_thinking as backend_strip_thinking
+from benchmark.prompts.parse import (
+    json_field,
+    parse_action,
+    parse_plan,
+    parse_reason,
+    strip_thinking,
+)
 
 NAV = ("TURN_LEFT", "TURN_RIGHT", "FORWARD")
 DOORKEY = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "PICKUP", "DROP", "TOGGLE", "DONE")
@@ -104,3 +111,37 @@ def test_json_field_and_reason():
     assert parse_reason(text) == "wall"
     assert parse_reason("Reason: goal ahead   Action: FORWARD") == "goal ahead"
     assert parse_reason("FORWARD") == ""
+
+
+# One strip_thinking, two readings: the parser's (tags in any case, a closed block becomes a space,
+# cut at the last lone </think>) and the backends' literal one (consultants.hf and openai_compat:
+# exact tags, cut at a </think> only before any <think>, blocks dropped without a space). Both are
+# what they were as two functions; the rows where they differ pin that neither changes.
+THINKING_SPLITS = [
+    # (text, parser's (visible, thinking), literal (visible, thinking))
+    (
+        "<think>a</think>\n\nAction: FORWARD",
+        (" \n\nAction: FORWARD", ""),
+        ("\n\nAction: FORWARD", ""),
+    ),
+    ("x<think>a</think>y", ("x y", ""), ("xy", "")),
+    ("<THINK>a</THINK>FORWARD", (" FORWARD", ""), ("<THINK>a</THINK>FORWARD", "")),
+    ("a</think>b</think>c", ("c", ""), ("b</think>c", "")),
+    ("<think>a</think>b</think>c", ("c", ""), ("b</think>c", "")),
+    ("x<think>a<think>b</think>y<think>c", ("x y", "c"), ("xy", "c")),
+    ("<think>a\n", ("", "a\n"), ("\n", "a")),
+    ("<<think>a</think>think>b", ("< think>b", ""), ("<think>b", "")),  # literal: one pass
+    ("İ<think>x", ("İ<", ""), ("İ", "x")),  # the parser slices by lower() indices ('İ' -> 2 chars)
+    (
+        "Action: FORWARD <think>never closed",
+        ("Action: FORWARD ", "never closed"),
+        ("Action: FORWARD ", "never closed"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "parser", "literal"), THINKING_SPLITS)
+def test_strip_thinking_parser_and_literal_readings(text, parser, literal):
+    assert strip_thinking(text) == parser
+    assert strip_thinking(text, literal=True) == literal
+    assert backend_strip_thinking(text) == literal[0].strip()

@@ -17,7 +17,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,21 +24,19 @@ from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 from benchmark.consultants.errors import ConsultantError
+from benchmark.prompts.parse import THINK_END, THINK_START
+from benchmark.prompts.parse import strip_thinking as split_thinking
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-THINK_START, THINK_END, THINK_CLOSE = "<think>", "</think>", "</think>\n\n"
-_THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+THINK_CLOSE = THINK_END + "\n\n"
 _MB = 1 << 20
 
 
 def strip_thinking(text: str) -> str:
     """Remove leaked thinking: `<think>...</think>` blocks, an unterminated `<think>...`, and
-    anything before a stray `</think>` (the template opened the block inside the prompt)."""
-    if THINK_END in text and (
-        THINK_START not in text or text.index(THINK_END) < text.index(THINK_START)
-    ):
-        text = text.split(THINK_END, 1)[1]
-    return _THINK_BLOCK.sub("", text).strip()
+    anything before a stray `</think>` (the template opened the block inside the prompt); the
+    literal reading of the parser's split (benchmark.prompts.parse.strip_thinking), trimmed."""
+    return split_thinking(text, literal=True)[0].strip()
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.envs.base import CardView, Episode, Memory, NavView, Task
+from benchmark.envs.base import CardView, Episode, Memory, NavView, Task, is_doorkey
 
 ENV_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "env"
 
@@ -19,6 +19,7 @@ __all__ = [
     "NavView",
     "Task",
     "available_envs",
+    "is_doorkey",
     "load_env_cfg",
     "make_task",
 ]

@@ -8,11 +8,19 @@ episodic memory sigma (updated on every step, queried or not) and the expert (fu
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+
+def is_doorkey(action_names: Sequence[str]) -> bool:
+    """Whether the task is DoorKey (a key to pick up, a locked door to open before the goal): the
+    one place this is decided, from the actions, since only DoorKey has PICKUP. Prompts use it to
+    add the key and door symbols, rules, state lines and examples."""
+    return "PICKUP" in action_names
 
 
 @dataclass

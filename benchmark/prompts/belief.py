@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from benchmark.consultants.base import Decoding, Query
-from benchmark.envs.base import CardView, Episode, NavView, Task
+from benchmark.envs.base import CardView, Episode, NavView, Task, is_doorkey
 from benchmark.prompts import blocks
 from benchmark.prompts import navfeatures as nf
 from benchmark.prompts.ask import check_family, render_line
@@ -114,7 +114,7 @@ def observed_claims(episode: Episode) -> list[str]:
     exits = [f"{kind} at {p}" for p, kind in nf.doorways(view, world)][:3]
     if exits:
         claims.append(f"- visible exits: {', '.join(exits)} [confirmed]")
-    if "PICKUP" in episode.action_names:
+    if is_doorkey(episode.action_names):
         keys = [p for p, ch in world.cells.items() if ch == "k"]
         claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
         claims.append(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmark.envs.base import CardView, Memory, NavView, Task
+from benchmark.envs.base import CardView, Memory, NavView, Task, is_doorkey
 from benchmark.prompts import navfeatures as nf
 
 LEVELS = ("basic", "enriched", "stateful_min", "stateful")
@@ -55,7 +55,7 @@ def world_sentence(task: Any) -> str:
 
 
 def legend(actions: Sequence[str]) -> str:
-    extra = " k=key L=door(locked) D=door(closed) o=door(open)" if "PICKUP" in actions else ""
+    extra = " k=key L=door(locked) D=door(closed) o=door(open)" if is_doorkey(actions) else ""
     return f"LEGEND: A=agent #=wall .=floor G=goal ?=unseen{extra}"
 
 
@@ -69,7 +69,7 @@ def or_list(actions: Sequence[str]) -> str:
 def grid_system(
     task: Any, actions: Sequence[str], level: str, rationale: bool, autopilot: bool
 ) -> str:
-    doorkey = "PICKUP" in actions
+    doorkey = is_doorkey(actions)
     lines = [
         "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
         f"MiniGrid world {world_sentence(task)}. The agent sees only a 7x7 window in front of it. "
@@ -131,7 +131,7 @@ def grid_state(
 ) -> str:
     """Block (iv) for navigation, cumulative over the levels."""
     world = nf.World(view, memory)
-    doorkey = "PICKUP" in actions
+    doorkey = is_doorkey(actions)
     ahead = "BLOCKED" if view.front in nf.BLOCKING else "clear"
     lines = [
         legend(actions),
@@ -212,7 +212,7 @@ def grid_state(
 
 def grid_examples(actions: Sequence[str], level: str) -> str:
     lines = ["EXAMPLES:"]
-    if "PICKUP" in actions:
+    if is_doorkey(actions):
         lines += [
             "key visible (2 ahead, 1 right), no key in hand -> FORWARD",
             "facing 'k', no key in hand                   -> PICKUP",

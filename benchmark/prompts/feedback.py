@@ -24,7 +24,7 @@ import json
 import re
 
 from benchmark.consultants.base import Decoding, Query
-from benchmark.envs.base import Episode, NavView, Task
+from benchmark.envs.base import Episode, NavView, Task, is_doorkey
 from benchmark.prompts.ask import check_family
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
@@ -129,7 +129,7 @@ class FeedbackSession(PromptSession):
     def description(self, view: NavView, grid: str) -> str:
         actions = self.episode.action_names
         symbols = {"W", "G", "."} | {c for c in "DLokb~" if any(c in r for r in view.full_grid)}
-        if "PICKUP" in actions:
+        if is_doorkey(actions):
             symbols |= {"D", "L", "o", "k"}
         lines = [
             "In the Minigrid environment you control an agent that moves through a grid world. "
@@ -147,7 +147,7 @@ class FeedbackSession(PromptSession):
             "- Movement:",
             "  - Move Forward: moves one cell in the facing direction unless an obstacle is there.",
         ]
-        if "PICKUP" in actions:
+        if is_doorkey(actions):
             lines += [
                 "- Interaction:",
                 "  - Pick Up: picks up the key in the cell ahead.",

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmark.envs.base import Memory, NavView
+from benchmark.envs.base import Memory, NavView, is_doorkey
 
 FACINGS = ("EAST", "SOUTH", "WEST", "NORTH")  # MiniGrid's agent_dir order
 VEC = {"EAST": (1, 0), "SOUTH": (0, 1), "WEST": (-1, 0), "NORTH": (0, -1)}
@@ -288,7 +288,7 @@ def planner_hint(view: NavView, memory: Memory, actions: Sequence[str]) -> Hint:
     world = World(view, memory)
     goal = memory.goal_pos or view.goal_pos
     cells = world.cells
-    if "PICKUP" in actions and view.carrying is None and door_state(world) != "OPEN":
+    if is_doorkey(actions) and view.carrying is None and door_state(world) != "OPEN":
         keys = {p for p, ch in cells.items() if ch == "k"}
         if keys:
             found = _bfs(world, actions, set(), keys, "PICKUP")
