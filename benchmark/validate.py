@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import re
+from functools import cache
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -16,8 +18,49 @@ from benchmark.seeds import Splits
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
 
+CONF = Path(__file__).resolve().parents[1] / "conf"
+# nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
+# (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
+OPTION_GROUPS = ("gate", "slm", "prompt")
+ROOT_NODES = ("eval", "tuning", "splits")
+
+
+@cache
+def known_keys(node: str) -> frozenset[str]:
+    """The keys a node may hold: for a config group, those of any of its options."""
+    group, _, sub = node.partition(".")
+    if group in ROOT_NODES:
+        files = [CONF / "config.yaml"]
+    else:
+        files = sorted((CONF / group).glob("*.yaml"))
+    keys: set[str] = set()
+    for f in files:
+        data = OmegaConf.load(f)
+        if group in ROOT_NODES:
+            data = data.get(group) or {}
+        if sub:
+            data = data.get(sub) or {}
+        keys.update(str(k) for k in data)
+    return frozenset(keys)
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    nodes = [*OPTION_GROUPS, *ROOT_NODES, "slm.backend"]
+    for node in nodes:
+        value = OmegaConf.select(cfg, node)
+        if not isinstance(value, DictConfig):
+            continue
+        unknown = sorted(set(value) - known_keys(node))
+        if unknown:
+            raise ValueError(
+                f"unknown key {node}.{unknown[0]}: allowed keys of {node} are "
+                f"{sorted(known_keys(node))}"
+            )
+
+
 def validate(cfg: DictConfig, task=None) -> Splits:
     """Check every value the job reads; returns the job's seed splits."""
+    check_known_keys(cfg)
     splits = Splits.from_config(cfg.get("splits"))
     for key in ("seed", "policy.seed", "tuning.sampler_seed"):
         value = OmegaConf.select(cfg, key)
@@ -30,6 +73,11 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     n = gate.get("mc_samples")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gate.mc_samples={n!r} is invalid: allowed an integer >= 1")
+    if gate.get("name") == "epistemic" and n is not None and n < 2:
+        raise ValueError(
+            f"gate.mc_samples={n} is invalid for gate 'epistemic': one sample has no epistemic "
+            "spread, so the gate could never fire; allowed an integer >= 2"
+        )
     tau = gate.get("tau")
     if tau is not None and str(tau) != TAU_AUTO:
         if not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:

@@ -125,4 +125,22 @@ CASES = [
         {},
         "tuning.n_trials=0 is invalid: allowed an integer >= 1",
     ),
+    (
+        "unknown gate key",
+        ["gate=entropy", "+gate.tauu=0.9"],
+        {},
+        "unknown key gate.tauu: allowed keys of gate are",
+    ),
+    (
+        "unknown eval key",
+        ["+eval.n_episode=50"],
+        {},
+        "unknown key eval.n_episode: allowed keys of eval are",
+    ),
+    (
+        "epistemic gate with one sample",
+        ["gate=epistemic", "gate.tau=0.1", "gate.mc_samples=1"],
+        {},
+        "gate.mc_samples=1 is invalid for gate 'epistemic'",
+    ),
 ]
