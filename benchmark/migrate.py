@@ -28,6 +28,7 @@ from benchmark.cell import CellSpec, digest, file_sha256, tuning_key
 log = logging.getLogger(__name__)
 V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")
 V2_ENV_KEYS = ("label", "kind")  # display name and env kind, added to conf/env after v1
+V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 
 
 def v1_cell_config(cfg: DictConfig) -> dict:
@@ -92,6 +93,9 @@ def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
 
 def _changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dict) -> str:
     """Why the v1 cell's inputs may differ from the job's ('' when they provably do not)."""
+    changed = [k for k, v in spec.identity["code"].items() if V1_CODE.get(k) != v]
+    if changed:
+        return f"the {' and '.join(changed)} code changed since (version {spec.identity['code']})"
     computed_at = (old_dir / "summary.json").stat().st_mtime
     if spec.uses_policy:
         path = Path(summary.get("checkpoint_path") or "")

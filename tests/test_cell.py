@@ -134,3 +134,16 @@ def test_v1_cell_whose_model_changed_since_is_not_reused(tmp_path):
     again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
     assert v1_dir.exists()  # left in place, never deleted
     assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
+
+
+@pytest.mark.slow
+def test_v1_cell_of_older_prompt_code_is_not_reused(tmp_path, monkeypatch):
+    over = [*SLM_ONLY, "slm=tiny"]
+    run_job(compose_cfg(tmp_path, *over), tmp_path / "j1", multirun=False)
+    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
+    import benchmark.prompts
+
+    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", PROMPT_VERSION + 1)
+    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+    assert v1_dir.exists() and again["cell_hash"] != before["cell_hash"]
+    assert again["wall_seconds"] != before["wall_seconds"]
