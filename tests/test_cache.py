@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import random
 import signal
 import sqlite3
 import subprocess
@@ -175,3 +178,84 @@ def test_killed_writer_leaves_readable_cache(tmp_path) -> None:
     assert store._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     store.put_many("after", {"k": Answer("fine")})
     assert store.get_many(["k"])["k"].text == "fine"
+
+
+class Cutting(Counting):
+    """Answers a query whose text contains "cut" with an incomplete answer (as a server whose
+    reply was cut by max_tokens before any text)."""
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        out = super().answer(queries)
+        return [
+            dataclasses.replace(a, text="", complete=False) if "cut" in a.text else a for a in out
+        ]
+
+
+def test_incomplete_answers_are_passed_on_but_never_stored(tmp_path) -> None:
+    inner = Cutting()
+    c = CachedConsultant(inner, tmp_path / "r.sqlite")
+    out = c.answer([q("cut"), q("ok"), q("cut")])
+    assert [(a.text, a.complete) for a in out] == [("", False), ("echo:ok", True), ("", False)]
+    assert inner.seen == ["cut", "ok"] and len(c.store) == 1
+    again = c.answer([q("cut"), q("ok")])
+    assert inner.seen == ["cut", "ok", "cut"]  # the incomplete one is asked again
+    assert [a.cached for a in again] == [False, True] and len(c.store) == 1
+
+
+def _filled(path: Path) -> None:
+    c = CachedConsultant(Counting("old"), path)
+    c.answer([q(f"m{i}") for i in range(300)])
+    c.close()
+
+
+def _corrupt_copies(path: Path) -> list[Path]:
+    """The database files set aside (each with its -wal/-shm, when it had them)."""
+    found = path.parent.glob(path.name + ".corrupt-*")
+    return sorted(p for p in found if not p.name.endswith(("-wal", "-shm")))
+
+
+@pytest.mark.parametrize("where", ["whole-file", "pages-after-header"])
+def test_corrupt_file_is_set_aside_and_an_empty_cache_starts(tmp_path, caplog, where) -> None:
+    db = tmp_path / "responses.sqlite"
+    _filled(db)
+    size = db.stat().st_size
+    garbage = random.Random(0).randbytes(size)
+    with db.open("r+b") as f:  # random bytes over the file (or over all but its first page)
+        offset = 0 if where == "whole-file" else 4096
+        f.seek(offset)
+        f.write(garbage[offset:])
+    corrupt = db.read_bytes()
+    inner = Counting("new")
+    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache"):
+        c = CachedConsultant(inner, db)
+        out = c.answer([q("m1"), q("m2")])  # a malformed page is found here at the latest
+    assert [a.text for a in out] == ["new:m1", "new:m2"] and not any(a.cached for a in out)
+    (copy,) = _corrupt_copies(db)
+    assert copy.read_bytes() == corrupt  # kept, byte for byte, never deleted
+    assert any(str(db) in r.getMessage() and str(copy) in r.getMessage() for r in caplog.records)
+    assert c.answer([q("m1")])[0].cached and len(c.store) == 2  # the new cache works
+    assert c.store._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    c.close()
+
+
+def test_jobs_sharing_a_corrupt_cache_move_to_the_new_one(tmp_path) -> None:
+    """Two jobs have the cache open when a third finds it corrupt and sets it aside: they
+    follow the path to the new file on their next lookup, and closing their connections to the
+    old file deletes nothing of the new one (SQLite removes `-wal`/`-shm` by name on close)."""
+    db = tmp_path / "responses.sqlite"
+    _filled(db)
+    a, b = ResponseStore(db), ResponseStore(db)
+    a.put_many("m", {"old": Answer("old")})
+    db.write_bytes(b"\0garbage" * 1000)
+    c = ResponseStore(db)  # a new job: sets the file aside, starts a new one
+    c.put_many("m", {"k": Answer("from c")})
+    assert len(_corrupt_copies(db)) == 1
+    a.close()  # a connection to the old file, closed
+    assert b.get_many(["k", "old"]) == {"k": Answer("from c", cached=True)}  # b follows
+    assert len(_corrupt_copies(db)) == 1  # and moved nothing aside
+    b.close()
+    d = ResponseStore(db)  # c is still open: its writes live in the WAL, which must be intact
+    assert d.get_many(["k"])["k"].text == "from c" and len(d) == 1
+    assert d._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    for s in (c, d):
+        s.close()

@@ -42,11 +42,16 @@ class Query:
 
 @dataclass
 class Answer:
+    """One reply. `complete=False` marks a reply the backend does not stand behind (e.g. a
+    server's reply cut by max_tokens before any answer text): it is used as it is (counted
+    invalid when it does not parse) but never written to the response cache."""
+
     text: str
     prompt_tokens: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
     cached: bool = False
+    complete: bool = True
 
 
 class Consultant(abc.ABC):

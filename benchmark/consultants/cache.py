@@ -5,14 +5,23 @@ the sha256 of (backend identity, every Decoding field, the full messages JSON), 
 answers are never served for another's and a changed prompt or decoding setting misses.
 
 Only greedy answers (temperature == 0) are cached; sampled queries bypass the cache entirely.
-Identical greedy queries within one batch reach the backend once (the copies come back with
-`cached=True`, `seconds=0`).
+Only answers the backend marks complete (`Answer.complete`, true by default) are written: a reply
+a backend does not stand behind (e.g. a server's reply cut by max_tokens before any text) is
+passed on but asked again next time, so a fixed server is never answered from a broken one's
+replies. Identical greedy queries within one batch reach the backend once (the copies come back
+with `cached=True`, `seconds=0`).
 
 Storage: one SQLite file (`<paths.cache>/responses.sqlite`) in WAL mode with a busy timeout and
 retries on lock errors, so the processes of a multirun can share it, and a writer killed
 mid-write leaves a readable database (a transaction either committed or never happened). The
 file is bounded by `max_entries` rows (default 100,000, i.e. tens of MB for short answers);
 beyond it the least recently used rows (by last access time) are evicted.
+
+A corrupt file (not a database, or a malformed page found at open or in any later lookup or write)
+is never deleted and never fatal: it is moved aside to `responses.sqlite.corrupt-<timestamp>`
+(with its -wal/-shm files), a warning names both files, and an empty cache starts in its place;
+the lookup or write that found it is then run against the new file. Other processes sharing the
+file notice that the path now names a new file and reopen it.
 
 Answers served from the cache have `cached=True`, the token counts of the original generation
 (what the answer cost when it was made) and `seconds` = the time the lookup took."""
@@ -22,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -35,6 +45,8 @@ from benchmark.consultants.base import Answer, Consultant, Query
 
 DEFAULT_MAX_ENTRIES = 100_000
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -62,6 +74,15 @@ def cache_key(identity: str, query: Query) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def is_corrupt(exc: BaseException) -> bool:
+    """True for SQLite's "file is not a database" and "database disk image is malformed" (plain
+    DatabaseError); lock, I/O and permission errors (OperationalError) are not corruption."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11 for errors SQLite raised
+    if code is not None:
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    return type(exc) is sqlite3.DatabaseError
+
+
 class ResponseStore:
     """The SQLite table behind the cache, safe for concurrent processes."""
 
@@ -72,29 +93,106 @@ class ResponseStore:
         self.max_entries = int(max_entries)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) the connection opened
+        self._locked_retry(lambda: None)  # opens (or sets aside a corrupt file and starts anew)
+
+    def _open(self) -> None:
+        """Connect and create the schema; remember which file (inode) the connection is on."""
         self._conn = sqlite3.connect(
             str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
         )
-        self._locked_retry(self._init_db)
-
-    def _init_db(self) -> None:
+        self._file = self._path_file()  # before any read: a corrupt file must be known
         self._conn.execute("PRAGMA busy_timeout = 30000")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL-safe against killed processes
         self._conn.executescript(_SCHEMA)
 
+    def _path_file(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _disconnect(self) -> None:
+        """Close the connection. When its file was moved aside, SQLite sees that and neither
+        checkpoints into it nor deletes `<path>-wal`/`-shm`, which now belong to the new file."""
+        if self._conn is None:
+            return
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        self._conn = None
+
+    def _ensure_open(self) -> None:
+        """(Re)connect when there is no connection, or when another process set the file this
+        one uses aside and a new file now lies at the path."""
+        if self._conn is not None and self._path_file() == self._file:
+            return
+        self._disconnect()
+        self._open()
+
+    def _set_aside(self, exc: BaseException) -> None:
+        """Move a corrupt database (and its -wal/-shm) aside under a timestamped name, never
+        deleting it, unless another process already did (the path names another file)."""
+        from filelock import FileLock
+
+        with FileLock(str(self.path) + ".lock"):  # one process moves it; the others see that
+            if self._file is None or self._path_file() != self._file:
+                self._disconnect()
+                return  # already moved aside (and maybe replaced) by another process
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+            n = 1
+            while target.exists():
+                n += 1
+                target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            os.replace(self.path, target)
+            for suffix in ("-wal", "-shm"):
+                side = self.path.with_name(self.path.name + suffix)
+                if side.exists():
+                    os.replace(side, target.with_name(target.name + suffix))
+            self._disconnect()  # after the move: the copy keeps its WAL as it was
+        log.warning(
+            "response cache %s is corrupt (%s); moved it aside to %s and started an empty cache "
+            "(only cached answers are lost; the copy can be inspected or deleted)",
+            self.path,
+            exc,
+            target,
+        )
+
     def _locked_retry(self, fn: Callable[[], T], attempts: int = 8) -> T:
         """SQLite's busy timeout covers most contention; this covers the rest (e.g. a lock
-        upgrade deadlock, where SQLite gives up at once instead of waiting)."""
+        upgrade deadlock, where SQLite gives up at once instead of waiting). A corrupt file is
+        set aside once and `fn` runs again on a fresh one."""
         with self._lock:
+            recovered = False
             for attempt in range(attempts):
                 try:
+                    self._ensure_open()
                     return fn()
-                except sqlite3.OperationalError as exc:
+                except sqlite3.DatabaseError as exc:
+                    if self._conn is not None and self._conn.in_transaction:
+                        try:
+                            self._conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                    if is_corrupt(exc):
+                        if not recovered:
+                            recovered = True
+                            self._set_aside(exc)
+                            continue
+                        raise sqlite3.DatabaseError(
+                            f"response cache {self.path}: {exc}, again after the corrupt file "
+                            "was set aside; check the disk, or set slm.cache=false"
+                        ) from exc
                     msg = str(exc).lower()
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
-                    if ("locked" not in msg and "busy" not in msg) or attempt == attempts - 1:
+                    retry = isinstance(exc, sqlite3.OperationalError) and (
+                        "locked" in msg or "busy" in msg
+                    )
+                    if not retry or attempt == attempts - 1:
                         raise
                     time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
@@ -160,7 +258,7 @@ class ResponseStore:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._disconnect()
 
 
 class CachedConsultant(Consultant):
@@ -223,7 +321,9 @@ class CachedConsultant(Consultant):
             raise RuntimeError(
                 f"{identity}: backend returned {len(fresh)} answers for {len(to_ask)} queries"
             )
-        self.store.put_many(identity, {k: fresh[j] for k, j in first_of.items()})
+        self.store.put_many(
+            identity, {k: fresh[j] for k, j in first_of.items() if fresh[j].complete}
+        )
 
         out: list[Answer] = []
         asked = dict(zip(to_ask, fresh, strict=True))

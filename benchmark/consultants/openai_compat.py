@@ -8,6 +8,18 @@ concurrently in a thread pool; each request retries with exponential backoff (sh
 benchmark.consultants.retry) and a request that keeps failing raises ConsultantError with the URL
 and the cause.
 
+Faulty replies (HTTP 200 that is not an answer) are failures, retried like a 5xx and then raised
+as ConsultantError naming the URL, so a cell never completes on a broken server's replies and
+nothing of them reaches the response cache:
+- a body that is not JSON, or JSON without `choices[0].message`;
+- no content: `content` null, empty or whitespace only (or only a thinking block), unless the
+  reply was cut by max_tokens.
+One case is not a fault but the model's own outcome: `finish_reason: "length"` with no answer
+text left (the token budget ran out, typically inside a thinking block). Greedy decoding would
+give the same again, so it is not retried; it comes back as an empty answer (the parser counts it
+invalid, as the local backend's would be) marked `complete=False`, which the response cache never
+stores: the query is asked again in the next run.
+
 Thinking: `chat_template_kwargs: {enable_thinking: ...}` is sent in the body (vLLM, SGLang and
 `transformers serve` honour it). A remote server cannot be stopped mid-thought, so the thinking
 budget is approximate here: max_tokens = max_new_tokens + thinking_budget when thinking is on,
@@ -122,7 +134,7 @@ class OpenAIConsultant(Consultant):
         url = f"{self.base_url}/chat/completions"
         body = self._body(q)
 
-        def call() -> dict[str, Any]:
+        def call() -> Answer:
             try:
                 r = self._client.post(url, json=body)
             except httpx.TransportError as exc:
@@ -131,18 +143,42 @@ class OpenAIConsultant(Consultant):
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
                 raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
-            return r.json()
+            return self._parse(r)
 
-        data = with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
+        return with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
+
+    @staticmethod
+    def _parse(r: Any) -> Answer:
+        """An HTTP 200 reply -> Answer; raises Retryable when it is not an answer (module doc)."""
         try:
-            content = data["choices"][0]["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ConsultantError(f"{url} returned no choices[0].message: {data!r:.300}") from exc
-        usage = data.get("usage") or {}
-        return Answer(
-            strip_thinking(content),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            generated_tokens=int(usage.get("completion_tokens") or 0),
+            data = r.json()
+        except ValueError as exc:
+            raise Retryable(
+                f"HTTP 200 with a body that is not JSON ({exc}): {r.text[:200]!r}"
+            ) from exc
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            content = message.get("content")
+            finish = choice.get("finish_reason")
+            usage = data.get("usage") or {}
+            prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            generated_tokens = int(usage.get("completion_tokens") or 0)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise Retryable(
+                f"HTTP 200 without an OpenAI chat completion (no choices[0].message: "
+                f"{type(exc).__name__}: {exc}): {r.text[:200]!r}"
+            ) from exc
+        if content is not None and not isinstance(content, str):
+            raise Retryable(f"HTTP 200 with a non-text message.content: {content!r:.200}")
+        text = strip_thinking(content or "")
+        if text:
+            return Answer(text, prompt_tokens, generated_tokens)
+        if finish == "length":  # the model ran out of tokens: its outcome, not a fault
+            return Answer("", prompt_tokens, generated_tokens, complete=False)
+        raise Retryable(
+            f"HTTP 200 with no answer text (message.content={content!r:.80}, "
+            f"finish_reason={finish!r})"
         )
 
     def answer(self, queries: list[Query]) -> list[Answer]:
