@@ -5,6 +5,7 @@ matches a hand computation, plots and CSVs are written."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import subprocess
 import sys
@@ -14,11 +15,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
+from benchmark.cell import CellSpec
+from benchmark.envs import available_envs, load_env_cfg
 from benchmark.metrics import episode_rates, summarize
-from benchmark.report import build_report
+from benchmark.report import build_report, load_sweep
 from benchmark.report.__main__ import main as report_main
 from benchmark.report.__main__ import tracking_config
+from benchmark.report.loading import LABELS, expand_sweep
+from benchmark.report.model import ENV_ORDER, Layout, env_kind, env_label, method_label
+from tests.conftest import compose_cfg
 
 REPO = Path(__file__).resolve().parent.parent
 METRIC = {"fourrooms": "success", "higherlower": "accuracy"}
@@ -52,6 +59,23 @@ def episodes(env: str, gate: str, skill: float, seed: int, seeds=SEEDS) -> list[
     return rows
 
 
+@functools.cache
+def composed(root: Path, *groups: str) -> str:
+    """The config composed with these config-group choices (once per choice, for speed)."""
+    return OmegaConf.to_yaml(compose_cfg(root, *groups, "experiment_name=synthetic"))
+
+
+def job_config(root: Path, overrides: list[str]) -> str:
+    """The job's config as Hydra saves it (.hydra/config.yaml: composed, unresolved)."""
+    groups = [o for o in overrides if o.split("=")[0] in ("env", "gate", "slm", "prompt")]
+    cfg = OmegaConf.create(composed(root, *groups))
+    for o in overrides:
+        if o not in groups:
+            key, value = o.split("=", 1)
+            OmegaConf.update(cfg, key, yaml.safe_load(value))
+    return OmegaConf.to_yaml(cfg)
+
+
 def write_job(
     root: Path,
     num: int,
@@ -77,22 +101,13 @@ def write_job(
     if gate == "entropy":
         overrides.append(f"gate.tau={tau}")
     (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    gate_cfg = {"name": gate, "needs_policy": gate != "always"}
-    if gate == "entropy":
-        gate_cfg.update(tau=tau, mc_samples=10, tau_range=[0.1, 2.0])
-    config = {
-        "env": {"name": env, "metric": METRIC[env]},
-        "gate": gate_cfg,
-        "slm": {"name": slm or "tiny"},
-        "prompt": {"name": prompt or "basic", "rationale": rationale},
-        "policy": {"checkpoint": checkpoint, "seed": policy_seed},
-        "paths": {"root": "${oc.env:BENCHMARK_ROOT,${hydra:runtime.cwd}/outputs}"},
-        "experiment_name": "synthetic",
-    }
-    (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    mc = ["gate.mc_samples=10"] if gate == "entropy" else []
+    cfg = job_config(root, [*overrides, f"policy.seed={policy_seed}", *mc])
+    (d / ".hydra" / "config.yaml").write_text(cfg)
+    spec = CellSpec.from_config(OmegaConf.create(cfg))
+    config, name = spec.config, spec.name  # what error.json and the summary hold
     if status == "missing":
         return None
-    name = f"{env}/{gate}" + (f"/{slm}/{prompt}" if slm else "")
     if status == "failed":
         (d / "error.json").write_text(
             json.dumps(
@@ -366,6 +381,7 @@ def test_files_written_and_parse(sweep):
     assert len(main) == len(sweep["report"].table("main").rows)
     cells = pd.read_csv(out / "cells.csv")
     assert len(cells) == 20 and set(cells["status"]) == {"ok", "failed", "missing"}
+    assert set(cells["env_kind"]) == {"navigation", "card_game"}
     s = sweep["summaries"]["ask/higherlower"]
     got = cells.loc[cells["job"] == sweep["summaries"]["ask/higherlower#job"], "reward_mean"]
     assert got.item() == pytest.approx(s["reward_mean"])
@@ -441,6 +457,138 @@ def test_never_started_jobs_are_missing(tmp_path):
     row = _row(fails, "1")
     assert row["status"] == "MISSING" and "never started" in row["message"]
     assert row["overrides"] == "env=higherlower gate=never eval.n_episodes=20"
+
+
+@pytest.mark.parametrize(
+    ("params", "task"),
+    [
+        (  # Table 3's grid
+            {
+                "env": "fourrooms,doorkey8,higherlower",
+                "policy.checkpoint": "t1,t2,t3,t4,best",
+                "method": "ppo,ask_plus",
+                "slm": "qwen3.5-2b,qwen3.5-4b",
+            },
+            [],
+        ),
+        (  # the command line replaces a param in its place; range, choice, +key and ~key
+            {"env": "fourrooms", "gate.tau": "range(0.5,2.0,0.5)", "seed": "0"},
+            ["prompt=choice(basic,stateful)", "env=higherlower,doorkey8", "+x=1,2", "~tracking"],
+        ),
+        ({}, ["gate=never", "eval.n_episodes=20"]),  # no sweep: one job
+    ],
+)
+def test_sweep_expansion_matches_hydra_basic_sweeper(params, task):
+    """expand_sweep (Hydra's public override parser) numbers jobs as Hydra's BasicSweeper does:
+    a Hydra upgrade that changes the order fails here, not silently in a report."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = BasicSweeper(max_batch_size=None, params=params)
+    args = sweeper._parse_config() + task  # what BasicSweeper.sweep parses
+    parsed = OverridesParser.create().parse_overrides(args)
+    expected = [job for batch in sweeper.split_arguments(parsed, None) for job in batch]
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {
+                    "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "params": params,
+                },
+                "overrides": {"task": task},
+            }
+        }
+    )
+    assert expand_sweep(config) == expected
+    if "method" in params:  # the last key varies fastest
+        assert len(expected) == 60 and expected[:2] == [
+            ["env=fourrooms", "policy.checkpoint=t1", "method=ppo", "slm=qwen3.5-2b"],
+            ["env=fourrooms", "policy.checkpoint=t1", "method=ppo", "slm=qwen3.5-4b"],
+        ]
+    if task[1:2] == ["env=higherlower,doorkey8"]:
+        assert expected[0][:2] == ["env=higherlower", "gate.tau=0.5"] and len(expected) == 24
+
+
+def test_report_package_uses_no_private_hydra_api():
+    for path in (REPO / "benchmark" / "report").glob("*.py"):
+        assert "hydra._internal" not in path.read_text(), path
+
+
+def test_labels_come_from_the_cell_spec(tmp_path):
+    """A cell is labelled by CellSpec.labels() of its config, whatever the config holds for the
+    parts it does not use: SLM-only has no policy or checkpoint, PPO-only no slm or prompt. The
+    summary's labels win, but the checkpoint stays as configured (t2), with the file used."""
+    sweep_dir = tmp_path / "labels"
+    sweep_dir.mkdir()
+    ckpt = write_checkpoint_dir(tmp_path, "higherlower")
+    kw = {"slm": "tiny", "prompt": "stateful", "rationale": True}
+    write_job(
+        sweep_dir, 0, env="fourrooms", gate="always", checkpoint="r030", status="missing", **kw
+    )
+    write_job(
+        sweep_dir, 1, env="fourrooms", gate="never", checkpoint="final", status="failed", **kw
+    )
+    write_job(sweep_dir, 2, env="higherlower", gate="entropy", checkpoint="t2", policy_seed=1, **kw)
+    summary_path = sweep_dir / "2" / "summary.json"
+    summary = json.loads(summary_path.read_text())  # the job records the rNNN that t2 stands for
+    summary.update(checkpoint="r020", checkpoint_path=str(ckpt / "r020.zip"))
+    summary_path.write_text(json.dumps(summary))
+    sweep = load_sweep(sweep_dir)
+    cells = {c.job: c for c in sweep.cells}
+    assert [cells[j].status for j in "012"] == ["missing", "failed", "ok"]
+    for job in "01":  # no results: every label is the spec's
+        config = OmegaConf.load(sweep_dir / job / ".hydra" / "config.yaml")
+        labels = CellSpec.from_config(config).labels()
+        assert {k: getattr(cells[job], k) for k in LABELS} == {k: labels[k] for k in LABELS}
+        assert cells[job].name == labels["cell"]
+    slm_only, ppo, ask = cells["0"], cells["1"], cells["2"]
+    assert (slm_only.checkpoint, slm_only.policy_seed, slm_only.has_policy) == (None, None, False)
+    assert (slm_only.slm, slm_only.prompt, slm_only.rationale) == ("tiny", "stateful", True)
+    assert method_label(slm_only) == "SLM-only tiny"
+    assert (ppo.slm, ppo.prompt, ppo.rationale) == (None, None, None)
+    assert (ppo.checkpoint, ppo.policy_seed, ppo.has_policy) == ("final", 0, True)
+    assert (ask.checkpoint, ask.checkpoint_name, ask.policy_seed) == ("t2", "r020", 1)
+    assert (ask.tau_setting, ask.mc_samples, ask.has_policy) == ("auto", 10, True)
+    assert {c.checkpoint for c in sweep.cells} == {None, "final", "t2"}  # not SLM-only's r030
+    assert Layout.of(sweep).checkpoint
+
+
+def test_labels_of_configs_that_do_not_resolve(tmp_path):
+    """An older sweep's config that does not resolve as a whole (an interpolation only Hydra
+    could resolve) is read through CellSpec from the parts that do; one the spec cannot read (no
+    gate class) keeps its labels as configured."""
+    sweep_dir = tmp_path / "old"
+    overrides = ["env=fourrooms", "gate=always", "slm=tiny", "prompt=stateful"]
+    old = yaml.safe_load(job_config(tmp_path, [*overrides, "policy.checkpoint=r030"]))
+    old["paths"]["root"] = "${oc.env:REPORT_TEST_UNSET_ROOT}/outputs"
+    with pytest.raises(Exception, match="REPORT_TEST_UNSET_ROOT"):
+        CellSpec.from_config(OmegaConf.create(old))
+    bare = {
+        "env": {"name": "higherlower", "metric": "accuracy"},
+        "gate": {"name": "entropy", "tau": 0.5, "mc_samples": 10},
+        "slm": {"name": "tiny"},
+        "prompt": {"name": "basic", "rationale": False},
+        "policy": {"checkpoint": "best", "seed": 0},
+    }
+    for job, config in enumerate((old, bare)):
+        (sweep_dir / str(job) / ".hydra").mkdir(parents=True)
+        (sweep_dir / str(job) / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    cells = load_sweep(sweep_dir).cells
+    assert (cells[0].env, cells[0].gate, cells[0].slm) == ("fourrooms", "always", "tiny")
+    assert (cells[0].checkpoint, cells[0].has_policy) == (None, False)
+    assert cells[0].name == "fourrooms/always/tiny/stateful"
+    assert (cells[1].env, cells[1].gate, cells[1].tau_setting) == ("higherlower", "entropy", 0.5)
+    assert (cells[1].checkpoint, cells[1].uses_policy, cells[1].has_policy) == ("best", None, True)
+
+
+def test_env_names_and_kinds_come_from_conf_env():
+    assert sorted(ENV_ORDER) == available_envs()
+    for name in available_envs():
+        cfg = load_env_cfg(name)
+        assert env_label(name) == cfg.label and env_kind(name) == cfg.kind
+        assert cfg.kind in ("navigation", "doorkey", "card_game")
+    assert (env_label("doorkey8"), env_kind("higherlower")) == ("DoorKey-8x8", "card_game")
+    assert (env_label("not_an_env"), env_kind("not_an_env")) == ("not_an_env", None)
 
 
 def test_cli_errors_and_output(tmp_path, sweep, capsys):

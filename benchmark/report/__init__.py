@@ -1,5 +1,11 @@
 """Tables (Markdown, LaTeX, CSV) and plots (PNG) from a sweep directory:
-`python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb]`."""
+`python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb]`.
+
+loading  a sweep dir -> the model's cells (labels through benchmark.cell.CellSpec)
+model    Cell, Sweep; names, order; the row layout tables and figures share
+render   Table -> Markdown, LaTeX, CSV; number formats
+tables   the table builders
+figures  the plots (matplotlib)"""
 
 from __future__ import annotations
 
@@ -8,18 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report.cells import FAILED, MISSING, OK, Sweep, load_sweep
+from benchmark.report.loading import load_sweep, policy_runs
+from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows
+from benchmark.report.render import Table
 from benchmark.report.tables import (
-    Layout,
-    Table,
-    build_rows,
     cells_csv,
     checkpoints_table,
     details_table,
     failures_table,
     main_table,
     paired_table,
-    policy_runs,
     seeds_table,
 )
 
@@ -58,7 +62,7 @@ SECTIONS = {
 
 def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report:
     """Read the sweep, write every table and plot into `out` (default SWEEP_DIR/report)."""
-    from benchmark.report import plots
+    from benchmark.report import figures
 
     sweep = load_sweep(sweep_dir)
     out = Path(out) if out is not None else sweep.root / "report"
@@ -80,10 +84,10 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         if table is not None and table.rows:
             report.tables.append(table)
     for draw in (
-        lambda: plots.tau_plot(sweep, lay, out),
-        lambda: plots.checkpoint_plot(sweep, lay, out),
-        lambda: plots.trials_plot(sweep, lay, out),
-        lambda: plots.learning_curves_plot(runs, out),
+        lambda: figures.tau_plot(sweep, lay, out),
+        lambda: figures.checkpoint_plot(sweep, lay, out),
+        lambda: figures.trials_plot(sweep, lay, out),
+        lambda: figures.learning_curves_plot(runs, out),
     ):
         path = draw()
         if path is not None:

@@ -1,284 +1,41 @@
 """The report's tables, laid out like the papers' (rows = methods, column groups = environments,
-`mean [low, high]` cells), and their Markdown, LaTeX (booktabs) and CSV renderings. Numbers come
-from the cells' summaries; paired comparisons reuse benchmark.metrics.paired_difference."""
+`mean [low, high]` cells) from the model's rows; numbers come from the cells' summaries, paired
+comparisons reuse benchmark.metrics.paired_difference. Each builder returns a `Table` (None when
+the sweep has nothing for it); `benchmark.report.render` turns it into Markdown, LaTeX and CSV."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import re
 from collections import defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from benchmark.metrics import paired_difference
-from benchmark.report.cells import (
+from benchmark.policy.train import checkpoint_name
+from benchmark.report.model import (
     FAILED,
     MISSING,
     Cell,
+    Layout,
+    Row,
     Sweep,
     checkpoint_order,
+    env_kind,
     env_label,
-    is_number,
+    job_order,
     method_label,
     method_order,
+    ppo_reference,
+    row_label,
+    threshold_of,
 )
-
-DASH = "—"
-NUMERIC = re.compile(r"^([+-]?[\d.,]+|FAILED|MISSING)")
-ASKING_GATES = ("entropy", "epistemic")
-
-
-@dataclass
-class Table:
-    """A table with optional column groups; every cell is already a display string."""
-
-    name: str  # file stem
-    title: str
-    index: list[str]  # the leading (row label) column names
-    groups: list[tuple[str, list[str]]]  # (group label or "", its column names)
-    rows: list[tuple[list[str], list[str]]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def header(self) -> list[str]:
-        return self.index + [f"{g}: {c}" if g else c for g, cols in self.groups for c in cols]
-
-    def records(self) -> list[dict[str, str]]:
-        return [dict(zip(self.header(), idx + vals, strict=True)) for idx, vals in self.rows]
-
-    def to_markdown(self, title: bool = True) -> str:
-        def esc(s: str) -> str:
-            return str(s).replace("|", "\\|").replace("\n", " ")
-
-        head = self.header()
-        lines = [f"**{self.title}**", ""] if title else []
-        lines.append("| " + " | ".join(esc(h) for h in head) + " |")
-        lines.append("|" + "|".join(self._align()) + "|")
-        for idx, vals in self.rows:
-            lines.append("| " + " | ".join(esc(v) for v in idx + vals) + " |")
-        lines += [""] + [f"_{n}_  " for n in self.notes]
-        return "\n".join(lines).rstrip() + "\n"
-
-    def _align(self) -> list[str]:
-        """Numbers right, text left (Markdown)."""
-        out = [":---"] * len(self.index)
-        for j in range(len(self.header()) - len(self.index)):
-            col = [vals[j] for _, vals in self.rows if vals[j] not in ("", DASH)]
-            numeric = col and all(NUMERIC.match(v) for v in col)
-            out.append("---:" if numeric else ":---")
-        return out
-
-    def to_latex(self) -> str:
-        n_idx = len(self.index)
-        spec = "l" * n_idx + "".join("c" * len(cols) for _, cols in self.groups)
-        out = [
-            "\\begin{table}[ht]",
-            "\\centering",
-            "\\small",
-            f"\\caption{{{tex(self.title)}}}",
-            f"\\label{{tab:{self.name}}}",
-            f"\\begin{{tabular}}{{{spec}}}",
-            "\\toprule",
-        ]
-        if any(g for g, _ in self.groups):
-            top, rules, col = [""] * n_idx, [], n_idx + 1
-            for g, cols in self.groups:
-                top.append(
-                    f"\\multicolumn{{{len(cols)}}}{{c}}{{{tex(g)}}}"
-                    if g
-                    else " & ".join([""] * len(cols))
-                )
-                if g:
-                    rules.append(f"\\cmidrule(lr){{{col}-{col + len(cols) - 1}}}")
-                col += len(cols)
-            out.append(" & ".join(top) + " \\\\")
-            out.append(" ".join(rules))
-        out.append(
-            " & ".join(tex(h) for h in self.index + [c for _, cols in self.groups for c in cols])
-            + " \\\\"
-        )
-        out.append("\\midrule")
-        for idx, vals in self.rows:
-            out.append(" & ".join([tex(v) for v in idx] + [tex_cell(v) for v in vals]) + " \\\\")
-        out += ["\\bottomrule", "\\end{tabular}"]
-        if self.notes:
-            out.append("\\par\\smallskip\\footnotesize " + tex(" ".join(self.notes)))
-        out.append("\\end{table}")
-        return "\n".join(out) + "\n"
-
-    def to_csv(self) -> str:
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(self.header())
-        for idx, vals in self.rows:
-            writer.writerow(idx + vals)
-        return buf.getvalue()
-
-
-TEX_ESCAPES = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "—": "---",
-    "±": r"$\pm$",
-    "Δ": r"$\Delta$",
-    "τ": r"$\tau$",
-}
-
-
-def tex(s: str) -> str:
-    return "".join(TEX_ESCAPES.get(ch, ch) for ch in str(s))
-
-
-def tex_cell(s: str) -> str:
-    """`0.640 [0.55, 0.72]` -> the mean with a small CI below-right, as papers print it."""
-    s = str(s)
-    if " [" in s and s.endswith("]"):
-        mean, ci = s.split(" [", 1)
-        return f"{tex(mean)} {{\\scriptsize[{tex(ci)}}}"
-    return tex(s)
-
-
-def fmt(v: tuple[float, float, float] | None, digits: int = 3) -> str:
-    if v is None:
-        return DASH
-    mean, low, high = v
-    return f"{mean:.{digits}f} [{low:.2f}, {high:.2f}]"
-
-
-def fmt_diff(d: dict | None) -> str:
-    if d is None:
-        return DASH
-    star = "*" if d["diff_ci95_low"] > 0 or d["diff_ci95_high"] < 0 else ""
-    return f"{d['diff_mean']:+.3f} [{d['diff_ci95_low']:+.2f}, {d['diff_ci95_high']:+.2f}]{star}"
-
-
-# --------------------------------------------------------------------------------------------
-# rows: which cells share a row of the paper-like tables
-
-
-@dataclass
-class Layout:
-    """Which dimensions vary in this sweep (each one that does gets a column or a label part)."""
-
-    checkpoint: bool
-    policy_seed: bool
-    tau_grid: bool
-    mc_samples: bool
-    invalid: bool
-
-    @classmethod
-    def of(cls, sweep: Sweep) -> Layout:
-        cells = sweep.cells
-        asking = [c for c in cells if c.gate in ASKING_GATES]
-        prompts = {(c.prompt, bool(c.rationale)) for c in cells if c.gate not in (None, "never")}
-        return cls(
-            checkpoint=len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1,
-            policy_seed=len({c.policy_seed for c in cells if c.policy_seed is not None}) > 1,
-            tau_grid=len({c.tau_setting for c in asking if is_number(c.tau_setting)}) > 1,
-            mc_samples=len({c.mc_samples for c in asking if c.mc_samples is not None}) > 1,
-            invalid=len(prompts) > 1
-            or any((c.summary or {}).get("queries_total", 0) > 0 for c in cells),
-        )
-
-
-@dataclass
-class Row:
-    index: list[str]
-    order: tuple
-    cells: dict[str, Cell] = field(default_factory=dict)  # env -> cell
-
-
-def row_label(c: Cell, lay: Layout) -> str:
-    label = method_label(c)
-    if c.gate in ASKING_GATES:
-        if lay.tau_grid and c.tau_setting is not None:
-            label += f" τ={c.tau_setting:g}" if is_number(c.tau_setting) else f" τ={c.tau_setting}"
-        if lay.mc_samples and c.mc_samples is not None:
-            label += f" N={c.mc_samples}"
-    return label
-
-
-def build_rows(sweep: Sweep, lay: Layout) -> list[Row]:
-    """One row per method (x checkpoint x policy seed where they vary), cells keyed by env;
-    two cells that would share a (row, env) slot are told apart by the overrides that differ."""
-    cells = [c for c in sweep.cells if c.env is not None]
-    extra: dict[str, str] = {c.job: "" for c in cells}
-
-    def index(c: Cell) -> list[str]:
-        idx = [row_label(c, lay) + extra[c.job]]
-        if lay.checkpoint:
-            idx.append(str(c.checkpoint) if c.checkpoint is not None else DASH)
-        if lay.policy_seed:
-            idx.append(str(c.policy_seed) if c.policy_seed is not None else DASH)
-        return idx
-
-    for attempt in range(2):
-        slots: dict[tuple, list[Cell]] = defaultdict(list)
-        for c in cells:
-            slots[(*index(c), c.env)].append(c)
-        clashes = [group for group in slots.values() if len(group) > 1]
-        if not clashes:
-            break
-        for group in clashes:
-            if attempt == 0:
-                keys = _differing_override_keys(group)
-                for c in group:
-                    ov = dict(o.split("=", 1) for o in c.overrides if "=" in o)
-                    extra[c.job] += "".join(f" {k}={ov.get(k, DASH)}" for k in keys)
-            else:
-                for c in group:
-                    extra[c.job] += f" #{c.job}"
-    rows: dict[tuple, Row] = {}
-    for c in cells:
-        idx = index(c)
-        order = (
-            method_order(c),
-            c.tau_setting if is_number(c.tau_setting) else -1,
-            c.mc_samples or 0,
-            checkpoint_order(c.checkpoint),
-            c.policy_seed or 0,
-            idx[0],
-        )
-        if lay.checkpoint:
-            order = (checkpoint_order(c.checkpoint), *order)
-        row = rows.setdefault(tuple(idx), Row(index=idx, order=order))
-        row.order = min(row.order, order)
-        row.cells[c.env] = c
-    return sorted(rows.values(), key=lambda r: r.order)
-
-
-def _differing_override_keys(group: list[Cell]) -> list[str]:
-    maps = [dict(o.split("=", 1) for o in c.overrides if "=" in o) for c in group]
-    keys = sorted({k for m in maps for k in m})
-    return [k for k in keys if len({m.get(k) for m in maps}) > 1]
-
-
-def index_names(lay: Layout) -> list[str]:
-    return (
-        ["method"]
-        + (["checkpoint"] if lay.checkpoint else [])
-        + (["policy seed"] if lay.policy_seed else [])
-    )
+from benchmark.report.render import DASH, Table, fmt, fmt_diff
 
 
 def status_mark(c: Cell) -> str:
     return f"{c.status.upper()} (job {c.job})"
-
-
-# --------------------------------------------------------------------------------------------
-# the tables
 
 
 def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
@@ -289,7 +46,7 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
     table = Table(
         "main",
         f"Results: {sweep.experiment} (test seeds, mean [95% bootstrap CI])",
-        index_names(lay),
+        lay.index_names(),
         groups,
     )
     keys = ("reward", None, "ir", "or", "invalid_rate")
@@ -333,25 +90,6 @@ def _checkpoint_aliases(sweep: Sweep) -> list[str]:
     ]
 
 
-def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
-    """PPO-only of the same env (and checkpoint and policy seed when `c` uses a policy);
-    SLM-only is compared with the strongest checkpoint in the sweep (final, else best, else the
-    highest threshold) of the lowest policy seed."""
-    cands = [p for p in sweep.ok if p.gate == "never" and p.env == c.env]
-    if c.has_policy:
-        cands = [
-            p for p in cands if p.checkpoint == c.checkpoint and p.policy_seed == c.policy_seed
-        ]
-    cands.sort(
-        key=lambda p: (
-            -checkpoint_order(p.checkpoint)[0],
-            p.policy_seed or 0,
-            int(p.job) if p.job.isdigit() else 0,
-        )
-    )
-    return cands[0] if cands else None
-
-
 def paired(c: Cell, ref: Cell, key: str) -> dict | None:
     """metrics.paired_difference of `key` over the episode seeds both cells ran."""
     a = {e["seed"]: e.get(key) for e in c.episodes or []}
@@ -373,7 +111,7 @@ def paired_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table | None:
     table = Table(
         "paired",
         "Paired difference vs PPO-only on the same seeds (method − PPO, mean [95% bootstrap CI])",
-        index_names(lay),
+        lay.index_names(),
         groups,
     )
     for row in rows:
@@ -454,47 +192,6 @@ def _mean_std(xs: list[float]) -> str:
     return f"{np.mean(xs):.3f} ± {std:.3f} (n={len(xs)})"
 
 
-def policy_runs(sweep: Sweep) -> list[dict]:
-    """The distinct PPO checkpoint dirs the sweep's cells used, with what training wrote there."""
-    runs: dict[str, dict] = {}
-    for c in sweep.ok:
-        if not c.checkpoint_path:
-            continue
-        d = Path(c.checkpoint_path).parent
-        if str(d) in runs or not d.is_dir():
-            continue
-        metas = {}
-        for f in sorted(d.glob("*.json")):
-            data = _read_json(f)
-            if isinstance(data, dict) and ("timesteps" in data or "eval_reward" in data):
-                metas[f.stem] = data
-        config = _read_json(d / "config.json") or {}
-        runs[str(d)] = {
-            "dir": d,
-            "env": c.env,
-            "metric": c.metric,
-            "policy_seed": c.policy_seed,
-            "metas": metas,
-            "thresholds": (config.get("policy") or {}).get("thresholds"),
-            "curve": d / "curve.csv" if (d / "curve.csv").exists() else None,
-        }
-    return sorted(
-        runs.values(),
-        key=lambda r: (
-            sweep.envs().index(r["env"]) if r["env"] in sweep.envs() else 99,
-            r["policy_seed"] or 0,
-            str(r["dir"]),
-        ),
-    )
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def checkpoints_table(runs: list[dict]) -> Table | None:
     if not runs:
         return None
@@ -513,13 +210,11 @@ def checkpoints_table(runs: list[dict]) -> Table | None:
 
     for r in runs:
         metas = r["metas"]
-        reached = sorted(
-            (k for k in metas if k.startswith("r") and k[1:].isdigit()), key=checkpoint_order
-        )
+        reached = sorted((k for k in metas if threshold_of(k) is not None), key=checkpoint_order)
         reached_txt = ", ".join(f"{k} ({at(metas[k])})" for k in reached) or "none"
         missing = DASH
         if r["thresholds"]:
-            names = [f"r{int(round(float(t) * 100)):03d}" for t in r["thresholds"]]
+            names = [checkpoint_name(t) for t in r["thresholds"]]
             missing = ", ".join(n for n in names if n not in metas) or "none"
         table.rows.append(
             (
@@ -540,7 +235,7 @@ def failures_table(sweep: Sweep) -> Table | None:
         ["job", "status"],
         [("", ["env", "method", "overrides", "message"])],
     )
-    for c in sorted(bad, key=lambda c: (int(c.job) if c.job.isdigit() else 10**9, c.job)):
+    for c in sorted(bad, key=job_order):
         if c.status == FAILED:
             err = c.error or {}
             msg = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
@@ -623,6 +318,7 @@ def cells_csv(sweep: Sweep, lay: Layout) -> str:
         "job",
         "status",
         "env",
+        "env_kind",
         "metric",
         "method",
         "gate",
@@ -652,8 +348,9 @@ def cells_csv(sweep: Sweep, lay: Layout) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for c in sweep.cells:
-        row = {k: getattr(c, k, None) for k in fields if hasattr(c, k)}
-        row.update({k: v for k, v in (c.summary or {}).items() if k in fields})
+        row = {k: getattr(c, k) for k in fields if hasattr(c, k)}  # labels: summary's, merged
+        row.update({k: v for k, v in (c.summary or {}).items() if k in fields and k not in row})
+        row["env_kind"] = env_kind(c.env)
         row["method"] = row_label(c, lay) if c.gate else None
         row["overrides"] = " ".join(c.overrides)
         row["message"] = (c.error or {}).get("message") if c.error else (c.note or None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -14,8 +15,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmark.report.cells import Cell, Sweep, checkpoint_order, env_label, is_number  # noqa: E402
-from benchmark.report.tables import ASKING_GATES, Layout, ppo_reference, row_label  # noqa: E402
+from benchmark.report.model import (  # noqa: E402
+    Cell,
+    Layout,
+    Sweep,
+    checkpoint_order,
+    checkpoint_tick,
+    env_label,
+    is_number,
+    ppo_reference,
+    row_label,
+    threshold_of,
+)
 
 plt.rcParams.update(
     {
@@ -60,7 +71,7 @@ def tau_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
         return None
     lines: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for c in sweep.ok:
-        if c.gate in ASKING_GATES and is_number(c.tau_setting):
+        if is_number(c.tau_setting):
             base = row_label(_without_tau(c), lay)
             if lay.checkpoint:
                 base += f" @{c.checkpoint}"
@@ -96,8 +107,6 @@ def tau_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
 
 
 def _without_tau(c: Cell) -> Cell:
-    from dataclasses import replace
-
     return replace(c, tau_setting=None)
 
 
@@ -134,7 +143,7 @@ def checkpoint_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
                 _errorbar(bottom, xs, cs, "ir", label=label)
         for ax in (top, bottom):
             ax.set_xticks(range(len(order)))
-            ax.set_xticklabels([_ckpt_tick(names[k]) for k in order])
+            ax.set_xticklabels([checkpoint_tick(names[k]) for k in order])
         top.set_title(env_label(env))
         top.set_ylabel("reward")
         top.legend(loc="best")
@@ -143,12 +152,6 @@ def checkpoint_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
         bottom.set_xlabel("PPO checkpoint (validation-reward threshold)")
     fig.suptitle("Robustness to a weak policy: reward and IR per checkpoint (95% CI)", y=1.0)
     return _save(fig, out / "checkpoints.png")
-
-
-def _ckpt_tick(name: str) -> str:
-    if name.startswith("r") and name[1:].isdigit():
-        return f"{int(name[1:]) / 100:.2f}"
-    return name
 
 
 def trials_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
@@ -218,7 +221,7 @@ def learning_curves_plot(runs: list[dict], out: Path) -> Path | None:
             marks = [
                 (m["timesteps"], m["eval_reward"])
                 for k, m in r["metas"].items()
-                if k.startswith("r") and k[1:].isdigit() and "timesteps" in m
+                if threshold_of(k) is not None and "timesteps" in m
             ]
             if marks:
                 top.scatter(

@@ -1,0 +1,347 @@
+"""The report's model: a sweep's cells, what each one is called, in which order they come, and
+the row layout the tables and the figures share. No I/O here beyond the env configs' display
+names (`benchmark.report.loading` reads a sweep dir into these objects)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from benchmark.report.render import DASH
+
+OK, FAILED, MISSING = "ok", "failed", "missing"
+ENV_ORDER = (  # the papers' order; envs not listed follow alphabetically
+    "fourrooms",
+    "doorkey8",
+    "higherlower",
+    "empty5x5_random",
+    "empty16x16",
+    "simplecrossing9",
+)
+PROMPT_ORDER = ("basic", "enriched", "stateful_min", "stateful", "belief")
+GATE_ORDER = ("never", "always", "entropy", "epistemic", "random")
+SLM_NAMES = {"random": "dice", "oracle": "oracle"}
+
+
+@dataclass
+class Cell:
+    """One job of the sweep and everything the report needs about it. The labels (env ... split)
+    are `benchmark.cell.CellSpec.labels()` of the job's config, overridden by its summary: None
+    for what the cell does not use (no slm or prompt for PPO-only, no checkpoint for SLM-only)."""
+
+    job: str
+    status: str
+    overrides: list[str] = field(default_factory=list)
+    env: str | None = None
+    metric: str | None = None
+    gate: str | None = None
+    slm: str | None = None
+    prompt: str | None = None
+    rationale: bool | None = None
+    checkpoint: str | None = None  # as configured (final, best, rNNN, tK)
+    checkpoint_name: str | None = None  # the file actually used (r030 for t2), when known
+    checkpoint_path: str | None = None
+    policy_seed: int | None = None
+    uses_policy: bool | None = None  # CellSpec.uses_policy; None when the config was unreadable
+    tau_setting: Any = None  # as configured: a number, "auto", or None (no threshold)
+    tau: float | None = None  # as used (the tuned value for auto)
+    mc_samples: int | None = None
+    p: Any = None  # random gate's query probability as configured (number or "match")
+    name: str | None = None  # CellSpec.name
+    summary: dict | None = None
+    episodes: list[dict] | None = None
+    error: dict | None = None
+    trials: list[dict] | None = None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether the cell uses a PPO policy: the spec says so; without a readable config, the
+        labels do (a cell without a policy has no checkpoint)."""
+        if self.uses_policy is not None:
+            return self.uses_policy
+        return self.checkpoint is not None
+
+    def value(self, metric: str) -> tuple[float, float, float] | None:
+        """(mean, ci low, ci high) of a summary metric, or None when absent."""
+        s = self.summary or {}
+        mean = s.get(f"{metric}_mean")
+        if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+            return None
+        return (
+            float(mean),
+            float(s.get(f"{metric}_ci95_low", mean)),
+            float(s.get(f"{metric}_ci95_high", mean)),
+        )
+
+
+@dataclass
+class Sweep:
+    root: Path
+    cells: list[Cell]
+    config: DictConfig | None  # multirun.yaml (unresolved), None for a single run dir
+    experiment: str
+
+    @property
+    def ok(self) -> list[Cell]:
+        return [c for c in self.cells if c.ok]
+
+    def envs(self) -> list[str]:
+        """Envs in ENV_ORDER, then the others alphabetically."""
+        names = {c.env for c in self.cells if c.env}
+        known = [e for e in ENV_ORDER if e in names]
+        return known + sorted(names - set(known))
+
+    def metric_of(self, env: str) -> str:
+        for c in self.cells:
+            if c.env == env and c.metric:
+                return c.metric
+        return "success"
+
+
+# --------------------------------------------------------------------------------------------
+# names
+
+
+@functools.cache
+def _env_conf(env: str) -> dict[str, Any]:
+    from benchmark.envs import load_env_cfg
+
+    try:
+        cfg = load_env_cfg(env)
+    except ValueError:  # an env this checkout has no config for: shown by its name
+        return {}
+    return {"label": cfg.get("label"), "kind": cfg.get("kind")}
+
+
+def env_label(env: str) -> str:
+    """The display name, `label` in conf/env/<env>.yaml."""
+    return _env_conf(env).get("label") or env
+
+
+def env_kind(env: str | None) -> str | None:
+    """navigation, doorkey or card_game: `kind` in conf/env/<env>.yaml."""
+    return _env_conf(env).get("kind") if env else None
+
+
+def slm_label(slm: str | None) -> str:
+    return SLM_NAMES.get(slm or "", slm or "?")
+
+
+def prompt_label(prompt: str | None, rationale: bool | None) -> str:
+    return f"{prompt or '?'}{'+rationale' if rationale else ''}"
+
+
+def method_label(c: Cell) -> str:
+    """The papers' names: PPO, SLM-only <slm>, ASK <slm>, ASK+ <slm>; other prompts by name."""
+    if c.gate == "never":
+        return "PPO"
+    if c.gate == "always":
+        if c.slm == "random":
+            return "Dice (random actions)"
+        if c.slm == "oracle":
+            return "Oracle"
+        base = f"SLM-only {slm_label(c.slm)}"
+        if (c.prompt, bool(c.rationale)) != ("stateful", True):
+            base += f" ({prompt_label(c.prompt, c.rationale)})"
+        return base
+    if (c.prompt, bool(c.rationale)) == ("basic", False):
+        base = f"ASK {slm_label(c.slm)}"
+    elif (c.prompt, bool(c.rationale)) == ("stateful", True):
+        base = f"ASK+ {slm_label(c.slm)}"
+    else:
+        base = f"{prompt_label(c.prompt, c.rationale)} {slm_label(c.slm)}"
+    if c.gate == "random":
+        p = f" p={_num(c.p)}" if is_number(c.p) else ""
+        base += f" (random gate{p})"
+    elif c.gate not in (None, "entropy"):
+        base += f" ({c.gate} gate)"
+    return base
+
+
+def row_label(c: Cell, lay: Layout) -> str:
+    """The method, with tau and the MC sample count where the sweep varies them."""
+    label = method_label(c)
+    if lay.tau_grid and c.tau_setting is not None:
+        label += f" τ={_num(c.tau_setting)}"
+    if lay.mc_samples and c.mc_samples is not None:
+        label += f" N={c.mc_samples}"
+    return label
+
+
+def threshold_of(name: str | None) -> float | None:
+    """The reward threshold a checkpoint name stands for (r030 -> 0.3; see
+    benchmark.policy.train.checkpoint_name), None for best, final, tK and files."""
+    m = re.fullmatch(r"r(\d+)", name or "")
+    return int(m.group(1)) / 100 if m else None
+
+
+def checkpoint_tick(name: str) -> str:
+    """rNNN as its reward threshold (r030 -> 0.30); other names as they are."""
+    threshold = threshold_of(name)
+    return name if threshold is None else f"{threshold:.2f}"
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if is_number(x) else str(x)
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# --------------------------------------------------------------------------------------------
+# order
+
+
+def method_order(c: Cell) -> tuple:
+    gate = GATE_ORDER.index(c.gate) if c.gate in GATE_ORDER else len(GATE_ORDER)
+    if c.gate == "always":  # SLM-only models first, then the dice and the oracle
+        gate += {"random": 0.3, "oracle": 0.6}.get(c.slm or "", 0.0)
+    prompt = PROMPT_ORDER.index(c.prompt) if c.prompt in PROMPT_ORDER else len(PROMPT_ORDER)
+    return (gate, prompt, c.prompt or "", bool(c.rationale), c.slm or "")
+
+
+def checkpoint_order(name: str | None) -> tuple:
+    """Weakest first: rNNN by threshold (or tK by index), then best, then final."""
+    if name is None:
+        return (-1, 0.0, "")
+    threshold = threshold_of(name)
+    if threshold is not None:
+        return (0, threshold, name)
+    m = re.fullmatch(r"t(\d+)", name)
+    if m:
+        return (0, float(m.group(1)), name)
+    return ({"best": 1, "final": 2}.get(name, 3), 0.0, name)
+
+
+def job_order(c: Cell) -> tuple:
+    """Job number order (numbered jobs first)."""
+    return (int(c.job) if c.job.isdigit() else 10**9, c.job)
+
+
+# --------------------------------------------------------------------------------------------
+# rows: which cells share a row of the paper-like tables and a line of the figures
+
+
+@dataclass
+class Layout:
+    """Which dimensions vary in this sweep (each one that does gets a column or a label part)."""
+
+    checkpoint: bool
+    policy_seed: bool
+    tau_grid: bool
+    mc_samples: bool
+    invalid: bool
+
+    @classmethod
+    def of(cls, sweep: Sweep) -> Layout:
+        cells = sweep.cells
+        prompts = {(c.prompt, bool(c.rationale)) for c in cells if c.prompt is not None}
+        return cls(
+            checkpoint=len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1,
+            policy_seed=len({c.policy_seed for c in cells if c.policy_seed is not None}) > 1,
+            tau_grid=len({c.tau_setting for c in cells if is_number(c.tau_setting)}) > 1,
+            mc_samples=len({c.mc_samples for c in cells if c.mc_samples is not None}) > 1,
+            invalid=len(prompts) > 1
+            or any((c.summary or {}).get("queries_total", 0) > 0 for c in cells),
+        )
+
+    def index_names(self) -> list[str]:
+        return (
+            ["method"]
+            + (["checkpoint"] if self.checkpoint else [])
+            + (["policy seed"] if self.policy_seed else [])
+        )
+
+
+@dataclass
+class Row:
+    index: list[str]
+    order: tuple
+    cells: dict[str, Cell] = field(default_factory=dict)  # env -> cell
+
+
+def build_rows(sweep: Sweep, lay: Layout) -> list[Row]:
+    """One row per method (x checkpoint x policy seed where they vary), cells keyed by env;
+    two cells that would share a (row, env) slot are told apart by the overrides that differ."""
+    cells = [c for c in sweep.cells if c.env is not None]
+    extra: dict[str, str] = {c.job: "" for c in cells}
+
+    def index(c: Cell) -> list[str]:
+        idx = [row_label(c, lay) + extra[c.job]]
+        if lay.checkpoint:
+            idx.append(str(c.checkpoint) if c.checkpoint is not None else DASH)
+        if lay.policy_seed:
+            idx.append(str(c.policy_seed) if c.policy_seed is not None else DASH)
+        return idx
+
+    for attempt in range(2):
+        slots: dict[tuple, list[Cell]] = defaultdict(list)
+        for c in cells:
+            slots[(*index(c), c.env)].append(c)
+        clashes = [group for group in slots.values() if len(group) > 1]
+        if not clashes:
+            break
+        for group in clashes:
+            if attempt == 0:
+                keys = _differing_override_keys(group)
+                for c in group:
+                    ov = dict(o.split("=", 1) for o in c.overrides if "=" in o)
+                    extra[c.job] += "".join(f" {k}={ov.get(k, DASH)}" for k in keys)
+            else:
+                for c in group:
+                    extra[c.job] += f" #{c.job}"
+    rows: dict[tuple, Row] = {}
+    for c in cells:
+        idx = index(c)
+        order = (
+            method_order(c),
+            c.tau_setting if is_number(c.tau_setting) else -1,
+            c.mc_samples or 0,
+            checkpoint_order(c.checkpoint),
+            c.policy_seed or 0,
+            idx[0],
+        )
+        if lay.checkpoint:
+            order = (checkpoint_order(c.checkpoint), *order)
+        row = rows.setdefault(tuple(idx), Row(index=idx, order=order))
+        row.order = min(row.order, order)
+        row.cells[c.env] = c
+    return sorted(rows.values(), key=lambda r: r.order)
+
+
+def _differing_override_keys(group: list[Cell]) -> list[str]:
+    maps = [dict(o.split("=", 1) for o in c.overrides if "=" in o) for c in group]
+    keys = sorted({k for m in maps for k in m})
+    return [k for k in keys if len({m.get(k) for m in maps}) > 1]
+
+
+def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
+    """PPO-only of the same env (and checkpoint and policy seed when `c` uses a policy);
+    SLM-only is compared with the strongest checkpoint in the sweep (final, else best, else the
+    highest threshold) of the lowest policy seed."""
+    cands = [p for p in sweep.ok if p.gate == "never" and p.env == c.env]
+    if c.has_policy:
+        cands = [
+            p for p in cands if p.checkpoint == c.checkpoint and p.policy_seed == c.policy_seed
+        ]
+    cands.sort(
+        key=lambda p: (
+            -checkpoint_order(p.checkpoint)[0],
+            p.policy_seed or 0,
+            int(p.job) if p.job.isdigit() else 0,
+        )
+    )
+    return cands[0] if cands else None
