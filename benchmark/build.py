@@ -4,6 +4,7 @@ here, so there is one way to assemble an evaluation and one tuning objective."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
@@ -88,7 +90,8 @@ def model_identity(slm_cfg: Any) -> str | None:
 
 
 def locate_inputs(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> CellSpec | None:
-    """The spec with its inputs' content identity; None when its checkpoint does not exist yet."""
+    """The spec with its inputs' content identity; None when a checkpoint it needs (its own, or
+    that of the cell whose study supplies its tau) does not exist yet."""
     inputs: dict[str, Any] = {}
     if spec.uses_policy:
         if checkpoint is None:
@@ -96,7 +99,35 @@ def locate_inputs(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> C
         inputs["checkpoint_sha256"] = file_sha256(checkpoint)
     if spec.uses_consultant:
         inputs["model"] = model_identity(cfg.slm)
-    return spec.with_inputs(**inputs)
+    located = spec.with_inputs(**inputs)
+    if spec.tunes_tau:
+        source = shared_tuning_config(cfg)
+        if source is None:
+            return located.with_inputs(tau_study=located.tuning_key())
+        task, splits, source_spec = prepare(source)
+        source_ckpt = policy_checkpoint(source, task, splits, train=False)
+        source_spec = locate_inputs(source_spec, source, source_ckpt)
+        if source_spec is None:
+            return None
+        located = located.with_inputs(tau_study=source_spec.tuning_key())
+    return located
+
+
+def shared_tuning_config(cfg: DictConfig) -> DictConfig | None:
+    """`tuning.scope=shared`: the config of the cell whose validation study supplies this
+    cell's tau (this config with `tuning.shared`'s overrides; `prompt: NAME` swaps the prompt
+    variant). None for `tuning.scope=cell`."""
+    if cfg.tuning.scope != "shared":
+        return None
+    source = copy.deepcopy(cfg)
+    shared = OmegaConf.to_container(cfg.tuning.shared, resolve=True)
+    for key in sorted(shared, key=lambda k: k.count(".")):  # a group before its keys
+        if key == "prompt":
+            source.prompt = OmegaConf.load(CONF / "prompt" / f"{shared[key]}.yaml")
+        else:
+            OmegaConf.update(source, key, shared[key], merge=False)
+    source.tuning.scope, source.tuning.shared = "cell", {}
+    return source
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -136,6 +167,15 @@ class Evaluation:
         """gate.tau_range clipped to log2|A|, the largest total entropy a policy can have."""
         low, high = self.spec.gate.tau_range
         return float(low), min(float(high), math.log2(len(self.task.action_names)))
+
+    def tuning_source(self) -> Evaluation:
+        """The evaluation whose validation study supplies the tau: this one, or (with
+        `tuning.scope=shared`) the shared cell's, with this one's consultant."""
+        if self.spec.inputs.get("tau_study") == self.spec.tuning_key():
+            return self  # its own study (tuning.scope=cell, or the shared cell itself)
+        source = build(shared_tuning_config(self.cfg), consultant=self.consultant)
+        source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path)
+        return source
 
     def tune(self, study_dir: Path) -> tuple[float, list[dict]]:
         """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under

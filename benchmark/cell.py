@@ -46,11 +46,17 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+TUNING_KEY_DROPS = {
+    "gate": ("tau",),  # what is being tuned
+    "tuning": ("n_trials", "scope", "shared", "study"),  # how many / whose: not the objective
+}
+
+
 def tuning_key(identity: dict[str, Any]) -> str:
     """The Optuna study's key: a cell identity without what tuning never sees (the evaluation
-    split and size, the tuned tau itself), so cells that differ only there share one study."""
-    key = {k: v for k, v in identity.items() if k != "eval"}
-    key["gate"] = {k: v for k, v in key["gate"].items() if k != "tau"}
+    split and size, the tuned tau itself, the trial count: a study of n trials is the first n of
+    a longer one), so cells that differ only there share one study."""
+    key = {k: _drop(v, TUNING_KEY_DROPS.get(k, ())) for k, v in identity.items() if k != "eval"}
     return digest(key)
 
 
@@ -110,12 +116,15 @@ class CellSpec:
 
     def needed_inputs(self) -> set[str]:
         """The content digests the identity needs: the checkpoint's SHA-256 when a policy is
-        used, the model's weights identity (None for dice, oracle, servers) when a consultant is."""
+        used, the model's weights identity (None for dice, oracle, servers) when a consultant is,
+        and the key of the study that supplies a tuned tau (its own, or a shared one's)."""
         needed = set()
         if self.uses_policy:
             needed.add("checkpoint_sha256")
         if self.uses_consultant:
             needed.add("model")
+        if self.tunes_tau:
+            needed.add("tau_study")
         return needed
 
     # ------------------------------------------------------------------------- identity
@@ -134,6 +143,8 @@ class CellSpec:
             backend.pop("path", None)
             backend["weights"] = self.inputs["model"]
             out["slm"] = {**out["slm"], "backend": backend}
+        if "tuning" in out:
+            out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
         return {
             "identity_version": IDENTITY_VERSION,
             "code": code_versions(self.uses_consultant),
@@ -148,7 +159,9 @@ class CellSpec:
         return Path(root) / "cells" / self.hash
 
     def tuning_key(self) -> str:
-        return tuning_key(self.identity)
+        """The key of the study this cell's own config would run (the study a shared-scope cell
+        reuses is in `inputs["tau_study"]`)."""
+        return tuning_key(self.with_inputs(tau_study=None).identity)
 
     def record(self) -> dict[str, Any]:
         """cell.json: the name, the identity (what the hash is of) and the config as asked."""

@@ -127,9 +127,12 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     gate_args, trials = {}, []
     if spec.gate.matches_ir:
         gate_args["p"] = matched_query_rate(cfg, spec)
+    tau_from = None
     if spec.tunes_tau:
-        study_dir = Path(cfg.paths.root) / "tuning" / spec.tuning_key()
-        gate_args["tau"], trials = evaluation.tune(study_dir)
+        source = evaluation.tuning_source()
+        tau_from = source.spec.name if source is not evaluation else None
+        study_dir = Path(cfg.paths.root) / "tuning" / spec.inputs["tau_study"]
+        gate_args["tau"], trials = source.tune(study_dir)
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
     seeds = evaluation.test_seeds()
@@ -143,6 +146,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         checkpoint_sha256=spec.inputs.get("checkpoint_sha256"),
         model=spec.inputs.get("model"),
         tau=gate_args.get("tau", spec.gate.args.get("tau")),
+        tau_from=tau_from,  # None: a fixed tau or this cell's own study
         p=gate_args.get("p", spec.gate.args.get("p")),
         seeds=[min(seeds), max(seeds), len(seeds)],
         seeds_touched={

@@ -49,6 +49,8 @@ def v1_cell_config(cfg: DictConfig) -> dict:
         cell.pop("prompt", None)
     for key in ("mode", "torch_threads"):
         cell.get("eval", {}).pop(key, None)
+    for key in ("scope", "shared"):  # added after v1 (v1 tuned every cell on its own)
+        cell.get("tuning", {}).pop(key, None)
     return cell
 
 
@@ -93,6 +95,8 @@ def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
 
 def _changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dict) -> str:
     """Why the v1 cell's inputs may differ from the job's ('' when they provably do not)."""
+    if spec.tunes_tau and cfg.tuning.scope != "cell":
+        return "its tau came from its own study, and this job reuses a shared one's"
     changed = [k for k, v in spec.identity["code"].items() if V1_CODE.get(k) != v]
     if changed:
         return f"the {' and '.join(changed)} code changed since (version {spec.identity['code']})"

@@ -38,7 +38,7 @@ def tune(
 ) -> tuple[float, list[dict]]:
     """Run (or resume) the study on validation `seeds` (benchmark.build passes the first
     tuning.n_episodes of the validation split); `objective(tau, seeds) -> (mean reward, IR)`.
-    Returns the best tau and one row per completed trial (tau, reward, ir, seeds)."""
+    Returns the best tau among the first `n_trials` completed trials and one row for each."""
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -81,12 +81,15 @@ def tune(
             study = optuna.load_study(study_name="tau", storage=storage, sampler=sampler)
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
             _pause_if_asked(study, study_dir)
-    trials = _complete(study)
+    # cells asking for fewer trials than the study holds see the first n_trials of it: with
+    # exact resume these are the trials a study of that size would have run
+    trials = sorted(_complete(study), key=lambda t: t.number)[:n_trials]
     rows = [
         {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs}
         for t in trials
     ]
-    return float(study.best_params["tau"]), rows
+    best = max(trials, key=lambda t: t.value)  # the first of equals, as Optuna's best_trial
+    return float(best.params["tau"]), rows
 
 
 def _fail_stale_running(study: optuna.Study) -> None:

@@ -66,6 +66,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         value = OmegaConf.select(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
+    _check_tuning_scope(cfg)
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
@@ -113,6 +114,27 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"(reward threshold x100, one of {[checkpoint_name(t) for t in cfg.env.thresholds]})"
         )
     return splits
+
+
+def _check_tuning_scope(cfg: DictConfig) -> None:
+    scope, shared = cfg.tuning.scope, cfg.tuning.shared
+    if scope not in ("cell", "shared"):
+        raise ValueError(f"tuning.scope={scope!r} is invalid: allowed cell, shared")
+    if scope == "shared" and not shared:
+        raise ValueError(
+            "tuning.scope=shared needs tuning.shared: the overrides that name the cell whose "
+            "study supplies the tau, e.g. {policy.checkpoint: final}"
+        )
+    for key, value in (shared or {}).items():
+        if key == "prompt":
+            if not (CONF / "prompt" / f"{value}.yaml").is_file():
+                known = sorted(p.stem for p in (CONF / "prompt").glob("*.yaml"))
+                raise ValueError(f"tuning.shared.prompt={value!r} is invalid: allowed {known}")
+        elif OmegaConf.select(cfg, str(key), default="<missing>") == "<missing>":
+            raise ValueError(
+                f"tuning.shared names {key!r}, which is not a config key: allowed dotted keys of "
+                "this config (e.g. policy.checkpoint, prompt.rationale) or prompt"
+            )
 
 
 def _pair(name: str, value) -> tuple[float, float]:

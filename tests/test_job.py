@@ -226,6 +226,36 @@ def test_policy_feedback_across_episodes_runs_episodes_in_order(tmp_path):
         "gate=always",
         "slm=tiny",
         "prompt=pf_across_episodes",
+        "prompt.max_new_tokens=16",  # the order of episodes, not the text: 5x faster
         "eval.n_episodes=2",
     )
     assert [r["seed"] for r in rows] == [100, 101] and summary["ir_mean"] == 1.0
+
+
+@pytest.mark.slow
+def test_shared_tuning_scope_runs_one_study_and_other_checkpoints_reuse_its_tau(
+    trained_root, tmp_path
+):
+    """Table 3's paper reading: every checkpoint's ASK cell uses the tau tuned on `final`."""
+    shared = [
+        "gate=entropy",
+        "gate.tau=auto",
+        "gate.mc_samples=8",
+        "slm=oracle",
+        "prompt=basic",
+        "tuning.n_trials=2",
+        "tuning.n_episodes=3",
+        "tuning.scope=shared",
+        "+tuning.shared={policy.checkpoint: final}",
+    ]
+    best, _ = _run(trained_root, tmp_path / "b", *shared, "policy.checkpoint=best")
+    final, _ = _run(trained_root, tmp_path / "f", *shared, "policy.checkpoint=final")
+    studies = [d for d in (trained_root / "tuning").iterdir() if (d / "study.journal").exists()]
+    assert final["tau"] == best["tau"]
+    assert best["tau_from"] == final["cell"] and final["tau_from"] is None
+    assert best["checkpoint_sha256"] != final["checkpoint_sha256"] or best["cell"] != final["cell"]
+    assert len([d for d in studies if d.name in (best["cell_hash"], final["cell_hash"])]) == 0
+    journals = {d.name for d in studies}
+    own = _run(trained_root, tmp_path / "o", *shared[:-2], "policy.checkpoint=best")[0]
+    assert own["tau_from"] is None
+    assert len({d.name for d in (trained_root / "tuning").iterdir()} - journals) == 1
