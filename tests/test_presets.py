@@ -9,13 +9,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from benchmark.build import prepare, shared_tuning_config
 from benchmark.validate import validate
 from tests.conftest import CONF
 
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "table1": (3 * 4 * 2, 3 * 4),  # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B}
     "table2": (3 * 5 * 2, 3 * 5),  # envs x 5 prompt variants x models
-    "table3": (3 * 5 * 2 * 2, 3 * 5 * 2),  # envs x (4 thresholds + best) x {PPO, ASK+} x models
+    "table3": (3 * 6 * 2 * 2, 3 * 6 * 2),  # envs x (4 thresholds, best, final) x {PPO, ASK+} x models
     "fig2_tau": (3 * 10, 3 * 10),  # envs x tau 0.1..1.9
     "mc_samples": (3 * 5, 3 * 5),
     "gating": (3 * 2 * 3, 3 * 3),  # envs x {oracle, SLM} x {entropy, epistemic, random}
@@ -58,6 +59,9 @@ def test_preset_cells_compose_and_count(preset, tmp_path):
                 "config", overrides=[f"+experiment={preset}", *cell, f"paths.root={tmp_path}"]
             )
         validate(cfg)
+        source = shared_tuning_config(cfg)  # tuning.scope=shared names a cell that composes
+        if source is not None:
+            prepare(source)
         assert cfg.experiment_name == preset
 
 
