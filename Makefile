@@ -23,10 +23,11 @@ demo: $(VENV_STAMP) ## PPO-only, ASK (tiny model), SLM-only oracle and dice on a
 	$(PY) -m benchmark +experiment=demo tracking=none -m
 	$(PY) -m benchmark.report $$(ls -dt outputs/sweeps/demo/* | head -1) --no-wandb
 
-test: $(VENV_STAMP) ## the whole test suite, slow end-to-end tests included (what CI runs)
-	$(PY) -m pytest -q
+# pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything
+test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1
+	$(PY) -m pytest -q -m "slow or not slow"
 
-test-fast: $(VENV_STAMP) ## unit tests only (skips tests marked slow)
+test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow, under 3 min): the same as a plain `pytest`
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(VENV_STAMP) ## ruff lint + format check

@@ -26,6 +26,7 @@ SLM_ONLY = [
 ]
 
 
+@pytest.mark.timeout(900)  # about 170 s on 2 cores
 def test_cell_killed_mid_evaluation_reruns_to_identical_results(tmp_path):
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     run_cli(clean, *SLM_ONLY, f"hydra.run.dir={clean / 'run'}")

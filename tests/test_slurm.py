@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+# not timed here (no SLURM on the dev machine): the timeout covers each test's own subprocess
+# limits (up to 120 + 600 + 900 s) plus bringing the cluster up
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = REPO / "launchers" / "local-slurm"

@@ -40,6 +40,7 @@ def _trials(root: Path) -> int:
     return total
 
 
+@pytest.mark.timeout(1800)  # about 150 s on 2 cores; its own limits: sweep 1500 s, report 300 s
 def test_smoke_sweep_then_report(tmp_path):
     run_cli(tmp_path, "+experiment=smoke", "tracking=wandb", "-m", timeout=1500)
     sweep = _sweep_dir(tmp_path)
@@ -62,7 +63,7 @@ def test_smoke_sweep_then_report(tmp_path):
     assert pngs and all(p.stat().st_size > 5000 for p in pngs)
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1500)  # about 90 s on 2 cores; its own limits: 600 s to the pause, 900 s rerun
 def test_killed_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     # tau near 0: the tiny model is asked at every step, so each trial takes a few seconds
     args = [
