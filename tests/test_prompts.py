@@ -170,9 +170,10 @@ def test_map_window_equals_known_map():
             break
 
 
-def test_higherlower_counts_match_a_recount():
+@pytest.mark.parametrize("prompt", ["enriched", "stateful"])
+def test_higherlower_counts_match_a_recount(prompt):
     """The prompt's counts equal a recount of a full deck minus the cards dealt so far."""
-    variant, task = showcase.variant_for("higherlower", "stateful")
+    variant, task = showcase.variant_for("higherlower", prompt)
     episode = task.episode(104)
     session = variant.session(episode, with_expert=True)
     names = ["A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K"]
@@ -183,21 +184,200 @@ def test_higherlower_counts_match_a_recount():
         card = seen[-1]
         left = [4 - seen.count(r) for r in range(13)]
         m = re.search(
-            r"Card=(\S+) .*\nRemaining cards: higher=(\d+)  lower=(\d+)  equal=(\d+)", text
+            r"Card=(\S+) .*Cards left in deck=(\d+)\n"
+            r"Remaining cards: higher=(\d+)  lower=(\d+)  equal=(\d+)",
+            text,
         )
         assert m, text
         assert m.group(1) == names[card]
         assert [int(g) for g in m.groups()[1:]] == [
+            sum(left),
             sum(left[card + 1 :]),
             sum(left[:card]),
             left[card],
         ]
-        per_rank = re.search(r"Remaining per rank: (.*)", text).group(1).split()
-        assert per_rank == [f"{n}:{k}" for n, k in zip(names, left, strict=True)]
         _, done = episode.step(episode.expert_action())
         if done:
             break
     assert episode.done
+
+
+ASK_LEVELS = showcase.ASK_VARIANTS  # basic, enriched, stateful_min, stateful
+ASK_ENVS = sorted({env for env, prompt, _ in CASES if prompt == "basic"})
+PPO_ACTION = {"higherlower": "LOWER"}  # the suggestion shown in the autopilot checks
+
+
+def _ask_messages(env, level, rationale, autopilot=True, ppo="TURN_LEFT", seed=100, step=5):
+    """The ASK messages at `step` of the expert-driven episode `seed`, with `ppo` (an action
+    name, or None for SLM-only) as the PPO suggestion and prompt.autopilot=`autopilot`."""
+    from hydra.utils import instantiate
+
+    cfg = showcase.prompt_cfg(level, rationale)
+    cfg.autopilot = autopilot
+    variant = instantiate(cfg, _convert_="all")
+    _, task = showcase.variant_for(env, level, rationale)
+    if ppo is not None:
+        ppo = PPO_ACTION.get(env, ppo)
+    *_, last = showcase.drive(variant, task, seed, step, autopilot=ppo)
+    assert len(last.queries) == 1
+    return last.queries[0].messages
+
+
+def _blocks(messages):
+    """(system = blocks i-iii, state = block iv, the rest = blocks v-vi)."""
+    system, user = messages[0]["content"], messages[1]["content"]
+    state, sep, rest = user.partition("\n\nEXAMPLES:\n")
+    assert sep, user
+    return system, state, sep + rest
+
+
+def _rules(system):
+    return system.split("\nRULES:\n", 1)[1].splitlines()
+
+
+def _output_shape_rule(line):
+    """The rationale instruction and the output-shape line it comes with."""
+    return line.startswith(("- Line 1: Reason:", "- Output only"))
+
+
+@pytest.mark.parametrize("env", ASK_ENVS)
+@pytest.mark.parametrize("autopilot", [True, False])
+def test_only_the_state_block_varies_across_levels(env, autopilot):
+    """ASK+ paper, appendix 9: role, valid actions, rules, examples and output format are
+    byte-identical across basic/enriched/stateful_min/stateful; the levels differ in the state
+    block only, and each level's state extends the previous one. Rationale changes only the
+    output-shape rule lines (and the output format), the same way at every level."""
+    static = {}
+    for rationale in (False, True):
+        got = {lvl: _blocks(_ask_messages(env, lvl, rationale, autopilot)) for lvl in ASK_LEVELS}
+        systems = {lvl: g[0] for lvl, g in got.items()}
+        tails = {lvl: g[2] for lvl, g in got.items()}
+        assert len(set(systems.values())) == 1, systems
+        assert len(set(tails.values())) == 1, tails
+        states = [got[lvl][1] for lvl in ASK_LEVELS]
+        for lower, higher in zip(states, states[1:], strict=False):
+            assert higher.startswith(lower)
+        assert len(set(states)) >= (3 if env == "higherlower" else 4)
+        static[rationale] = (systems["basic"], tails["basic"].split("\n\nOUTPUT FORMAT")[0])
+    plain, reasoned = static[False], static[True]
+    assert plain[1] == reasoned[1]  # the examples
+    assert [ln for ln in _rules(plain[0]) if not _output_shape_rule(ln)] == [
+        ln for ln in _rules(reasoned[0]) if not _output_shape_rule(ln)
+    ]
+    assert plain[0].split("\nRULES:\n")[0] == reasoned[0].split("\nRULES:\n")[0]
+    assert any(ln.startswith("- Line 1: Reason:") for ln in _rules(reasoned[0]))
+    assert not any(ln.startswith("- Line 1: Reason:") for ln in _rules(plain[0]))
+
+
+def test_higherlower_states_follow_the_paper():
+    """Appendix 9.2: basic = card, decision index, cards left (no remaining-card counts: those
+    are the enriched layer's); enriched adds the counts and count-derived probabilities;
+    stateful adds the decision index, win/loss streaks and the last three decisions."""
+    variant, task = showcase.variant_for("higherlower", "basic")
+    for seed in (100, 104):
+        episode = task.episode(seed)
+        session = variant.session(episode, with_expert=True)
+        while not episode.done:
+            _, queries = _consult(session)
+            text = "\n".join(m["content"] for m in queries[0].messages)
+            state = _blocks(queries[0].messages)[1]
+            assert re.fullmatch(r"STATE: Card=\S+  Decision \d+/\d+  Cards left in deck=\d+", state)
+            for word in ("higher=", "lower=", "equal=", "P(higher)", "Count says", "per rank"):
+                assert word not in text
+            episode.step(episode.expert_action())
+    for level in ("stateful_min", "stateful"):
+        state = _blocks(_ask_messages("higherlower", level, True, ppo=None, step=8))[1]
+        lines = state.splitlines()
+        assert lines[0].startswith("STATE: Card=") and lines[1].startswith("Remaining cards:")
+        assert lines[2].startswith("P(higher)=")
+        assert re.fullmatch(r"Decision idx: 8    Win streak: \d+    Loss streak: \d+", lines[3])
+        assert lines[4].startswith("Recent: ") and lines[4].count("|") == 2
+        assert len(lines) == 5  # no richer deck memory (per-rank counts, cards seen)
+
+
+@pytest.mark.parametrize("env", ["fourrooms", "doorkey8", "higherlower", "empty16x16"])
+@pytest.mark.parametrize("level", ["basic", "stateful"])
+def test_autopilot_false_drops_the_hint_and_its_rule(env, level):
+    """prompt.autopilot=false: no Autopilot line and no rule that mentions it, whatever the PPO
+    suggests; the prompt is then exactly the SLM-only one (no PPO action at all)."""
+    shown = _ask_messages(env, level, True, autopilot=True)
+    hidden = _ask_messages(env, level, True, autopilot=False)
+    slm_only = _ask_messages(env, level, True, autopilot=True, ppo=None)
+    text_shown = "\n".join(m["content"] for m in shown)
+    text_hidden = "\n".join(m["content"] for m in hidden)
+    assert f"Autopilot: {PPO_ACTION.get(env, 'TURN_LEFT')}" in text_shown
+    assert any("autopilot" in ln for ln in _rules(shown[0]["content"]))
+    assert "autopilot" not in text_hidden.lower()
+    assert hidden == slm_only
+    # only the hint differs: the Autopilot line and the rule text that refers to it
+    diff = set(text_shown.splitlines()) ^ set(text_hidden.splitlines())
+    assert all("utopilot" in ln or "planner hint" in ln or "If counts tie" in ln for ln in diff)
+
+
+def test_autopilot_must_be_a_boolean():
+    from benchmark.prompts.ask import AskPrompt
+
+    with pytest.raises(ValueError, match="autopilot must be true or false, got 'no'"):
+        AskPrompt("stateful", "stateful", rationale=True, autopilot="no")
+
+
+def test_hint_ablation_preset_runs_ask_plus_with_and_without_the_hint(tmp_path):
+    """+experiment=hint_ablation: ASK+ (stateful + rationale) with the autopilot shown and
+    hidden, on the three ASK+ envs; the two arms carry different prompt names in the report."""
+    import itertools
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from benchmark.validate import validate
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(showcase.CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["+experiment=hint_ablation"], return_hydra_config=True)
+        params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
+        assert sorted(params["env"]) == ["doorkey8", "fourrooms", "higherlower"]
+        seen = {}
+        for method, env in itertools.product(params["method"], params["env"]):
+            cell = compose(
+                "config",
+                ["+experiment=hint_ablation", f"method={method}", f"env={env}", "slm=tiny",
+                 f"paths.root={tmp_path}"],
+            )  # fmt: skip
+            validate(cell)
+            p = cell.prompt
+            assert (cell.gate.name, p.level, p.rationale) == ("entropy", "stateful", True)
+            seen[p.autopilot] = p.name
+    GlobalHydra.instance().clear()
+    assert seen == {True: "stateful", False: "stateful_nohint"}
+
+
+AUTOPILOT_GOLDEN = [
+    (env, ap) for env in ("fourrooms", "doorkey8", "higherlower") for ap in (True, False)
+]
+
+
+@pytest.mark.parametrize(("env", "autopilot"), AUTOPILOT_GOLDEN)
+def test_golden_autopilot_prompt(env, autopilot):
+    """tests/golden pins ASK+ (stateful + rationale) with a PPO suggestion, shown
+    (prompt.autopilot=true) and hidden (false); UPDATE_GOLDEN=1 rewrites the files."""
+    from hydra.utils import instantiate
+
+    ppo = PPO_ACTION.get(env, "TURN_LEFT")
+    cfg = showcase.prompt_cfg("stateful", True)
+    cfg.autopilot = autopilot
+    variant = instantiate(cfg, _convert_="all")
+    _, task = showcase.variant_for(env, "stateful", True)
+    *_, last = showcase.drive(variant, task, 100, 5, autopilot=ppo)
+    flag = str(autopilot).lower()
+    text = (
+        f"# env={env} prompt=stateful rationale=true prompt.autopilot={flag} seed=100 step=5 "
+        f"policy=expert ppo_action={ppo}\n" + showcase.render_consult(last)
+    )
+    path = showcase.GOLDEN_DIR / f"{env}__stateful__rationale__autopilot_{flag}.txt"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 pytest {__file__}"
+    assert text == path.read_text()
 
 
 @pytest.mark.parametrize(

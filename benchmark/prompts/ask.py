@@ -1,10 +1,14 @@
 """ASK / ASK+ prompt variants: basic, enriched, stateful_min, stateful, each with or without the
-rationale augmentation (ASK+ paper, Table 2 and appendix 9).
+rationale augmentation (ASK+ paper, Table 2 and appendix 9), with or without the policy hint.
 
 One query per consultation, the six-block prompt: blocks (i)-(iii) in the system message (static
 per config: prefix-cache friendly), blocks (iv)-(vi) in the user message. Without rationale the
 answer is a single action token; with rationale, thinking mode with a 10-token budget and a
-two-line answer `Reason: ...` / `Action: ...`."""
+two-line answer `Reason: ...` / `Action: ...`.
+
+The PPO suggestion is shown as the state block's `Autopilot:` line, with the rule that refers
+to it; `autopilot=False` (prompt.autopilot=false, the policy-hint ablation) drops both, as
+SLM-only (no PPO action) always does."""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ class AskPrompt(PromptVariant):
         thinking_budget: int = 10,
         max_new_tokens: int = 8,
         rationale_max_new_tokens: int = 64,
+        autopilot: bool = True,
     ):
         if level not in blocks.LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
@@ -57,6 +62,9 @@ class AskPrompt(PromptVariant):
         self.level = level
         self.rationale = bool(rationale)
         self.map_radius = int(map_radius)
+        if not isinstance(autopilot, bool):
+            raise ValueError(f"autopilot must be true or false, got {autopilot!r}")
+        self.autopilot = autopilot
         self.decoding = (
             Decoding(
                 max_new_tokens=int(rationale_max_new_tokens),
@@ -86,7 +94,8 @@ class AskSession(PromptSession):
     def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
         ep, v = self.episode, self.v
         actions = ep.action_names
-        autopilot = None if ppo_action is None else actions[int(ppo_action)]
+        shown = ppo_action is not None and v.autopilot
+        autopilot = actions[int(ppo_action)] if shown else None
         view = ep.view()
         if isinstance(view, CardView):
             system = blocks.cards_system(actions, v.level, v.rationale, autopilot is not None)

@@ -1,9 +1,13 @@
 """Text blocks of the ASK / ASK+ prompt family (ASK+ paper, appendix 9).
 
 Six blocks: (i) role, (ii) valid actions, (iii) rules, (iv) state, (v) examples, (vi) output
-format. Only the state block changes every step; each level adds to it cumulatively:
+format. As in the paper, (i), (ii), (v) and (vi) are static per environment, (iii) changes only
+with the rationale instruction, and (iv) is the only block the levels extend, cumulatively:
 basic -> enriched (derived features, previews) -> stateful_min (episodic memory, no map) ->
-stateful (+ the known-map window). Rationale changes the rules and the output format only.
+stateful (+ the known-map window). Rules and examples are the paper's full-template text at every
+level, also where a line refers to state a lower level does not show (docs/protocol.md).
+The autopilot (the PPO suggestion) is part of the state block; without it (SLM-only, or
+prompt.autopilot=false) the rule text that refers to it is dropped too.
 The belief variant reuses the basic state block as its "current view"."""
 
 from __future__ import annotations
@@ -66,10 +70,52 @@ def or_list(actions: Sequence[str]) -> str:
 # -- grid ------------------------------------------------------------------------------------------
 
 
+# The rationale instruction of block (iii) (the paper's tinted lines), per family.
+GRID_RATIONALE_RULE = (
+    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
+)
+CARDS_RATIONALE_RULE = (
+    "- Line 1: Reason: <one short line, max 12 words>.   Line 2: Action: <HIGHER|LOWER>."
+)
+
+
+def grid_rules(actions: Sequence[str], rationale: bool, autopilot: bool) -> list[str]:
+    """Block (iii) for navigation: appendix 9.1 (FourRooms, also used for the other grid envs)
+    and 9.3 (DoorKey), the same at every level. Only the output-shape lines follow `rationale`:
+    the paper's DoorKey line "Output only the two lines below" describes the rationale answer,
+    so without rationale both families say what FourRooms' static line says."""
+    token_line = "- Output only the action token line required below (no markdown)."
+    if is_doorkey(actions):
+        lines = (
+            ["- Output only the two lines below (no markdown).", GRID_RATIONALE_RULE]
+            if rationale
+            else [token_line]
+        )
+        lines += [
+            "- PICKUP: only when 'k' is directly ahead and nothing in hand.  "
+            "TOGGLE: only on L/D/o (L needs key).",
+            "- FORWARD cannot enter '#' or a closed/locked door -- TOGGLE or turn first.   "
+            "DONE: only on G.",
+        ]
+        if autopilot:
+            lines.append("- Follow autopilot when it matches the current subtask and previews.")
+        return lines
+    lines = [token_line, *([GRID_RATIONALE_RULE] if rationale else [])]
+    lines += [
+        "- If FORWARD is blocked (ahead is '#'), do not choose FORWARD. Prefer doors (D)",
+        "  aligned with corridors / the cached goal. If 'G' is visible, move toward it.",
+        "- Follow planner hint and autopilot when consistent with safe previews."
+        if autopilot
+        else "- Follow planner hint when consistent with safe previews.",
+    ]
+    return lines
+
+
 def grid_system(
     task: Any, actions: Sequence[str], level: str, rationale: bool, autopilot: bool
 ) -> str:
-    doorkey = is_doorkey(actions)
+    """Blocks (i)-(iii). `level` is accepted for symmetry with the state block and ignored: the
+    system message is the same for every level (ASK+ paper, appendix 9)."""
     lines = [
         "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
         f"MiniGrid world {world_sentence(task)}. The agent sees only a 7x7 window in front of it. "
@@ -79,35 +125,8 @@ def grid_system(
         *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
         "",
         "RULES:",
+        *grid_rules(actions, rationale, autopilot),
     ]
-    if rationale:
-        lines += [
-            "- Output only the two lines below (no markdown).",
-            "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>.",
-        ]
-    else:
-        lines.append("- Output only the action token required below (no markdown, no other text).")
-    if doorkey:
-        lines += [
-            "- PICKUP only when 'k' is directly ahead and nothing is in hand. TOGGLE only on "
-            "L/D/o (L needs the key).",
-            "- FORWARD cannot enter '#', 'k' or a closed/locked door: TOGGLE or turn first.",
-        ]
-    else:
-        lines.append("- If FORWARD is blocked (a wall '#' ahead), do not choose FORWARD.")
-    lines.append("- If 'G' is visible, move toward it.")
-    if level != "basic":
-        lines.append(
-            "- Prefer doors and wall gaps that lead to unexplored rooms; trust the previews."
-        )
-    if level in ("stateful_min", "stateful"):
-        lines.append(
-            "- Avoid cells you have visited many times; follow the planner hint when it agrees with the previews."
-        )
-    if autopilot:
-        lines.append(
-            "- The autopilot is a trained policy: follow it when it is consistent with the state."
-        )
     return "\n".join(lines)
 
 
@@ -210,24 +229,23 @@ def grid_state(
     return "\n".join(lines)
 
 
-def grid_examples(actions: Sequence[str], level: str) -> str:
-    lines = ["EXAMPLES:"]
+def grid_examples(actions: Sequence[str], level: str | None = None) -> str:
+    """Block (v): the paper's one-shot examples (appendix 9.1 / 9.3), the same at every level
+    (`level` is ignored)."""
     if is_doorkey(actions):
-        lines += [
-            "key visible (2 ahead, 1 right), no key in hand -> FORWARD",
-            "facing 'k', no key in hand                   -> PICKUP",
-            "key in hand, facing 'L'                       -> TOGGLE",
-            "door open, goal 1 ahead                       -> FORWARD",
+        lines = [
+            "key visible (2 fwd, 1 right), no key in hand -> TURN_RIGHT     "
+            "facing 'k', no key in hand -> PICKUP",
+            "key in hand, facing 'L' -> TOGGLE                              "
+            "door open and goal 1 fwd -> FORWARD",
         ]
     else:
-        lines += [
-            "ahead=clear, goal visible (3 ahead)           -> FORWARD",
-            "ahead=BLOCKED, open floor to the right        -> TURN_RIGHT",
-            "ahead=BLOCKED, open floor to the left         -> TURN_LEFT",
+        lines = [
+            "ahead=passable, goal visible (3 ahead)            -> FORWARD",
+            "ahead=BLOCKED,  door visible to the right         -> TURN_RIGHT",
+            "visits high + loop hint + longest_corridor=right  -> TURN_RIGHT",
         ]
-    if level in ("stateful_min", "stateful"):
-        lines.append("visits high + loop warning + longest ray right -> TURN_RIGHT")
-    return "\n".join(lines)
+    return "\n".join(["EXAMPLES:", *lines])
 
 
 def output_format(actions: Sequence[str], rationale: bool) -> str:
@@ -245,7 +263,20 @@ def rank_name(rank: int) -> str:
     return _name(rank)
 
 
+def cards_rules(rationale: bool, autopilot: bool) -> list[str]:
+    """Block (iii) for HigherLower (appendix 9.2), the same at every level."""
+    tie = "- If counts tie, use P(push) and recent streaks as tie-breakers."
+    return [
+        *([CARDS_RATIONALE_RULE] if rationale else []),
+        "- No other text or markdown.",
+        "- Choose HIGHER (resp. LOWER) if more remaining cards are strictly above (below) the "
+        "current card.",
+        tie + (" Follow autopilot when consistent." if autopilot else ""),
+    ]
+
+
 def cards_system(actions: Sequence[str], level: str, rationale: bool, autopilot: bool) -> str:
+    """Blocks (i)-(iii); the same for every level (`level` is ignored)."""
     lines = [
         "ROLE: You advise a card-game agent playing HigherLower: one shuffled 52-card deck is "
         "dealt one card at a time, and before each new card the agent bets whether it will rank "
@@ -256,31 +287,21 @@ def cards_system(actions: Sequence[str], level: str, rationale: bool, autopilot:
         *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
         "",
         "RULES:",
+        *cards_rules(rationale, autopilot),
     ]
-    if rationale:
-        lines += [
-            "- Line 1: Reason: <one short line, max 12 words>.   Line 2: Action: <HIGHER|LOWER>.",
-            "- No other text or markdown.",
-        ]
-    else:
-        lines.append("- Output only the action token required below (no markdown, no other text).")
-    lines += [
-        "- Choose HIGHER (resp. LOWER) if more remaining cards are strictly above (below) the current card.",
-        "- If the counts tie, use P(push) and recent streaks as tie-breakers.",
-    ]
-    if autopilot:
-        lines.append(
-            "- The autopilot is a trained policy: follow it when it is consistent with the counts."
-        )
     return "\n".join(lines)
 
 
 def cards_state(view: CardView, memory: Memory, level: str, autopilot: str | None) -> str:
+    """Block (iv) for HigherLower (appendix 9.2), cumulative over the levels: basic = the card,
+    the decision index and the cards left; enriched adds the remaining higher/lower/equal counts
+    and the count-derived probabilities with the recommendation and its margin; stateful adds
+    the decision index, the win and loss streaks and the last three decisions with outcomes.
+    There is no map in this env, so stateful_min (stateful without the map) equals stateful."""
     left = sum(view.remaining)
     lines = [
         f"STATE: Card={view.card_name}  Decision {view.decision + 1}/{view.n_decisions}  "
         f"Cards left in deck={left}",
-        f"Remaining cards: higher={view.higher}  lower={view.lower}  equal={view.equal}",
     ]
     if autopilot is not None:
         lines.append(f"Autopilot: {autopilot}")
@@ -289,10 +310,11 @@ def cards_state(view: CardView, memory: Memory, level: str, autopilot: str | Non
     total = max(left, 1)
     p_hi, p_lo, p_eq = view.higher / total, view.lower / total, view.equal / total
     rec = "HIGHER" if view.higher >= view.lower else "LOWER"
-    lines.append(
+    lines += [
+        f"Remaining cards: higher={view.higher}  lower={view.lower}  equal={view.equal}",
         f"P(higher)={p_hi:.2f}  P(lower)={p_lo:.2f}  P(push)={p_eq:.2f}  "
-        f"Count says: {rec} (margin {abs(p_hi - p_lo):.2f})"
-    )
+        f"Count says: {rec} (margin {abs(p_hi - p_lo):.2f})",
+    ]
     if level == "enriched":
         return "\n".join(lines)
     recent = " | ".join(
@@ -304,18 +326,14 @@ def cards_state(view: CardView, memory: Memory, level: str, autopilot: str | Non
         f"Loss streak: {memory.loss_streak}",
         f"Recent: {recent or '(none)'}",
     ]
-    if level == "stateful_min":
-        return "\n".join(lines)
-    per_rank = " ".join(f"{rank_name(r)}:{n}" for r, n in enumerate(view.remaining))
-    seen = " ".join(rank_name(r) for r in view.seen)
-    lines += [f"Remaining per rank: {per_rank}", f"Seen so far ({len(view.seen)}): {seen}"]
     return "\n".join(lines)
 
 
-def cards_examples(level: str) -> str:
+def cards_examples(level: str | None = None) -> str:
+    """Block (v): the paper's examples (appendix 9.2), the same at every level."""
     lines = [
         "EXAMPLES:",
-        "Card=2, most remaining cards above -> HIGHER       Card=Q, most remaining below -> LOWER",
-        "Counts tie, pushes possible -> pick using P(push) and recent streaks",
+        "Card=A, many ranks above -> HIGHER       Card=K, many ranks below -> LOWER",
+        "Counts tie, pushes possible -> pick using push prob. and recent streaks",
     ]
     return "\n".join(lines)
