@@ -157,8 +157,11 @@ class Evaluation:
             seed=int(self.cfg.seed),
         )
 
-    def run(self, seeds: list[int], mode: str | None = None, **gate_args: Any) -> list[dict]:
-        return self.evaluator(**gate_args).run(seeds, mode=mode or str(self.cfg.eval.mode))
+    def run(
+        self, seeds: list[int], mode: str | None = None, progress: Any = None, **gate_args: Any
+    ) -> list[dict]:
+        mode = mode or str(self.cfg.eval.mode)
+        return self.evaluator(**gate_args).run(seeds, mode=mode, progress=progress)
 
     def test_seeds(self) -> list[int]:
         return self.splits.seeds(str(self.cfg.eval.split), int(self.cfg.eval.n_episodes))
@@ -177,7 +180,9 @@ class Evaluation:
         source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path)
         return source
 
-    def tune(self, study_dir: Path) -> tuple[float, list[dict]]:
+    def tune(
+        self, study_dir: Path, on_trial: Callable[[int, dict, dict], None] | None = None
+    ) -> tuple[float, list[dict]]:
         """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under
         `study_dir` resumes after a kill). Returns (best tau, one row per trial)."""
         from benchmark.tuning import tune
@@ -201,6 +206,7 @@ class Evaluation:
             seeds=seeds,
             sampler_seed=int(tuning.sampler_seed),
             max_reward=self.task.max_reward,
+            on_trial=on_trial,
         )
 
     def close(self) -> None:

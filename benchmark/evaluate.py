@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,9 +43,10 @@ class Evaluator:
         self,
         seeds: list[int],
         mode: str = "lockstep",
-        on_episode: Callable[[dict], None] | None = None,
+        progress: Any = None,
     ) -> list[dict]:
-        """Evaluate `seeds`; returns one row per episode, in seed order."""
+        """Evaluate `seeds`; returns one row per episode, in seed order. `progress` (a
+        benchmark.progress.EvaluationProgress) hears of every step and finished episode."""
         if mode not in MODES:
             raise ValueError(f"eval.mode={mode!r} is not one of {list(MODES)}")
         if self.gate.needs_policy and self.policy is None:
@@ -55,14 +57,11 @@ class Evaluator:
         batches = [[s] for s in seeds] if one_at_a_time else [list(seeds)]
         rows: list[dict] = []
         for batch in batches:
-            for row in self._run_batch(batch):
-                rows.append(row)
-                if on_episode is not None:
-                    on_episode(row)
+            rows += self._run_batch(batch, progress)
         return sorted(rows, key=lambda r: r["seed"])
 
     # -- one lockstep batch ------------------------------------------------------------------
-    def _run_batch(self, seeds: list[int]) -> list[dict]:
+    def _run_batch(self, seeds: list[int], progress: Any = None) -> list[dict]:
         episodes = [self.task.episode(s) for s in seeds]
         asks = self.consultant is not None and self.prompt is not None
         sessions = [
@@ -89,11 +88,17 @@ class Evaluator:
                 if ppo_actions[j] is not None and action != ppo_actions[j]:
                     stats[i]["overwrites"] += 1
                 episodes[i].step(action)
+                if episodes[i].done:
+                    stats[i]["wall_seconds"] = time.perf_counter() - start[i]
+            if progress is not None:
+                progress.step(len(live), len(asked))
+                for i in live:
+                    if episodes[i].done:
+                        progress.episode(stats[i])
         rows = []
         for i, ep in enumerate(episodes):
             row = stats[i]
             row.update(reward=float(ep.total_reward), length=int(ep.steps), **ep.outcome())
-            row["wall_seconds"] = time.perf_counter() - start[i]
             rows.append(episode_rates(row))
         return rows
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from benchmark import results
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
+from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
         located = locate_inputs(spec, cfg, policy_checkpoint(cfg, task, splits, train=False))
         if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
+            _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
             return done
         tracker = Tracker(
             cfg.get("tracking"),
@@ -64,12 +66,14 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
             if (done := _reuse(spec, cfg, job_dir)) is not None:  # computed while we trained
                 tracker.finish(0)
+                _show(cfg, done, cell_dir, job_dir, multirun)
                 return done
             summary = _compute(evaluation, cell_dir, tracker)
         finally:
             evaluation.close()
         _publish(cell_dir, job_dir)
         tracker.finish(0)
+        _show(cfg, summary, cell_dir, job_dir, multirun)
         return summary
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised or swallowed
         error = {
@@ -132,11 +136,12 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         source = evaluation.tuning_source()
         tau_from = source.spec.name if source is not evaluation else None
         study_dir = Path(cfg.paths.root) / "tuning" / spec.inputs["tau_study"]
-        gate_args["tau"], trials = source.tune(study_dir)
+        gate_args["tau"], trials = source.tune(study_dir, on_trial=_trial_printer(cfg))
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
     seeds = evaluation.test_seeds()
-    rows = evaluation.run(seeds, **gate_args)
+    with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
+        rows = evaluation.run(seeds, progress=progress, **gate_args)
     summary = summarize(rows)
     summary.update(spec.labels())
     summary.update(
@@ -167,6 +172,37 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
     tracker.table("episodes", outcome)
     return summary
+
+
+def _trial_printer(cfg: DictConfig):
+    """Progress of the tuning study: one line per trial (at most tuning.n_trials lines)."""
+    if cfg.get("quiet", False):
+        return None
+    n = int(cfg.tuning.n_trials)
+
+    def on_trial(k: int, row: dict, best: dict) -> None:
+        print(
+            f"tuning: trial {k}/{n} | tau {row['tau']:.4f} | validation reward "
+            f"{row['reward']:.3f} | IR {row['ir']:.3f} | best tau {best['tau']:.4f} "
+            f"(reward {best['reward']:.3f})",
+            flush=True,
+        )
+
+    return on_trial
+
+
+def _show(cfg: DictConfig, summary: dict, cell_dir: Path, job_dir: Path, multirun: bool) -> None:
+    """The result block (one line per cell in a multirun) on stdout, unless quiet."""
+    if cfg.get("quiet", False):
+        return
+    if multirun:
+        print(result_line(summary), flush=True)
+        return
+    files = {
+        f: str(job_dir / f) for f in ("summary.json", "episodes.jsonl") if (job_dir / f).exists()
+    }
+    files["cell dir"] = str(cell_dir)
+    print(result_block(summary, files), flush=True)
 
 
 def _write_trials(cell_dir: Path, trials: list[dict]) -> None:

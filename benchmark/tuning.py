@@ -35,10 +35,12 @@ def tune(
     seeds: list[int],
     sampler_seed: int,
     max_reward: float,
+    on_trial: Callable[[int, dict, dict], None] | None = None,
 ) -> tuple[float, list[dict]]:
     """Run (or resume) the study on validation `seeds` (benchmark.build passes the first
     tuning.n_episodes of the validation split); `objective(tau, seeds) -> (mean reward, IR)`.
-    Returns the best tau among the first `n_trials` completed trials and one row for each."""
+    Returns the best tau among the first `n_trials` completed trials and one row for each.
+    `on_trial(k, row, best_row)` hears of every trial this call completes (progress lines)."""
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -80,16 +82,22 @@ def tune(
             )
             study = optuna.load_study(study_name="tau", storage=storage, sampler=sampler)
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
+            if on_trial is not None and len(_complete(study)) > k:
+                done = _rows(sorted(_complete(study), key=lambda t: t.number))
+                on_trial(len(done), done[-1], max(done, key=lambda r: r["reward"]))
             _pause_if_asked(study, study_dir)
     # cells asking for fewer trials than the study holds see the first n_trials of it: with
     # exact resume these are the trials a study of that size would have run
-    trials = sorted(_complete(study), key=lambda t: t.number)[:n_trials]
-    rows = [
+    rows = _rows(sorted(_complete(study), key=lambda t: t.number)[:n_trials])
+    best = max(rows, key=lambda r: r["reward"])  # the first of equals, as Optuna's best_trial
+    return float(best["tau"]), rows
+
+
+def _rows(trials: list[optuna.trial.FrozenTrial]) -> list[dict]:
+    return [
         {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs}
         for t in trials
     ]
-    best = max(trials, key=lambda t: t.value)  # the first of equals, as Optuna's best_trial
-    return float(best.params["tau"]), rows
 
 
 def _fail_stale_running(study: optuna.Study) -> None:
