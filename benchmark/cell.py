@@ -200,6 +200,7 @@ class CellSpec:
             "slm": c["slm"]["name"] if asks else None,
             "prompt": c["prompt"]["name"] if asks else None,
             "rationale": bool(c["prompt"].get("rationale")) if asks else None,
+            "autopilot": c["prompt"].get("autopilot") if asks else None,
             "checkpoint": c["policy"]["checkpoint"] if policy else None,
             "policy_seed": int(c["policy"]["seed"]) if policy else None,
             "mc_samples": self.gate.mc_samples,
