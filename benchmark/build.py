@@ -16,9 +16,10 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
-from benchmark.cell import CellSpec, file_sha256
+from benchmark.cell import CellSpec
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
+from benchmark.results import file_sha256
 from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.validate import validate
 

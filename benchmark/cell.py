@@ -38,14 +38,6 @@ def digest(data: Any, n: int = 12) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 TUNING_KEY_DROPS = {
     "gate": ("tau",),  # what is being tuned
     "tuning": ("n_trials", "scope", "shared", "study"),  # how many / whose: not the objective

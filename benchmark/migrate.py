@@ -23,7 +23,8 @@ from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
-from benchmark.cell import CellSpec, digest, file_sha256, tuning_key
+from benchmark.cell import CellSpec, digest, tuning_key
+from benchmark.results import file_sha256
 
 log = logging.getLogger(__name__)
 V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")

@@ -3,6 +3,7 @@ half-written file that could be read as valid."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -14,6 +15,15 @@ from typing import Any
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 RUNTIME_FIELDS = ("consultant_seconds", "wall_seconds", "cache_hits")
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

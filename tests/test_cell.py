@@ -14,11 +14,11 @@ from benchmark import results
 from benchmark.build import locate_inputs, prepare
 from benchmark.cell import digest
 from benchmark.job import run_job
-from benchmark.migrate import v1_cell_config
+from benchmark.migrate import V1_CODE, v1_cell_config
 from benchmark.policy.checkpoints import config_hash
 from benchmark.prompts import PROMPT_VERSION
 from benchmark.seeds import DEFAULT_SPLITS, Splits
-from tests.conftest import compose_cfg
+from tests.conftest import SMALL_POLICY, compose_cfg
 
 GOLDEN = Path(__file__).parent / "golden"
 SLM_ONLY = ["env=empty5x5_random", "gate=always", "prompt=basic", "eval.n_episodes=2"]
@@ -97,53 +97,74 @@ def test_prompt_version_follows_the_golden_files():
     )
 
 
-def _as_v1(root: Path, cfg, job_dir: Path) -> tuple[Path, dict]:
-    """Turn the v2 cell the job wrote into the v1 cell an older release would have written."""
-    summary = results.read_json(job_dir / "summary.json")
-    v2_dir = root / "cells" / summary["cell_hash"]
-    v1_dir = root / "cells" / digest(v1_cell_config(cfg))
-    os.replace(v2_dir, v1_dir)
+TINY_JOB = [*SLM_ONLY, "slm=tiny"]
+PPO_JOB = ["env=empty5x5_random", *SMALL_POLICY, "gate=never", "eval.n_episodes=3"]
+
+
+def _v1_cell(root: Path, over: list[str]) -> tuple[Path, dict]:
+    """Run a cell, then turn it into the v1 cell an older release would have written."""
+    run_job(compose_cfg(root, *over), root / "j1", multirun=False)
+    summary = results.read_json(root / "j1" / "summary.json")
+    v1_dir = root / "cells" / digest(v1_cell_config(compose_cfg(root, *over)))
+    os.replace(root / "cells" / summary["cell_hash"], v1_dir)
     return v1_dir, summary
 
 
+def _rerun(root: Path, over: list[str]) -> dict:
+    return run_job(compose_cfg(root, *over), root / "j2", multirun=False)
+
+
+def _later(path: Path, than: Path) -> None:
+    """Mark `path` as rewritten after `than` was written."""
+    t = than.stat().st_mtime + 10
+    os.utime(path, (t, t))
+
+
 @pytest.mark.slow
-def test_v1_cell_is_adopted_once_when_its_inputs_are_unchanged(tmp_path):
-    over = [*SLM_ONLY, "slm=tiny"]
-    cfg = compose_cfg(tmp_path, *over)
-    run_job(cfg, tmp_path / "j1", multirun=False)
-    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
+def test_v1_cell_is_adopted_once_when_its_inputs_are_unchanged(trained_root):
+    v1_dir, before = _v1_cell(trained_root, PPO_JOB)
     episodes = (v1_dir / "episodes.jsonl").read_bytes()
-    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+    again = _rerun(trained_root, PPO_JOB)
     assert not v1_dir.exists()
     assert again["wall_seconds"] == before["wall_seconds"]  # reused, not recomputed
     assert again["cell_hash"] == before["cell_hash"]
-    v2_dir = tmp_path / "cells" / again["cell_hash"]
+    v2_dir = trained_root / "cells" / again["cell_hash"]
     assert (v2_dir / "episodes.jsonl").read_bytes() == episodes
     assert results.read_json(v2_dir / "cell.json")["migrated_from"]["hash"] == v1_dir.name
+    # and once only: the next run finds the v2 cell
+    assert _rerun(trained_root, PPO_JOB)["wall_seconds"] == before["wall_seconds"]
 
 
 @pytest.mark.slow
-def test_v1_cell_whose_model_changed_since_is_not_reused(tmp_path):
-    over = [*SLM_ONLY, "slm=tiny"]
-    cfg = compose_cfg(tmp_path, *over)
-    run_job(cfg, tmp_path / "j1", multirun=False)
-    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
-    model_dir = Path(cfg.slm.backend.path)
-    later = (v1_dir / "summary.json").stat().st_mtime + 10
-    os.utime(model_dir / "config.json", (later, later))  # the model was rewritten afterwards
-    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+def test_v1_cell_whose_checkpoint_was_rewritten_since_is_not_reused(trained_root, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(trained_root / "checkpoints", root / "checkpoints")
+    v1_dir, before = _v1_cell(root, PPO_JOB)
+    _later(Path(before["checkpoint_path"]), v1_dir / "summary.json")
+    again = _rerun(root, PPO_JOB)
+    assert v1_dir.exists()  # left in place, never deleted
+    assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
+
+
+@pytest.mark.slow
+def test_v1_cell_whose_model_changed_since_is_not_reused(tmp_path, monkeypatch):
+    import benchmark.prompts
+
+    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", V1_CODE["prompts"])
+    v1_dir, before = _v1_cell(tmp_path, TINY_JOB)
+    model_dir = Path(compose_cfg(tmp_path, *TINY_JOB).slm.backend.path)
+    _later(model_dir / "config.json", v1_dir / "summary.json")
+    again = _rerun(tmp_path, TINY_JOB)
     assert v1_dir.exists()  # left in place, never deleted
     assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
 
 
 @pytest.mark.slow
 def test_v1_cell_of_older_prompt_code_is_not_reused(tmp_path, monkeypatch):
-    over = [*SLM_ONLY, "slm=tiny"]
-    run_job(compose_cfg(tmp_path, *over), tmp_path / "j1", multirun=False)
-    v1_dir, before = _as_v1(tmp_path, compose_cfg(tmp_path, *over), tmp_path / "j1")
     import benchmark.prompts
 
-    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", PROMPT_VERSION + 1)
-    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "j2", multirun=False)
+    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", V1_CODE["prompts"] + 1)
+    v1_dir, before = _v1_cell(tmp_path, TINY_JOB)
+    again = _rerun(tmp_path, TINY_JOB)
     assert v1_dir.exists() and again["cell_hash"] != before["cell_hash"]
     assert again["wall_seconds"] != before["wall_seconds"]

@@ -25,6 +25,7 @@ from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
+from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
@@ -112,14 +113,6 @@ def check_name(name: str) -> str:
     return name
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _sort_key(name: str) -> tuple[int, str]:
     return ({"final": 0, "best": 1}.get(name, 2), name)
 
@@ -137,7 +130,7 @@ def _intact(ckpt_dir: Path) -> bool:
     if manifest is None:
         return False
     return all(
-        (ckpt_dir / f"{n}.zip").is_file() and _sha256(ckpt_dir / f"{n}.zip") == h
+        (ckpt_dir / f"{n}.zip").is_file() and file_sha256(ckpt_dir / f"{n}.zip") == h
         for n, h in manifest["checkpoints"].items()
     )
 
@@ -181,7 +174,7 @@ def ensure_dir(
         )
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
         train(task, cfg.policy, ckpt_dir, log_fn=log_fn, splits=splits)
-        files = {p.stem: _sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
+        files = {p.stem: file_sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, ckpt_dir / MARKER)
         return ckpt_dir, True
 
@@ -214,7 +207,7 @@ def resolve(ckpt_dir: Path, name: str) -> Path:
             " (a reward threshold is saved only if validation reached it)"
         )
     path = ckpt_dir / f"{name}.zip"
-    if not path.is_file() or _sha256(path) != files[name]:
+    if not path.is_file() or file_sha256(path) != files[name]:
         raise CheckpointError(
             f"{path} is missing or does not match the sha256 recorded in {MARKER} (corrupt or "
             f"truncated): delete {ckpt_dir} to retrain"
