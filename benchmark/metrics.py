@@ -1,6 +1,12 @@
 """Per-episode and summary metrics with 95% bootstrap CIs (ASK+ paper definitions):
 IR = queried steps / steps, OR = steps whose action differs from PPO's / steps,
-invalid_rate = invalid answers / queries."""
+invalid_rate = invalid answers / queries.
+
+Each rate is summarised two ways: `<rate>_mean`, the mean over episodes of the per-episode rate,
+and `<rate>_pooled`, the ratio of the sums over all episodes (steps or queries pooled), each with
+a bootstrap CI over episodes. `MAIN_FIGURE` names the one the report's main tables show
+(docs/protocol.md says why): IR and OR as per-episode means, as the ASK+ paper's Table 1 reports
+them; the invalid-answer rate pooled over queries."""
 
 from __future__ import annotations
 
@@ -11,6 +17,15 @@ import numpy as np
 
 SUMMARY_METRICS = ("reward", "success", "accuracy", "length", "ir", "or", "invalid_rate")
 N_BOOT = 2000
+# rate -> the summary metric the main tables show for it (`Cell.value` reads `<name>_mean`, or
+# `<name>` for a pooled figure, with `<name>_ci95_low/high`)
+MAIN_FIGURE = {"ir": "ir", "or": "or", "invalid_rate": "invalid_rate_pooled"}
+# pooled rate -> (numerator count, denominator count) of an episode row
+POOLED = {
+    "ir": ("queries", "length"),
+    "or": ("overwrites", "length"),
+    "invalid_rate": ("invalid", "queries"),
+}
 
 
 def bootstrap_ci(
@@ -28,6 +43,27 @@ def bootstrap_ci(
     return (float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha)))
 
 
+def ratio_bootstrap_ci(
+    num: Sequence[float], den: Sequence[float], seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of a pooled rate sum(num) / sum(den), resampling episodes (pairs
+    (num_i, den_i)); resamples whose denominator sums to 0 are left out."""
+    n = np.asarray(num, dtype=float)
+    d = np.asarray(den, dtype=float)
+    if d.sum() <= 0:
+        return (math.nan, math.nan)
+    if n.size == 1:
+        rate = float(n[0] / d[0])
+        return (rate, rate)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n.size, size=(N_BOOT, n.size))
+    dens = d[idx].sum(axis=1)
+    keep = dens > 0
+    rates = n[idx].sum(axis=1)[keep] / dens[keep]
+    alpha = (1 - level) / 2
+    return (float(np.quantile(rates, alpha)), float(np.quantile(rates, 1 - alpha)))
+
+
 def paired_difference(a: Sequence[float], b: Sequence[float], seed: int = 0) -> dict[str, float]:
     """Mean of a - b over the same seeds, with a bootstrap CI of the paired difference."""
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
@@ -40,25 +76,37 @@ def episode_rates(row: dict) -> dict:
     steps = max(int(row["length"]), 1)
     row["ir"] = row["queries"] / steps
     row["or"] = None if row.get("overwrites") is None else row["overwrites"] / steps
+    # 0.0 for an episode without queries is a placeholder kept so that episodes.jsonl stays
+    # byte-identical; summarize() leaves such episodes out of the invalid-rate figures
     row["invalid_rate"] = row["invalid"] / row["queries"] if row["queries"] else 0.0
     return row
 
 
 def summarize(rows: list[dict]) -> dict[str, float]:
-    """`<metric>_mean`, `<metric>_ci95_low`, `<metric>_ci95_high` for every metric present, plus
-    pooled rates and totals (cost)."""
+    """`<metric>_mean`, `<metric>_ci95_low`, `<metric>_ci95_high` for every metric present (the
+    invalid rate over the episodes with at least one query only), pooled rates `<rate>_pooled`
+    with their CIs (`or_pooled` over the episodes with a PPO policy, `invalid_rate_pooled` absent
+    when nothing was queried), and totals (cost)."""
     out: dict[str, float] = {"n_episodes": len(rows)}
     for metric in SUMMARY_METRICS:
-        values = [r.get(metric) for r in rows]
+        of = [r for r in rows if r.get("queries")] if metric == "invalid_rate" else rows
+        values = [r.get(metric) for r in of]
         values = [v for v in values if v is not None]
         if not values:
             continue
         out[f"{metric}_mean"] = float(np.mean(values))
         out[f"{metric}_ci95_low"], out[f"{metric}_ci95_high"] = bootstrap_ci(values)
+    for rate, (num_key, den_key) in POOLED.items():
+        of = [r for r in rows if r.get(num_key) is not None]
+        num = [float(r[num_key]) for r in of]
+        den = [float(r[den_key]) for r in of]
+        if sum(den) > 0:
+            out[f"{rate}_pooled"] = sum(num) / sum(den)
+            low, high = ratio_bootstrap_ci(num, den)
+            out[f"{rate}_pooled_ci95_low"], out[f"{rate}_pooled_ci95_high"] = low, high
+    out.setdefault("ir_pooled", 0.0)  # no steps at all: nothing queried
     steps = sum(r["length"] for r in rows)
-    queries = sum(r["queries"] for r in rows)
-    out["ir_pooled"] = queries / steps if steps else 0.0
-    out["invalid_rate_pooled"] = sum(r["invalid"] for r in rows) / queries if queries else 0.0
+    out["queried_episodes"] = sum(1 for r in rows if r.get("queries"))
     for total in ("queries", "invalid", "prompt_tokens", "generated_tokens", "consultant_seconds"):
         out[f"{total}_total"] = float(sum(r.get(total, 0) for r in rows))
     out["steps_total"] = float(steps)

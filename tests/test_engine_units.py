@@ -10,7 +10,13 @@ import pytest
 
 from benchmark import results
 from benchmark.gates import EntropyGate, EpistemicGate, RandomGate
-from benchmark.metrics import bootstrap_ci, episode_rates, paired_difference, summarize
+from benchmark.metrics import (
+    bootstrap_ci,
+    episode_rates,
+    paired_difference,
+    ratio_bootstrap_ci,
+    summarize,
+)
 from benchmark.tuning import tune
 from benchmark.uncertainty import Uncertainty
 from tests.conftest import compose_cfg
@@ -172,3 +178,42 @@ def test_torn_journal_tail_is_set_aside_and_the_study_goes_on(tmp_path):
     journal.write_bytes(b"\n".join([lines[0], b"garbage", *lines[1:]]) + b"\n")
     with pytest.raises(ValueError, match=r"study.journal is corrupt at line 2"):
         tune(_bumpy, tmp_path, n_trials=6, **TUNE_KW)
+
+
+def test_pooled_invalid_rate_ignores_episodes_without_queries():
+    asked = episode_rates({"length": 10, "queries": 4, "overwrites": 0, "invalid": 2})
+    quiet = [episode_rates({"length": 8, "queries": 0, "overwrites": 0, "invalid": 0})] * 3
+    assert quiet[0]["invalid_rate"] == 0.0  # the episodes.jsonl placeholder is unchanged
+    summary = summarize([asked, *quiet])
+    # 2 invalid of 4 queries: the query-free episodes count neither as 0% nor at all
+    assert summary["invalid_rate_pooled"] == 0.5 and summary["invalid_rate_mean"] == 0.5
+    assert summary["invalid_rate_pooled_ci95_low"] == summary["invalid_rate_pooled_ci95_high"]
+    assert summary["queried_episodes"] == 1 and summary["n_episodes"] == 4
+    more = episode_rates({"length": 30, "queries": 16, "overwrites": 0, "invalid": 2})
+    both = summarize([asked, more, *quiet])
+    assert both["invalid_rate_pooled"] == pytest.approx(4 / 20)  # pooled over queries
+    assert both["invalid_rate_mean"] == pytest.approx((0.5 + 2 / 16) / 2)  # queried episodes
+    low, high = both["invalid_rate_pooled_ci95_low"], both["invalid_rate_pooled_ci95_high"]
+    assert 2 / 16 <= low <= 4 / 20 <= high <= 0.5
+    never = summarize(quiet)  # nothing asked: no invalid rate at all, not 0%
+    assert "invalid_rate_pooled" not in never and "invalid_rate_mean" not in never
+    assert never["ir_pooled"] == 0.0 and never["or_pooled"] == 0.0
+
+
+def test_or_pooled_by_hand():
+    rows = [
+        episode_rates({"length": 10, "queries": 5, "overwrites": 1, "invalid": 0}),
+        episode_rates({"length": 30, "queries": 9, "overwrites": 9, "invalid": 1}),
+        episode_rates({"length": 20, "queries": 20, "overwrites": None, "invalid": 0}),  # SLM
+    ]
+    summary = summarize(rows)
+    # pooled over the steps of the episodes with a PPO policy: (1 + 9) / (10 + 30)
+    assert summary["or_pooled"] == pytest.approx(0.25)
+    assert summary["or_mean"] == pytest.approx((0.1 + 0.3) / 2)  # per-episode mean
+    assert summary["ir_pooled"] == pytest.approx(34 / 60)
+    assert summary["ir_mean"] == pytest.approx((0.5 + 0.3 + 1.0) / 3)
+    # CI: ratio of sums with episodes resampled; its extremes are the single episodes' rates
+    assert 0.1 <= summary["or_pooled_ci95_low"] <= 0.25 <= summary["or_pooled_ci95_high"] <= 0.3
+    lo, hi = ratio_bootstrap_ci([1, 9], [10, 30])
+    assert (lo, hi) == (summary["or_pooled_ci95_low"], summary["or_pooled_ci95_high"])
+    assert "or_pooled" not in summarize(rows[2:])  # SLM-only: no overwrite rate

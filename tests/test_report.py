@@ -38,6 +38,8 @@ def episodes(env: str, gate: str, skill: float, seed: int, seeds=SEEDS) -> list[
     for s in seeds:
         length = int(rng.integers(20, 200))
         queries = {"never": 0, "always": length}.get(gate, int(rng.integers(0, length)))
+        if gate == "entropy" and s % 4 == 0:
+            queries = 0  # a gated cell has query-free episodes (they hold no invalid rate)
         row = {
             "seed": s,
             "length": length,
@@ -284,6 +286,10 @@ def test_main_table_numbers_match_summaries(sweep):
     assert row["FourRooms: success"].startswith(f"{s['success_mean']:.3f} [")
     assert row["FourRooms: IR"].startswith(f"{s['ir_mean']:.3f} [")
     assert row["FourRooms: OR"].startswith(f"{s['or_mean']:.3f} [")
+    assert row["FourRooms: invalid"] == (
+        f"{s['invalid_rate_pooled']:.3f} "
+        f"[{s['invalid_rate_pooled_ci95_low']:.2f}, {s['invalid_rate_pooled_ci95_high']:.2f}]"
+    )
     hl = sweep["summaries"]["slm/higherlower"]
     slm = _row(main, "SLM-only tiny", "—")
     assert slm["HigherLower: accuracy"].startswith(f"{hl['accuracy_mean']:.3f} [")
@@ -302,6 +308,47 @@ def test_main_table_numbers_match_summaries(sweep):
         < labels.index(("final", "PPO"))
         < labels.index(("final", "ASK tiny τ=auto"))
     )
+
+
+def test_main_table_shows_the_chosen_rate_definitions(sweep):
+    """IR and OR: per-episode means (ASK+ Table 1); invalid: pooled over queries, so episodes
+    without queries count neither as 0% invalid nor at all. Details: both figures of each."""
+    d, main = sweep["dir"], sweep["report"].table("main")
+    job = sweep["summaries"]["ask+/fourrooms/0.5#job"]
+    eps = [json.loads(x) for x in (d / str(job) / "episodes.jsonl").open()]
+    asked = [e for e in eps if e["queries"]]
+    assert 0 < len(asked) < len(eps)  # the cell has query-free episodes
+    ir_mean = np.mean([e["queries"] / e["length"] for e in eps])
+    ir_pooled = sum(e["queries"] for e in eps) / sum(e["length"] for e in eps)
+    or_mean = np.mean([e["overwrites"] / e["length"] for e in eps])
+    or_pooled = sum(e["overwrites"] for e in eps) / sum(e["length"] for e in eps)
+    invalid_pooled = sum(e["invalid"] for e in asked) / sum(e["queries"] for e in asked)
+    invalid_mean = np.mean([e["invalid"] / e["queries"] for e in asked])
+    zero_filled = np.mean([e["invalid_rate"] for e in eps])  # the old reading: 0% when not asked
+    for a, b in ((ir_mean, ir_pooled), (or_mean, or_pooled), (invalid_pooled, zero_filled)):
+        assert f"{a:.3f}" != f"{b:.3f}"  # the synthetic numbers tell the definitions apart
+    row = _row(main, "ASK+ tiny τ=0.5", "final")
+    assert row["FourRooms: IR"].startswith(f"{ir_mean:.3f} [")
+    assert row["FourRooms: OR"].startswith(f"{or_mean:.3f} [")
+    assert row["FourRooms: invalid"].startswith(f"{invalid_pooled:.3f} [")
+    notes = " ".join(main.notes)
+    assert "IR = queried steps / steps, mean over episodes" in notes
+    assert "invalid = unparseable answers / queries, pooled over all queries" in notes
+    details = _row(sweep["report"].table("details"), str(job))
+    assert details["IR (episode mean)"].startswith(f"{ir_mean:.3f} [")
+    assert details["IR (pooled)"].startswith(f"{ir_pooled:.3f} [")
+    assert details["OR (episode mean)"].startswith(f"{or_mean:.3f} [")
+    assert details["OR (pooled)"].startswith(f"{or_pooled:.3f} [")
+    assert details["invalid (episode mean)"].startswith(f"{invalid_mean:.3f} [")
+    assert details["invalid (pooled)"].startswith(f"{invalid_pooled:.3f} [")
+    ppo = _row(sweep["report"].table("details"), str(sweep["summaries"]["ppo/fourrooms#job"]))
+    assert ppo["invalid (pooled)"] == ppo["invalid (episode mean)"] == "—"  # never asked
+    slm = _row(sweep["report"].table("details"), str(sweep["summaries"]["slm/fourrooms#job"]))
+    assert slm["OR (pooled)"] == "—"  # no policy, no overwrites
+    cells = pd.read_csv(d / "report" / "cells.csv")
+    got = cells.loc[cells["job"] == job]
+    assert got["invalid_rate_pooled"].item() == pytest.approx(invalid_pooled)
+    assert got["or_pooled"].item() == pytest.approx(or_pooled)
 
 
 def test_failed_and_missing_cells_are_marked_and_listed(sweep):

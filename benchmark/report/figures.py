@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmark.metrics import MAIN_FIGURE  # noqa: E402
 from benchmark.report.model import (  # noqa: E402
     Cell,
     Layout,
@@ -92,7 +93,7 @@ def tau_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
             dodge = step * (i - (len(mine) - 1) / 2)
             xs = [float(c.tau_setting) + dodge for c in cells]
             _errorbar(top, xs, cells, "reward", label=label)
-            _errorbar(bottom, xs, cells, "ir", label=label)
+            _errorbar(bottom, xs, cells, MAIN_FIGURE["ir"], label=label)
         ref = ppo_reference(next(c for (e, _), cs in lines.items() if e == env for c in cs), sweep)
         if ref is not None and ref.value("reward") is not None:
             top.axhline(ref.value("reward")[0], color="k", ls="--", lw=1, label="PPO-only")
@@ -140,7 +141,7 @@ def checkpoint_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
             style = {"color": "k", "ls": "--"} if label.startswith("PPO") else {}
             _errorbar(top, xs, cs, "reward", label=label, **style)
             if not label.startswith("PPO"):
-                _errorbar(bottom, xs, cs, "ir", label=label)
+                _errorbar(bottom, xs, cs, MAIN_FIGURE["ir"], label=label)
         for ax in (top, bottom):
             ax.set_xticks(range(len(order)))
             ax.set_xticklabels([checkpoint_tick(names[k]) for k in order])

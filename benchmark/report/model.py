@@ -74,9 +74,10 @@ class Cell:
         return self.checkpoint is not None
 
     def value(self, metric: str) -> tuple[float, float, float] | None:
-        """(mean, ci low, ci high) of a summary metric, or None when absent."""
+        """(mean, ci low, ci high) of a summary metric, or None when absent: `<metric>_mean`, or
+        for a pooled rate (`ir_pooled`, `or_pooled`, `invalid_rate_pooled`) the value itself."""
         s = self.summary or {}
-        mean = s.get(f"{metric}_mean")
+        mean = s.get(metric) if metric.endswith("_pooled") else s.get(f"{metric}_mean")
         if mean is None or (isinstance(mean, float) and math.isnan(mean)):
             return None
         return (

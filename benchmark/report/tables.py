@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchmark.metrics import paired_difference
+from benchmark.metrics import MAIN_FIGURE, paired_difference
 from benchmark.policy.train import checkpoint_name
 from benchmark.report.model import (
     FAILED,
@@ -38,6 +38,30 @@ def status_mark(c: Cell) -> str:
     return f"{c.status.upper()} (job {c.job})"
 
 
+# rate -> (column label, definition, what a pooled figure pools over)
+RATES = {
+    "ir": ("IR", "queried steps / steps", "steps"),
+    "or": ("OR", "steps whose action differs from PPO's / steps", "steps"),
+    "invalid_rate": ("invalid", "unparseable answers / queries", "queries"),
+}
+
+
+def rate_note(rates) -> str:
+    """What the main table's rate columns are: the definition and the figure MAIN_FIGURE picks."""
+    parts = []
+    for rate in rates:
+        label, definition, over = RATES[rate]
+        pooled = MAIN_FIGURE[rate].endswith("_pooled")
+        how = f"pooled over all {over} of the cell" if pooled else "mean over episodes"
+        if rate == "invalid_rate":
+            how += " (episodes without queries do not count)"
+        parts.append(f"{label} = {definition}, {how}")
+    return "; ".join(parts) + (
+        ". CIs resample episodes; the details table has both the per-episode mean and the "
+        "pooled figure of each rate."
+    )
+
+
 def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
     groups = []
     for env in sweep.envs():
@@ -49,7 +73,7 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
         lay.index_names(),
         groups,
     )
-    keys = ("reward", None, "ir", "or", "invalid_rate")
+    keys = ("reward", None, MAIN_FIGURE["ir"], MAIN_FIGURE["or"], MAIN_FIGURE["invalid_rate"])
     for row in rows:
         vals: list[str] = []
         for env in sweep.envs():
@@ -63,14 +87,10 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
                 metric = sweep.metric_of(env)
                 asked = (c.summary or {}).get("queries_total", 0) > 0
                 vals += [
-                    fmt(c.value(k or metric)) if k != "invalid_rate" or asked else DASH
-                    for k in keys[:n]
+                    fmt(c.value(k or metric)) if k != keys[4] or asked else DASH for k in keys[:n]
                 ]
         table.rows.append((row.index, vals))
-    table.notes.append(
-        "IR = queried steps / steps; OR = steps whose action differs from PPO's / "
-        "steps" + ("; invalid = unparseable answers / queries." if lay.invalid else ".")
-    )
+    table.notes.append(rate_note(("ir", "or", "invalid_rate") if lay.invalid else ("ir", "or")))
     if any(not c.ok for c in sweep.cells):
         table.notes.append("FAILED / MISSING cells: see the table of failed and missing cells.")
     aliases = _checkpoint_aliases(sweep)
@@ -254,7 +274,8 @@ def failures_table(sweep: Sweep) -> Table | None:
 
 
 def details_table(sweep: Sweep, lay: Layout) -> Table | None:
-    """Per cell: the threshold used and what it cost."""
+    """Per cell: the threshold used, each rate both ways (per-episode mean and pooled), and
+    what it cost."""
     cells = sorted(
         sweep.ok,
         key=lambda c: (
@@ -268,7 +289,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
         return None
     table = Table(
         "details",
-        "Per cell: threshold and cost",
+        "Per cell: threshold, rates (mean over episodes and pooled) and cost",
         ["job", "env", "method"],
         [
             (
@@ -278,6 +299,11 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
                     "policy seed",
                     "tau",
                     "episodes",
+                    *(
+                        f"{RATES[r][0]} ({way})"
+                        for r in RATES
+                        for way in ("episode mean", "pooled")
+                    ),
                     "queries",
                     "prompt tokens",
                     "generated tokens",
@@ -300,6 +326,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
                     DASH if c.policy_seed is None else str(c.policy_seed),
                     DASH if c.tau is None else f"{c.tau:.3f}" + (" (tuned)" if c.trials else ""),
                     str(s.get("n_episodes", DASH)),
+                    *(fmt(c.value(r + way)) for r in RATES for way in ("", "_pooled")),
                     f"{s.get('queries_total', 0):,.0f}",
                     f"{s.get('prompt_tokens_total', 0):,.0f}",
                     f"{s.get('generated_tokens_total', 0):,.0f}",
@@ -335,6 +362,7 @@ def cells_csv(sweep: Sweep, lay: Layout) -> str:
     ]
     metrics = ("reward", "success", "accuracy", "length", "ir", "or", "invalid_rate")
     fields += [f"{m}_{s}" for m in metrics for s in ("mean", "ci95_low", "ci95_high")]
+    fields += [f"{r}_pooled{s}" for r in RATES for s in ("", "_ci95_low", "_ci95_high")]
     fields += [
         "queries_total",
         "prompt_tokens_total",
