@@ -13,8 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from benchmark.metrics import MAIN_FIGURE
+
 PLAIN_FRACTION = 0.1  # a plain line at every tenth of the work ...
 PLAIN_INTERVAL_S = 30.0  # ... or every 30 s, whichever comes first
+WIDTH = 21  # the result block's label column
 
 
 def _duration(seconds: float) -> str:
@@ -145,11 +148,12 @@ def result_block(summary: dict, files: dict[str, str]) -> str:
     metric = summary.get("metric") or "success"
     lines = [f"cell {summary.get('cell')}  ({summary.get('cell_hash')})"]
     for name in ("reward", metric, "ir", "or", "invalid_rate"):
-        mean = summary.get(f"{name}_mean")
+        key = MAIN_FIGURE.get(name, name)  # the figure the report's main tables show
+        mean = summary.get(key if key.endswith("_pooled") else f"{key}_mean")
         if mean is None:
             continue
-        low, high = summary.get(f"{name}_ci95_low"), summary.get(f"{name}_ci95_high")
-        lines.append(f"  {name:<13}{mean:.3f}  [{low:.3f}, {high:.3f}]")
+        low, high = summary.get(f"{key}_ci95_low", mean), summary.get(f"{key}_ci95_high", mean)
+        lines.append(f"  {key:<{WIDTH}}{mean:.3f}  [{low:.3f}, {high:.3f}]")
     tau = summary.get("tau")
     if tau is not None:
         source = (
@@ -159,9 +163,9 @@ def result_block(summary: dict, files: dict[str, str]) -> str:
             if summary.get("seeds_touched", {}).get("tuning")
             else "fixed"
         )
-        lines.append(f"  tau          {tau:.4g} ({source})")
+        lines.append(f"  {'tau':<{WIDTH}}{tau:.4g} ({source})")
     lines.append(
-        f"  episodes     {summary.get('n_episodes')} on {summary.get('split')} seeds, "
+        f"  {'episodes':<{WIDTH}}{summary.get('n_episodes')} on {summary.get('split')} seeds, "
         f"wall {_duration(summary.get('wall_seconds', 0.0))}"
     )
     queries = int(summary.get("queries_total", 0))
@@ -170,12 +174,12 @@ def result_block(summary: dict, files: dict[str, str]) -> str:
         asked = cache.get("hits", 0) + cache.get("misses", 0)
         hits = f", cache hits {cache.get('hits', 0) / asked:.0%}" if asked else ""
         lines.append(
-            f"  consultant   {queries} queries, {int(summary.get('prompt_tokens_total', 0))} prompt"
+            f"  {'consultant':<{WIDTH}}{queries} queries, {int(summary.get('prompt_tokens_total', 0))} prompt"
             f" + {int(summary.get('generated_tokens_total', 0))} generated tokens, "
             f"{summary.get('consultant_seconds_total', 0.0):.1f} s{hits}"
         )
     for name, path in files.items():
-        lines.append(f"  {name:<13}{path}")
+        lines.append(f"  {name:<{WIDTH}}{path}")
     return "\n".join(lines)
 
 

@@ -88,7 +88,7 @@ def test_job_prints_bounded_progress_and_the_result_of_summary_json(trained_root
         mean = f"{summary[f'{name}_mean']:.3f}"
         low, high = (f"{summary[f'{name}_ci95_{k}']:.3f}" for k in ("low", "high"))
         assert re.search(rf"^  {name} +{mean}  \[{low}, {high}\]$", block, re.M), block
-    assert f"tau          {summary['tau']:.4g} (tuned on validation seeds)" in block
+    assert re.search(rf"^  tau +{summary['tau']:.4g} \(tuned on validation seeds\)$", block, re.M)
     quiet = run_cli(trained_root, *JOB, "quiet=true", f"hydra.run.dir={tmp_path / 'q'}")
     assert "tuning: trial" not in quiet.stdout and "evaluation:" not in quiet.stdout
     assert not [line for line in quiet.stdout.splitlines() if line.startswith("cell ")]
