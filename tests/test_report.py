@@ -704,3 +704,12 @@ def test_wandb_offline_report_run(tmp_path, sweep):
     assert proc.returncode == 0, proc.stderr
     runs = list((tmp_path / "wandb" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and "W&B run" in proc.stderr
+
+
+def test_details_say_where_a_shared_tau_came_from():
+    from benchmark.report.tables import tau_source
+
+    assert tau_source({"tau_from": "fourrooms/entropy/q/stateful+r/final-s0"}, True) == (
+        " (from fourrooms/entropy/q/stateful+r/final-s0)"
+    )
+    assert tau_source({}, True) == " (tuned)" and tau_source({}, False) == ""

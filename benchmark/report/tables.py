@@ -273,6 +273,14 @@ def failures_table(sweep: Sweep) -> Table | None:
     return table
 
 
+def tau_source(summary: dict, tuned: bool) -> str:
+    """Where a cell's tau came from: its own study, or the shared study of another cell
+    (tuning.scope=shared)."""
+    if summary.get("tau_from"):
+        return f" (from {summary['tau_from']})"
+    return " (tuned)" if tuned else ""
+
+
 def details_table(sweep: Sweep, lay: Layout) -> Table | None:
     """Per cell: the threshold used, each rate both ways (per-episode mean and pooled), and
     what it cost."""
@@ -324,7 +332,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
                 [
                     str(c.checkpoint_name or c.checkpoint or DASH),
                     DASH if c.policy_seed is None else str(c.policy_seed),
-                    DASH if c.tau is None else f"{c.tau:.3f}" + (" (tuned)" if c.trials else ""),
+                    DASH if c.tau is None else f"{c.tau:.3f}" + tau_source(s, bool(c.trials)),
                     str(s.get("n_episodes", DASH)),
                     *(fmt(c.value(r + way)) for r in RATES for way in ("", "_pooled")),
                     f"{s.get('queries_total', 0):,.0f}",
