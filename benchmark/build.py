@@ -90,9 +90,12 @@ def model_identity(slm_cfg: Any) -> str | None:
     return target.weights_identity(**backend)
 
 
-def locate_inputs(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> CellSpec | None:
+def locate_inputs(
+    spec: CellSpec, cfg: DictConfig, checkpoint: Path | None, train: bool = False
+) -> CellSpec | None:
     """The spec with its inputs' content identity; None when a checkpoint it needs (its own, or
-    that of the cell whose study supplies its tau) does not exist yet."""
+    that of the cell whose study supplies its tau) does not exist yet, unless `train` says to
+    train the latter."""
     inputs: dict[str, Any] = {}
     if spec.uses_policy:
         if checkpoint is None:
@@ -106,7 +109,7 @@ def locate_inputs(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> C
         if source is None:
             return located.with_inputs(tau_study=located.tuning_key())
         task, splits, source_spec = prepare(source)
-        source_ckpt = policy_checkpoint(source, task, splits, train=False)
+        source_ckpt = policy_checkpoint(source, task, splits, train=train)
         source_spec = locate_inputs(source_spec, source, source_ckpt)
         if source_spec is None:
             return None

@@ -62,7 +62,8 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             torch.set_num_threads(int(cfg.eval.torch_threads))
         evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
         try:
-            spec = evaluation.spec = locate_inputs(spec, cfg, evaluation.checkpoint_path)
+            spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
+            evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
             if (done := _reuse(spec, cfg, job_dir)) is not None:  # computed while we trained
                 tracker.finish(0)
