@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install demo test test-fast lint format bench bench-gpu report prompt-stats slurm-up slurm-down clean
+.PHONY: help install demo test test-fast lint format bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,6 +46,10 @@ bench-gpu: $(VENV_STAMP) ## consultant and ASK throughput with real Qwen3.5 shap
 
 report: $(VENV_STAMP) ## tables and plots for SWEEP=<sweep dir> (default: the newest sweep)
 	$(PY) -m benchmark.report $(SWEEP)
+
+EXP ?= table1
+plan: $(VENV_STAMP) ## cells of EXP=<preset> (default table1): status in the results root, work left, projected time (ARGS="slm=tiny --queries-per-s 20")
+	$(PY) -m benchmark.plan +experiment=$(EXP) $(ARGS)
 
 prompt-stats: $(VENV_STAMP) ## prompt token statistics per env x prompt variant
 	$(PY) -m benchmark.prompts stats

@@ -1,7 +1,8 @@
 """`python -m benchmark.bench [cpu|gpu] [options]`: side-by-side speed and memory ratios.
 
 cpu (default, `make bench`): gate, training, evaluation, tuning, threads and memory sections in
-one process; prints a table (each ratio with its target and PASS/MISS) and writes
+one process; prints a progress line as each section starts (with the time left, estimated from
+the last run's section times) and a table (each ratio with its target and PASS/MISS), and writes
 `<paths.bench>/<timestamp>.json`. gpu (`make bench-gpu`): Qwen3.5-2B/4B shapes with random
 weights on the first CUDA device; `--device cpu --tiny-shapes` runs the same code on a CPU.
 
@@ -79,7 +80,7 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
     before = machine_info()
     with tempfile.TemporaryDirectory(prefix="bench-work-") as work:
         bench = CpuBench(root, Path(work), sizes, default_threads)
-        bench.run(sections)
+        bench.run(sections, expected_s=last_section_seconds(bench_dir, args.quick))
     data = {
         "kind": "cpu",
         "quick": args.quick,
@@ -101,6 +102,22 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
     load = data["machine"]["before"].get("loadavg")
     print(f"\n{data['wall_seconds']:.0f} s, load average at start {load}; wrote {path}")
     return 0
+
+
+def last_section_seconds(bench_dir: Path, quick: bool) -> dict[str, float] | None:
+    """Each section's seconds in the newest earlier cpu run of the same size (the progress
+    line's time-left estimate), or None when there is none."""
+    import json
+
+    for path in sorted(Path(bench_dir).glob("*.json"), key=lambda p: p.stat().st_mtime)[::-1]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("kind") == "cpu" and data.get("quick") == quick:
+            sections = data.get("sections") or {}
+            return {k: float(v["seconds"]) for k, v in sections.items() if v.get("seconds")}
+    return None
 
 
 if __name__ == "__main__":

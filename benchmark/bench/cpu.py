@@ -91,17 +91,32 @@ class CpuBench:
     def cfg(self, *overrides: str) -> Any:
         return compose(self.root, *overrides)
 
-    def run(self, sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+    def run(
+        self, sections: tuple[str, ...] = SECTIONS, expected_s: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        """`expected_s`: each section's seconds in an earlier run (the time-left estimate weighs
+        sections by them; without them every section counts the same)."""
+        from benchmark.progress import Progress
+
         for name in sections:
             if name not in SECTIONS:
                 raise ValueError(f"unknown bench section {name!r}; allowed: {list(SECTIONS)}")
-        for name in SECTIONS:  # fixed order: later sections use what earlier ones built
-            if name in sections:
+        todo = [n for n in SECTIONS if n in sections]  # fixed order: later ones use earlier ones'
+        known = expected_s or {}
+        timed = bool(todo) and all(known.get(n) for n in todo)
+        weight = {n: max(1.0, float(known[n])) if timed else 1.0 for n in todo}
+        unit = "s as last timed" if timed else "sections"
+        done = 0.0
+        with Progress("bench", round(sum(weight.values())), unit, interval_s=0.0) as progress:
+            for k, name in enumerate(todo, 1):
+                progress.update(round(done), f"running {name} ({k}/{len(todo)})")
                 t0 = time.perf_counter()
                 data = getattr(self, f"section_{name}")()
                 data["seconds"] = time.perf_counter() - t0
                 data["checks"] = [c.to_dict() for c in self.checks if c.section == name]
                 self.sections[name] = data
+                done += weight[name]
+            progress.update(progress.total, "all sections done")
         return self.sections
 
     # -------------------------------------------------------------------------------- 1. gate
