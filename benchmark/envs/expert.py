@@ -3,7 +3,12 @@ planner hints use it; the policy never does).
 
 Breadth-first search over (x, y, dir, carried key colour, door states, keys on the floor) with
 MiniGrid's own step rules, so key -> pickup -> door -> toggle -> goal falls out of the search
-instead of being scripted. Every action costs one step, so BFS gives a shortest action count."""
+instead of being scripted. Every action costs one step, so BFS gives a shortest action count.
+
+`optimal_actions()` gives the SET of actions that start some shortest plan (several can: two
+turns, or a turn and a step, may both be one step closer): from one exhaustive search of the
+states reachable from the episode's start, the distance to the goal of every state, by BFS
+backwards from the states one step from the goal."""
 
 from __future__ import annotations
 
@@ -55,6 +60,9 @@ class GridPlanner:
                     self.blocked.add((x, y))
         self._cache: dict[State, list[int]] = {}
         self._key_colors: dict[tuple[int, int], str] = {}
+        # optimal_actions(): every state explored so far -> its steps to the goal (None: never)
+        self._successors: dict[State, list[tuple[int, State | None]]] = {}
+        self._distance: dict[State, int | None] = {}
 
     def state(self) -> State:
         """The simulator's current state in planner terms."""
@@ -148,3 +156,70 @@ class GridPlanner:
         for i, s in enumerate(states):
             self._cache[s] = actions[i:]
         return list(actions)
+
+    # -- the set of optimal actions ------------------------------------------------------------
+
+    def optimal_actions(self) -> set[int]:
+        """The MiniGrid action indices (of the allowed planning actions) that start a shortest
+        plan from the current state: those whose successor is one step closer to the goal, or
+        that reach it when it is one step away. Empty when the goal cannot be reached. The first
+        action of `plan()` is always one of them."""
+        s = self.state()
+        if s not in self._distance:
+            self._explore(s)
+        d = self._distance[s]
+        if d is None:
+            return set()
+        return {
+            a
+            for a, nxt in self._successors[s]
+            if (nxt is None and d == 1) or (nxt is not None and self._distance[nxt] == d - 1)
+        }
+
+    def distance(self) -> int | None:
+        """Steps of a shortest plan from the current state (None when the goal is unreachable)."""
+        s = self.state()
+        if s not in self._distance:
+            self._explore(s)
+        return self._distance[s]
+
+    def _explore(self, start: State) -> None:
+        """Add every state reachable from `start` to the state graph (successor None = the goal
+        is reached), then recompute all distances to the goal by BFS on the reversed graph.
+        Runs once per episode, again only if the agent leaves the explored states (a key
+        dropped where the search never put one)."""
+        self._key_colors.update({k: self.env.grid.get(*k).color for k in start[5]})
+        queue = deque([start])
+        seen = {start}
+        while queue:
+            s = queue.popleft()
+            edges = []
+            for a in self.allowed:
+                nxt, done = self._next(s, int(a))
+                if done:
+                    edges.append((int(a), None))
+                elif nxt is not None and nxt != s:
+                    edges.append((int(a), nxt))
+                    if nxt not in seen and nxt not in self._successors:
+                        seen.add(nxt)
+                        queue.append(nxt)
+            self._successors[s] = edges
+        predecessors: dict[State, list[State]] = {}
+        frontier = []
+        for s, edges in self._successors.items():
+            for _, nxt in edges:
+                if nxt is None:
+                    frontier.append(s)
+                else:
+                    predecessors.setdefault(nxt, []).append(s)
+        distance: dict[State, int | None] = dict.fromkeys(self._successors)
+        queue = deque(dict.fromkeys(frontier))
+        for s in queue:
+            distance[s] = 1
+        while queue:
+            s = queue.popleft()
+            for p in predecessors.get(s, ()):
+                if distance[p] is None:
+                    distance[p] = distance[s] + 1
+                    queue.append(p)
+        self._distance = distance

@@ -48,6 +48,18 @@ def counting_choice(card: int, remaining: Sequence[int]) -> str:
     return "HIGHER" if higher >= lower else "LOWER"
 
 
+def optimal_guesses(card: int, remaining: Sequence[int]) -> tuple[str, ...]:
+    """Every guess with the highest chance of a WIN on the next card (card counting): HIGHER
+    when more remaining cards are strictly above the current rank than below, LOWER when fewer,
+    both when as many (then either has the same expected reward; `counting_choice` says
+    HIGHER)."""
+    higher = sum(remaining[card + 1 :])
+    lower = sum(remaining[:card])
+    if higher == lower:
+        return ("HIGHER", "LOWER")
+    return ("HIGHER",) if higher > lower else ("LOWER",)
+
+
 class OneHotRank(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """POPGym's Discrete(13) rank -> a one-hot float32 vector for the MLP policy."""
 
@@ -177,6 +189,11 @@ class HigherLowerEpisode(Episode):
 
     def expert_action(self) -> int:
         return self.action_names.index(counting_choice(self.card(), self.remaining()))
+
+    def optimal_actions(self) -> set[int]:
+        """The action indices of every optimal guess now (`optimal_guesses`)."""
+        guesses = optimal_guesses(self.card(), self.remaining())
+        return {self.action_names.index(g) for g in guesses}
 
     def outcome(self) -> dict[str, float]:
         """Accuracy = WINs / decisions made (a push is not a correct guess)."""
