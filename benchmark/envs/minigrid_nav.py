@@ -262,5 +262,13 @@ class MiniGridEpisode(Episode):
         plan = self.expert_plan()
         return plan[0] if plan else 0
 
+    def optimal_actions(self) -> set[int]:
+        """Every policy action index that starts a shortest plan (GridPlanner.optimal_actions);
+        empty when the goal cannot be reached or the episode is over."""
+        if self.done:
+            return set()
+        index_of = {ACTION_INDEX[n]: i for i, n in enumerate(self.action_names)}
+        return {index_of[a] for a in self._planner.optimal_actions()}
+
     def outcome(self) -> dict[str, float]:
         return {"success": 1.0 if self.terminated and self.last_reward > 0 else 0.0}
