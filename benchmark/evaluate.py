@@ -1,7 +1,9 @@
 """The ASK loop. All episodes of a job advance in lockstep: per step, one batched policy +
 MC-dropout call for the live episodes, the gate, prompts for the gated ones only, one batched
 consultant call per consultation round, parse (inside the prompt session), override, env step.
-`mode="sequential"` runs the same code one episode at a time (the reference path)."""
+`mode="sequential"` runs the same code one episode at a time (the reference path).
+`run(on_step=...)` hears of every step (a `StepEvent`, before the env steps): the per-step records
+of benchmark.analysis; it only reads, so episodes are the same with or without it."""
 
 from __future__ import annotations
 
@@ -27,6 +29,18 @@ EVALUATION_VERSION = 1
 
 
 @dataclass
+class StepEvent:
+    """One step of one episode, as the loop decided it; `episode` is still in the state the
+    action is taken in (the hook runs just before `episode.step(action)`)."""
+
+    episode: Episode
+    ppo_action: int | None  # None without a policy (SLM-only)
+    uncertainty: tuple[float, float, float] | None  # (total, aleatoric, epistemic) bits, or None
+    decision: Decision | None  # the consultation, None when the gate did not ask
+    action: int  # the action taken
+
+
+@dataclass
 class Evaluator:
     """Everything one evaluation needs; `policy` is an SB3 policy (or None when the gate needs
     none), `consultant`/`prompt` are None for PPO-only."""
@@ -44,9 +58,11 @@ class Evaluator:
         seeds: list[int],
         mode: str = "lockstep",
         progress: Any = None,
+        on_step: Callable[[StepEvent], None] | None = None,
     ) -> list[dict]:
         """Evaluate `seeds`; returns one row per episode, in seed order. `progress` (a
-        benchmark.progress.EvaluationProgress) hears of every step and finished episode."""
+        benchmark.progress.EvaluationProgress) hears of every step and finished episode;
+        `on_step` gets a StepEvent for every step of every episode."""
         if mode not in MODES:
             raise ValueError(f"eval.mode={mode!r} is not one of {list(MODES)}")
         if self.gate.needs_policy and self.policy is None:
@@ -57,11 +73,13 @@ class Evaluator:
         batches = [[s] for s in seeds] if one_at_a_time else [list(seeds)]
         rows: list[dict] = []
         for batch in batches:
-            rows += self._run_batch(batch, progress)
+            rows += self._run_batch(batch, progress, on_step)
         return sorted(rows, key=lambda r: r["seed"])
 
     # -- one lockstep batch ------------------------------------------------------------------
-    def _run_batch(self, seeds: list[int], progress: Any = None) -> list[dict]:
+    def _run_batch(
+        self, seeds: list[int], progress: Any = None, on_step: Callable | None = None
+    ) -> list[dict]:
         episodes = [self.task.episode(s) for s in seeds]
         asks = self.consultant is not None and self.prompt is not None
         sessions = [
@@ -87,6 +105,10 @@ class Evaluator:
                 action = self._final_action(ppo_actions[j], by_j.get(j), stats[i], episodes[i])
                 if ppo_actions[j] is not None and action != ppo_actions[j]:
                     stats[i]["overwrites"] += 1
+                if on_step is not None:
+                    on_step(
+                        StepEvent(episodes[i], ppo_actions[j], _row(unc, j), by_j.get(j), action)
+                    )
                 episodes[i].step(action)
                 if episodes[i].done:
                     stats[i]["wall_seconds"] = time.perf_counter() - start[i]
@@ -131,6 +153,13 @@ class Evaluator:
         if ppo is not None:
             return int(ppo)  # ASK: keep the PPO action
         return fallback_action(self.seed, ep)
+
+
+def _row(unc: Any, j: int) -> tuple[float, float, float] | None:
+    """Row j's (total, aleatoric, epistemic) entropies, None when the gate computed none."""
+    if unc is None:
+        return None
+    return (float(unc.total[j]), float(unc.aleatoric[j]), float(unc.epistemic[j]))
 
 
 def deterministic_actions(policy, obs: np.ndarray) -> np.ndarray:
