@@ -1,0 +1,138 @@
+"""Per-step records: what the gate, PPO and the consultant did on every step of a cell's test
+episodes, judged by the environment's expert. Written as `steps.jsonl.gz` beside episodes.jsonl
+when `eval.step_records=true` (an output option, not part of the cell's identity); episodes.jsonl
+never changes.
+
+One JSON object per step, in (seed, step) order:
+
+    seed, step          the episode's seed, the step index (0-based)
+    total, aleatoric, epistemic
+                        MC-dropout entropies in bits of PPO's action distribution, when the gate
+                        computes them (entropy, epistemic gates); None otherwise
+    optimal             the SET of expert-optimal action indices, sorted (navigation: every
+                        action that starts a shortest path; HigherLower: card counting, both
+                        guesses when P(higher) = P(lower)); None when the expert has no answer
+                        (the goal cannot be reached)
+    ppo, ppo_optimal    PPO's greedy action and whether it is optimal (None without a policy)
+    queried             whether the consultant was asked this step
+    consultant, consultant_optimal
+                        the consultant's action (None when not asked or the answer was
+                        invalid) and whether it is optimal
+    action, action_optimal
+                        the action taken and whether it is optimal
+    pos, dir            navigation: the agent's world (x, y) and direction (0 E, 1 S, 2 W, 3 N)
+    rank, decision      HigherLower: the current card's rank (0 = ace ... 12 = king) and the
+                        0-based index of the decision
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmark.evaluate import StepEvent
+
+STEPS_FILE = "steps.jsonl.gz"
+
+
+def _judge(action: int | None, optimal: set[int] | None) -> bool | None:
+    if action is None or optimal is None:
+        return None
+    return action in optimal
+
+
+def step_record(event: StepEvent) -> dict[str, Any]:
+    """The record of one step (the episode still in the state the action is taken in)."""
+    ep = event.episode
+    optimal = ep.optimal_actions() if hasattr(ep, "optimal_actions") else None
+    optimal = set(optimal) if optimal else None  # an empty set: the expert has no answer
+    decision = event.decision
+    consultant = None if decision is None or decision.action is None else int(decision.action)
+    total, aleatoric, epistemic = event.uncertainty or (None, None, None)
+    ppo = None if event.ppo_action is None else int(event.ppo_action)
+    record: dict[str, Any] = {
+        "seed": int(ep.seed),
+        "step": int(ep.steps),
+        "total": total,
+        "aleatoric": aleatoric,
+        "epistemic": epistemic,
+        "optimal": sorted(optimal) if optimal is not None else None,
+        "ppo": ppo,
+        "ppo_optimal": _judge(ppo, optimal),
+        "queried": bool(decision is not None and decision.queried),
+        "consultant": consultant,
+        "consultant_optimal": _judge(consultant, optimal),
+        "action": int(event.action),
+        "action_optimal": _judge(int(event.action), optimal),
+    }
+    sim = getattr(ep, "sim", None)  # MiniGrid
+    if sim is not None:
+        record["pos"] = [int(sim.agent_pos[0]), int(sim.agent_pos[1])]
+        record["dir"] = int(sim.agent_dir)
+    elif hasattr(ep, "card"):  # HigherLower
+        record["rank"] = int(ep.card())
+        record["decision"] = int(ep.steps)
+    return record
+
+
+class StepRecorder:
+    """The evaluator's `on_step` hook: collects one record per step; `records` is sorted by
+    (seed, step) whatever order the lockstep loop produced them in."""
+
+    def __init__(self) -> None:
+        self._records: list[dict[str, Any]] = []
+
+    def __call__(self, event: StepEvent) -> None:
+        self._records.append(step_record(event))
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return sorted(self._records, key=lambda r: (r["seed"], r["step"]))
+
+
+def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
+    """Gzipped JSONL, written atomically; the same records give the same bytes (no mtime)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+        for r in records:
+            gz.write((json.dumps(r, sort_keys=True) + "\n").encode())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_steps(path: Path) -> list[dict[str, Any]] | None:
+    """The records of a steps.jsonl.gz, None when it is missing or corrupt."""
+    try:
+        with gzip.open(path, "rt") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, EOFError, ValueError):
+        return None
+
+
+def by_episode(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Records grouped by episode seed, each in step order."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(int(r["seed"]), []).append(r)
+    for rows in out.values():
+        rows.sort(key=lambda r: r["step"])
+    return out
