@@ -4,6 +4,7 @@ lives in benchmark.cell; how its objects are built, in benchmark.build."""
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import socket
@@ -18,6 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from benchmark import results
+from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
@@ -35,7 +37,14 @@ PACKAGES = (
     "hydra-core",
     "wandb",
 )
-RESULT_FILES = ("summary.json", "episodes.jsonl", "episode_costs.jsonl", "trials.csv", "cell.json")
+RESULT_FILES = (
+    "summary.json",
+    "episodes.jsonl",
+    "episode_costs.jsonl",
+    "trials.csv",
+    "cell.json",
+    "steps.jsonl.gz",  # eval.step_records=true (benchmark.analysis.steps)
+)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
@@ -65,7 +74,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            if (done := _reuse(spec, cfg, job_dir)) is not None:  # computed while we trained
+            if (done := _reuse(spec, cfg, job_dir, evaluation)) is not None:  # computed meanwhile
                 tracker.finish(0)
                 _show(cfg, done, cell_dir, job_dir, multirun)
                 return done
@@ -98,8 +107,11 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
         return None
 
 
-def _reuse(spec: CellSpec, cfg: DictConfig, job_dir: Path) -> dict | None:
-    """The summary of the complete cell `spec`, published into the job dir; None if absent."""
+def _reuse(
+    spec: CellSpec, cfg: DictConfig, job_dir: Path, evaluation: Evaluation | None = None
+) -> dict | None:
+    """The summary of the complete cell `spec`, published into the job dir; None if absent.
+    With eval.step_records=true, a complete cell without step records gets them first."""
     from benchmark.migrate import adopt_legacy_cell
 
     cell_dir = spec.dir(cfg.paths.root)
@@ -109,8 +121,74 @@ def _reuse(spec: CellSpec, cfg: DictConfig, job_dir: Path) -> dict | None:
     if done is None:
         return None
     log.info("cell %s (%s) is complete: skipped", spec.name, cell_dir.name)
+    summary = done[0]
+    if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
+        summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
     _publish(cell_dir, job_dir)
-    return done[0]
+    return summary
+
+
+def _record_steps(
+    spec: CellSpec,
+    cfg: DictConfig,
+    cell_dir: Path,
+    done: tuple[dict, list[dict]],
+    evaluation: Evaluation | None,
+) -> dict:
+    """Step records for a complete cell computed without them (eval.step_records is an output
+    option, not part of the identity): rerun its evaluation (deterministic, with its tau and p)
+    only to record the steps; the rerun's episodes must equal the stored ones. Writes
+    steps.jsonl.gz and adds the gate-quality fields to summary.json; nothing else changes."""
+    summary, stored = done
+    log.info("cell %s: no step records yet, rerunning its evaluation to write them", spec.name)
+    own = evaluation is None
+    if own:
+        if cfg.eval.get("torch_threads"):
+            torch.set_num_threads(int(cfg.eval.torch_threads))
+        evaluation = build(cfg, prepared=prepare(cfg))
+        evaluation.spec = spec
+    try:
+        gate_args = {}
+        if spec.tunes_tau:
+            gate_args["tau"] = summary["tau"]
+        if spec.gate.matches_ir:
+            gate_args["p"] = summary["p"]
+        seeds = evaluation.test_seeds()
+        recorder = StepRecorder()
+        with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
+            rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
+    finally:
+        if own:
+            evaluation.close()
+    rerun = json.loads(json.dumps(results.split_runtime(rows)[0], sort_keys=True))
+    if rerun != stored:
+        diff = next((a["seed"] for a, b in zip(rerun, stored, strict=False) if a != b), None)
+        raise RuntimeError(
+            f"cell {spec.name} ({cell_dir.name}): rerunning its evaluation for step records gave "
+            f"other episodes than its episodes.jsonl (first at seed {diff}; {len(rerun)} vs "
+            f"{len(stored)} episodes), so the records would not describe its results; nothing "
+            "written. Recompute the cell (delete its dir) to get both."
+        )
+    write_steps(cell_dir / STEPS_FILE, recorder.records)
+    summary = {**summary, **gate_quality(recorder.records)}
+    results.write_json(cell_dir / "summary.json", summary)
+    return summary
+
+
+def _evaluate(
+    evaluation: Evaluation,
+    seeds: list[int],
+    gate_args: dict,
+    progress: EvaluationProgress,
+    recorder: StepRecorder | None = None,
+) -> list[dict]:
+    """The cell's test episodes; a recorder hears every step (through the evaluator's hook)."""
+    if recorder is None:
+        return evaluation.run(seeds, progress=progress, **gate_args)
+    mode = str(evaluation.cfg.eval.mode)
+    return evaluation.evaluator(**gate_args).run(
+        seeds, mode=mode, progress=progress, on_step=recorder
+    )
 
 
 def _publish(cell_dir: Path, job_dir: Path) -> None:
@@ -141,9 +219,12 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
     seeds = evaluation.test_seeds()
+    recorder = StepRecorder() if cfg.eval.get("step_records") else None
     with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
-        rows = evaluation.run(seeds, progress=progress, **gate_args)
+        rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
     summary = summarize(rows)
+    if recorder is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
+        summary.update(gate_quality(recorder.records))
     summary.update(spec.labels())
     summary.update(
         complete=True,
@@ -166,6 +247,8 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     if evaluation.consultant is not None and hasattr(evaluation.consultant, "stats"):
         summary["cache"] = evaluation.consultant.stats()
     outcome, costs = results.split_runtime(rows)
+    if recorder is not None:
+        write_steps(cell_dir / STEPS_FILE, recorder.records)
     results.write_jsonl(cell_dir / "episodes.jsonl", outcome)
     results.write_jsonl(cell_dir / "episode_costs.jsonl", costs)
     results.write_json(cell_dir / "summary.json", summary)  # last: marks the cell complete
