@@ -5,7 +5,8 @@ loading  a sweep dir -> the model's cells (labels through benchmark.cell.CellSpe
 model    Cell, Sweep; names, order; the row layout tables and figures share
 render   Table -> Markdown, LaTeX, CSV; number formats
 tables   the table builders
-figures  the plots (matplotlib)"""
+figures  the plots (matplotlib)
+analysis gate quality and where queries land (cells with step records, issue 16)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
+from benchmark.report import analysis
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows
 from benchmark.report.render import Table
@@ -42,8 +44,16 @@ class Report:
         return next((t for t in self.tables if t.name == name), None)
 
 
-TABLES = ("main", "paired", "policy_seeds", "policy_checkpoints", "failures", "details")
-PLOTS = ("tau", "checkpoints", "trials", "learning_curves")
+TABLES = (
+    "main",
+    "paired",
+    "policy_seeds",
+    "policy_checkpoints",
+    "failures",
+    "details",
+    analysis.TABLE,
+)
+PLOTS = ("tau", "checkpoints", "trials", "learning_curves", *analysis.PLOTS)
 OUTPUTS = (
     ["report.md", "report.tex", "cells.csv"]
     + [f"{t}.{ext}" for t in TABLES for ext in ("csv", "tex")]
@@ -57,6 +67,7 @@ SECTIONS = {
     "policy_checkpoints": "PPO checkpoints",
     "failures": "Failed and missing cells",  # the table's own title
     "details": "Thresholds and cost",
+    analysis.TABLE: "Gate quality against the expert",
 }
 
 
@@ -67,11 +78,12 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
     sweep = load_sweep(sweep_dir)
     out = Path(out) if out is not None else sweep.root / "report"
     out.mkdir(parents=True, exist_ok=True)
-    for stale in OUTPUTS:  # a rerun on changed data must not leave an old table or plot behind
+    for stale in [*OUTPUTS, *out.glob("where_*.png")]:  # a rerun must leave no old output
         (out / stale).unlink(missing_ok=True)
     lay = Layout.of(sweep)
     rows = build_rows(sweep, lay)
     runs = policy_runs(sweep)
+    steps = analysis.load_steps(sweep)  # per-step records of the cells that have them
     report = Report(sweep=sweep, out=out)
     for table in (
         main_table(sweep, rows, lay),
@@ -80,6 +92,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         checkpoints_table(runs),
         failures_table(sweep),
         details_table(sweep, lay),
+        analysis.gate_quality_table(sweep, steps),
     ):
         if table is not None and table.rows:
             report.tables.append(table)
@@ -88,10 +101,12 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         lambda: figures.checkpoint_plot(sweep, lay, out),
         lambda: figures.trials_plot(sweep, lay, out),
         lambda: figures.learning_curves_plot(runs, out),
+        lambda: analysis.roc_plot(sweep, steps, out),
     ):
         path = draw()
         if path is not None:
             report.plots.append(path)
+    report.plots += analysis.where_plots(sweep, steps, out)
     report.markdown = _markdown(report)
     results.write_text_atomic(out / "report.md", report.markdown)
     results.write_text_atomic(out / "cells.csv", cells_csv(sweep, lay))

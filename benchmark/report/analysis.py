@@ -1,0 +1,304 @@
+"""The report's gate-quality section (issue 16), for the cells run with eval.step_records=true:
+a table of precision, recall, entropy AUROC, help and harm rates per cell (the decomposition of
+an ASK gain: fixed - broken steps), ROC curves of the entropies per env, and where queries land
+(a heatmap by grid position for navigation envs, rates by card rank and decision index for
+HigherLower). Numbers come from the summary's gate_* fields, or from steps.jsonl.gz when the
+summary predates them; README "Gate quality" says how to read each figure."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark import results
+from benchmark.analysis import quality as gq
+from benchmark.analysis import where
+from benchmark.analysis.steps import STEPS_FILE, read_steps
+from benchmark.report.model import (
+    Cell,
+    Sweep,
+    checkpoint_order,
+    env_label,
+    method_label,
+    method_order,
+)
+from benchmark.report.render import DASH, Table, fmt
+
+log = logging.getLogger(__name__)
+TABLE = "gate_quality"
+PLOTS = ("gate_roc",)  # plus where_<env>.png per env (removed by the glob `where_*.png`)
+COLUMNS = {  # column -> (summary rate, scale)
+    "PPO error": ("ppo_error_rate", 1),
+    "precision": ("precision", 1),
+    "recall": ("recall", 1),
+    "AUROC H": ("auroc_total", 1),
+    "AUROC epistemic": ("auroc_epistemic", 1),
+    "help": ("help_rate", 1),
+    "harm": ("harm_rate", 1),
+    "fixed /100": ("fixed", 100),
+    "broken /100": ("broken", 100),
+}
+
+
+def job_dir(sweep: Sweep, c: Cell) -> Path:
+    d = sweep.root / c.job
+    return d if d.is_dir() else sweep.root
+
+
+def load_steps(sweep: Sweep) -> dict[str, list[dict]]:
+    """job -> its step records, for the finished cells that have them."""
+    out = {}
+    for c in sweep.ok:
+        path = job_dir(sweep, c) / STEPS_FILE
+        if path.exists():
+            records = read_steps(path)
+            if records is None:
+                log.warning(
+                    "%s is unreadable: job %s left out of the gate-quality section", path, c.job
+                )
+            else:
+                out[c.job] = records
+    return out
+
+
+def quality(c: Cell, records: list[dict] | None) -> dict[str, Any] | None:
+    """The cell's gate_* fields: its summary's, else computed from its step records."""
+    s = c.summary or {}
+    if f"{gq.PREFIX}judged" in s:
+        return s
+    return gq.gate_quality(records) if records is not None else None
+
+
+def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
+    cells = [c for c in sweep.ok if c.job in steps or f"{gq.PREFIX}judged" in (c.summary or {})]
+    return sorted(
+        cells,
+        key=lambda c: (
+            sweep.envs().index(c.env),
+            method_order(c),
+            checkpoint_order(c.checkpoint),
+            c.policy_seed or 0,
+        ),
+    )
+
+
+def _label(c: Cell, many_checkpoints: bool) -> str:
+    label = method_label(c)
+    if many_checkpoints and c.checkpoint is not None:
+        label += f" @{c.checkpoint_name or c.checkpoint}"
+    return label
+
+
+def _value(q: dict, rate: str, scale: float = 1) -> str:
+    key = f"{gq.PREFIX}{rate}"
+    if q.get(key) is None:
+        return DASH
+    low, high = q.get(f"{key}_ci95_low"), q.get(f"{key}_ci95_high")
+    mean = q[key] * scale
+    if low is None or high is None:
+        return f"{mean:.3f}"
+    if scale == 1:
+        return fmt((mean, low, high))
+    return f"{mean:.1f} [{low * scale:.1f}, {high * scale:.1f}]"
+
+
+def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
+    cells = _cells(sweep, steps)
+    if not cells:
+        return None
+    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
+    table = Table(
+        TABLE,
+        "Gate quality against the expert (test seeds, pooled over steps, 95% bootstrap CI over "
+        "episodes)",
+        ["job", "env", "method"],
+        [("", ["checkpoint", "tau", "judged steps", "IR", *COLUMNS])],
+        notes=[
+            "A step is judged when PPO acted and the expert has an answer; PPO is wrong when its "
+            "action is not in the expert's set of optimal actions. precision = wrong among "
+            "queried; recall = queried among wrong; AUROC = how well the total (H) or epistemic "
+            "MC-dropout entropy ranks wrong steps above right ones (0.5 = chance); help = "
+            "queried wrong steps whose final action is optimal; harm = queried right steps whose "
+            "final action is not; fixed - broken (per 100 judged steps) is the change in "
+            "optimal actions that asking made, fixed = PPO error x recall x help."
+        ],
+    )
+    for c in cells:
+        q = quality(c, steps.get(c.job))
+        if q is None:
+            continue
+        judged = q.get(f"{gq.PREFIX}judged") or 0
+        queried = q.get(f"{gq.PREFIX}queried") or 0
+        table.rows.append(
+            (
+                [c.job, env_label(c.env), _label(c, many)],
+                [
+                    str(c.checkpoint_name or c.checkpoint or DASH),
+                    DASH if c.tau is None else f"{c.tau:.3f}",
+                    f"{judged:,}",
+                    f"{queried / judged:.3f}" if judged else DASH,
+                    *(_value(q, rate, scale) for rate, scale in COLUMNS.values()),
+                ],
+            )
+        )
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+
+
+def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
+    """ROC curves of the total (solid) and epistemic (dashed) entropy as detectors of a wrong
+    PPO action, one panel per env, one colour per cell."""
+    from benchmark.report.figures import _panels, _save
+
+    cells = [c for c in _cells(sweep, steps) if c.job in steps]
+    curves: dict[str, list[tuple[Cell, str, np.ndarray, np.ndarray, float]]] = {}
+    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
+    for c in cells:
+        for entropy in ("total", "epistemic"):
+            scores, wrong = gq.entropy_detection(steps[c.job], entropy)
+            if not any(wrong) or all(wrong):
+                continue
+            fpr, tpr = gq.roc_curve(scores, wrong)
+            curves.setdefault(c.env, []).append((c, entropy, fpr, tpr, gq.auroc(scores, wrong)))
+    if not curves:
+        return None
+    envs = [e for e in sweep.envs() if e in curves]
+    fig, axes = _panels(1, len(envs), w=4.2, h=4.0)
+    for j, env in enumerate(envs):
+        ax = axes[0][j]
+        colours: dict[str, Any] = {}
+        for c, entropy, fpr, tpr, area in curves[env]:
+            label = _label(c, many)
+            colour = colours.setdefault(label, f"C{len(colours) % 10}")
+            name = "H" if entropy == "total" else "epistemic"
+            ax.plot(
+                fpr,
+                tpr,
+                color=colour,
+                ls="-" if entropy == "total" else "--",
+                label=f"{label}: {name} AUROC {area:.2f}",
+            )
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.01)
+        ax.set_xlabel("false alarm rate (right PPO steps above τ)")
+        ax.set_ylabel("detection rate (wrong PPO steps above τ)")
+        ax.set_title(env_label(env))
+        ax.legend(loc="lower right")
+    fig.suptitle("Entropy as a detector of a wrong PPO action (solid: total, dashed: epistemic)")
+    return _save(fig, out / "gate_roc.png")
+
+
+def where_plots(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> list[Path]:
+    """One figure per env: navigation, a heatmap per cell; HigherLower, rates by rank and by
+    decision index per cell."""
+    paths = []
+    cells = [c for c in _cells(sweep, steps) if c.job in steps]
+    for env in sweep.envs():
+        mine = [c for c in cells if c.env == env]
+        if not mine:
+            continue
+        first = steps[mine[0].job]
+        if any("pos" in r for r in first):
+            path = _grid_figure(sweep, env, mine, steps, out)
+        elif any("rank" in r for r in first):
+            path = _cards_figure(env, mine, steps, out)
+        else:
+            path = None
+        if path is not None:
+            paths.append(path)
+    return paths
+
+
+def _task_of(sweep: Sweep, c: Cell):
+    """The cell's task, from its cell.json (the env it ran), else conf/env/<env>.yaml."""
+    from benchmark.envs import make_task
+
+    record = results.read_json(job_dir(sweep, c) / "cell.json") or {}
+    env_cfg = (record.get("config") or {}).get("env") or c.env
+    try:
+        return make_task(env_cfg)
+    except Exception as exc:  # noqa: BLE001 - the heatmap is then drawn without walls
+        log.info("no task for %s (%s): heatmap without walls", c.env, exc)
+        return None
+
+
+def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+    from matplotlib.colors import LinearSegmentedColormap
+
+    from benchmark.report.figures import _panels, _save
+
+    wall_map = LinearSegmentedColormap.from_list("walls", ["white", "#5a5a5a"])  # 0..1 of seeds
+
+    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
+    task = _task_of(sweep, cells[0])
+    seeds = sorted({r["seed"] for c in cells for r in steps[c.job]})
+    walls = where.wall_frequency(task, seeds) if task is not None else None
+    if walls is not None and walls.size:
+        height, width = walls.shape
+    else:
+        xs = [r["pos"] for c in cells for r in steps[c.job] if "pos" in r]
+        width, height = max(p[0] for p in xs) + 1, max(p[1] for p in xs) + 1
+        walls = np.zeros((height, width))
+    fig, axes = _panels(len(cells), 3, w=3.6, h=3.4)
+    for i, c in enumerate(cells):
+        t = where.by_position(steps[c.job], width, height)
+        visits = np.where(t.steps > 0, t.steps / max(t.steps.sum(), 1), np.nan)
+        share = np.nanmax(visits) if np.isfinite(visits).any() else 1.0
+        panels = (
+            ("query rate", t.query_rate, "viridis", (0, 1)),
+            ("PPO error rate", t.error_rate, "plasma", (0, 1)),
+            ("share of steps", visits, "Blues", (0, share)),
+        )
+        for j, (name, values, cmap, (lo, hi)) in enumerate(panels):
+            ax = axes[i][j]
+            ax.imshow(walls, cmap=wall_map, vmin=0, vmax=1, interpolation="nearest")
+            im = ax.imshow(
+                np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest"
+            )
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+            ax.set_title(f"{_label(c, many)}\n{name}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+    fig.suptitle(
+        f"{env_label(env)}: where queries land, by agent cell\n(dark grey: a wall in every test "
+        "episode, lighter: in some; white: never visited)",
+        y=1.0,
+    )
+    return _save(fig, out / f"where_{env}.png")
+
+
+def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+    from benchmark.envs.higherlower import RANK_NAMES
+    from benchmark.report.figures import _panels, _save
+
+    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
+    fig, axes = _panels(len(cells), 2, w=5.0, h=3.0)
+    for i, c in enumerate(cells):
+        records = steps[c.job]
+        n_decisions = max((r.get("decision") or 0) for r in records) + 1
+        for j, (t, ticks, xlabel) in enumerate(
+            (
+                (where.by_rank(records), list(RANK_NAMES), "current card"),
+                (where.by_decision(records, n_decisions), None, "decision index"),
+            )
+        ):
+            ax = axes[i][j]
+            x = np.arange(len(t.steps))
+            ax.plot(x, t.query_rate, marker="o", ms=3, label="query rate")
+            ax.plot(x, t.error_rate, marker="s", ms=3, label="PPO error rate")
+            if ticks is not None:
+                ax.set_xticks(x, ticks)
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_xlabel(xlabel)
+            ax.set_title(_label(c, many), fontsize=9)
+            ax.legend(loc="best")
+    fig.suptitle(f"{env_label(env)}: query and PPO error rates by card and by decision", y=1.0)
+    return _save(fig, out / f"where_{env}.png")
