@@ -7,18 +7,90 @@ from outside (benchmark.consultants.cache). Parsing happens elsewhere, in exactl
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")  # what `slm.decoding` may set
 
 
 @dataclass(frozen=True)
 class Decoding:
-    """Every decoding setting that changes an answer (all of it goes into the cache key)."""
+    """Every decoding setting that changes an answer.
+
+    The prompt variant sets the lengths and thinking mode; the sampling fields come from the
+    SLM's config (`slm.decoding`, merged in by the prompt: `sampling_fields`). temperature 0 is
+    greedy decoding: top_p, top_k and seed have no effect then and stay out of the response
+    cache's key (benchmark.consultants.cache), so keys made before they existed still hit.
+    Sampled answers (temperature > 0) are never cached. Each sampled query draws from its own
+    stream, seeded from (seed, the query's rng_key, its messages): `query_seed`."""
 
     max_new_tokens: int = 16
     enable_thinking: bool = False  # Qwen3-style thinking mode
     thinking_budget: int = 0  # max thinking tokens when enable_thinking (ASK+ rationale: 10)
     temperature: float = 0.0  # 0 = greedy (only greedy answers are cached)
+    top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens with this mass (1 = off)
+    top_k: int = 0  # keep the k most likely tokens (0 = off)
+    seed: int | None = None  # None: sampled answers are not reproducible
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"decoding temperature={self.temperature!r} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"decoding top_p={self.top_p!r} must be in (0, 1]")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"decoding top_k={self.top_k!r} must be an integer >= 0")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise ValueError(f"decoding seed={self.seed!r} must be an integer or null")
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0
+
+
+def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The sampling fields of a `Decoding` from a config mapping (`slm.decoding`: temperature,
+    top_p, top_k, seed; missing ones keep their defaults, null = default). Unknown keys fail."""
+    if sampling is None:
+        return {}
+    items = dict(sampling.items())
+    unknown = sorted(set(items) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"slm.decoding: unknown key(s) {unknown}; allowed: {list(SAMPLING_FIELDS)}"
+        )
+    out: dict[str, Any] = {}
+    for key, value in items.items():
+        if value is None:
+            continue
+        if key in ("temperature", "top_p"):
+            out[key] = float(value)
+        elif key == "top_k" or key == "seed":
+            if isinstance(value, bool) or int(value) != value:
+                raise ValueError(f"slm.decoding.{key}={value!r} must be an integer")
+            out[key] = int(value)
+    return out
+
+
+def query_seed(query: Query) -> int | None:
+    """A sampled query's own seed: a hash of (decoding seed, rng_key, messages), so its draws
+    depend on nothing else in its batch (None when the decoding has no seed). rng_key (episode
+    seed, step, call) keeps two visits of the same state apart; it is the same in lockstep and
+    sequential evaluation."""
+    seed = query.decoding.seed
+    if seed is None:
+        return None
+    blob = json.dumps(
+        [seed, list(query.rng_key), query.messages],
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return int.from_bytes(hashlib.blake2b(blob.encode("utf-8"), digest_size=8).digest(), "big") >> 1
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Response cache: a Consultant wrapper that remembers greedy answers on disk.
 
 Why from outside: every backend gets the same cache, and the key is built in one place. The key is
-the sha256 of (backend identity, every Decoding field, the full messages JSON), so one model's
-answers are never served for another's and a changed prompt or decoding setting misses.
+the sha256 of (backend identity, every Decoding field that acts, the full messages JSON), so one
+model's answers are never served for another's and a changed prompt or decoding setting misses.
+A greedy key leaves out the sampling-only fields (top_p, top_k, seed): they change no greedy answer,
+and keys made before they existed stay valid.
 
 Only greedy answers (temperature == 0) are cached; sampled queries bypass the cache entirely.
 Only answers the backend marks complete (`Answer.complete`, true by default) are written: a reply
@@ -41,7 +43,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 
 DEFAULT_MAX_ENTRIES = 100_000
 T = TypeVar("T")
@@ -63,11 +65,26 @@ CREATE INDEX IF NOT EXISTS responses_last_access ON responses(last_access);
 """
 
 
+# Decoding fields that only act when sampling: a greedy key leaves them out, so it is the key the
+# code made before they existed (tests/test_decoding.py pins one) and no cached answer is lost.
+SAMPLING_ONLY = ("top_p", "top_k", "seed")
+
+
+def decoding_key(decoding: Decoding) -> dict:
+    """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
+    data = dataclasses.asdict(decoding)
+    if decoding.temperature == 0:
+        for name in SAMPLING_ONLY:
+            data.pop(name)
+    return data
+
+
 def cache_key(identity: str, query: Query) -> str:
-    """sha256 over the backend identity, every decoding field and the full messages."""
+    """sha256 over the backend identity, the decoding fields that act (`decoding_key`) and the
+    full messages."""
     payload = {
         "identity": identity,
-        "decoding": dataclasses.asdict(query.decoding),
+        "decoding": decoding_key(query.decoding),
         "messages": query.messages,
     }
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

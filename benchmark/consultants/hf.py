@@ -1,9 +1,37 @@
-"""Local transformers backend: batched greedy generation with a thinking budget.
+"""Local transformers backend: batched generation with a thinking budget, prefix reuse and
+per-query sampling streams.
 
 Requests are grouped by decoding settings, sorted by prompt length (longest first, so an
 out-of-memory error shows up on the first batch), generated in left-padded batches of at most
 `max_batch_size`, and returned in the original order. A CUDA out-of-memory error halves the
 batch and retries. Weights load from safetensors only; remote code runs only when configured.
+
+Prefix reuse (`prefix_cache`: LRU entries, 0 = off). The key/value cache of a prompt prefix is
+computed once (batch 1, unpadded) and kept: the chat-templated messages before the last one (the
+system message of every prompt variant) are the stored prefix, reused across the queries of a
+batch and across steps; a batch that shares more than that (the longest common token prefix)
+computes the rest once per batch on a copy. Generation then gets, per row, the prefix, then left
+padding, then the row's own suffix: `[prefix | pad ... pad | suffix]`, attention mask 0 on the
+padding. Positions come from the mask (transformers' cumsum), so each row sees exactly the
+positions and keys of its unpadded prompt. A copy of the stored cache, repeated over the batch, is
+passed to `generate`, which computes only the suffixes. Greedy answers are token for token those
+of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batched and unbatched,
+thinking phases included). Only models whose cache is plain full attention use it: a recurrent
+(linear-attention) or sliding-window layer would see the padding between prefix and suffix, so
+those models take the plain path. Memory: an entry holds the prefix's keys and values (layers x
+kv heads x head dim x 2 x dtype bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16).
+`prefill_stats()` counts prompt positions computed, with and without reuse.
+
+Sampling (Decoding.temperature > 0; temperature, top_p, top_k from `slm.decoding`): generation
+stays greedy on logits that a processor has already sampled from. The k-th new token of a query
+is drawn by inverse CDF with a uniform number hashed from (the query's seed, k): no random state is
+shared between the rows of a batch or carried from one batch to the next, so a query's draws do
+not depend on which queries it is batched with, nor on whether it ran in a lockstep or a
+sequential evaluation. The query's seed is `query_seed` (decoding seed, rng_key, messages), a
+fresh random one when the decoding has no seed. Sampled answers are therefore identical between
+lockstep and sequential evaluation, up to the floating-point effects of batching that greedy
+answers share (a draw changes only when its uniform number falls within rounding distance of a
+boundary of the cumulative distribution).
 
 Thinking budget (Qwen3-style `enable_thinking`): generation first runs for at most
 `thinking_budget` new tokens, stopping early at `</think>` or end of text; a thinking block that
@@ -15,14 +43,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
+import secrets
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query, query_seed
 from benchmark.consultants.errors import ConsultantError
 from benchmark.prompts.parse import THINK_END, THINK_START
 from benchmark.prompts.parse import strip_thinking as split_thinking
@@ -49,6 +80,47 @@ class Generation:
     text: str
 
 
+@dataclass
+class Prompt:
+    """A query's prompt ids, the length of its stable prefix (the templated messages before the
+    last one; 0 when none) and its sampling seed (None when greedy)."""
+
+    ids: list[int]
+    anchor: int = 0
+    seed: int | None = None
+
+
+class PrefixCache:
+    """An LRU of key/value caches of token prefixes (batch 1), keyed by the prefix's ids."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.entries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+
+    def longest(self, ids: list[int], limit: int) -> tuple[int, Any]:
+        """(length, cache) of the longest entry that is a prefix of ids[:limit]; (0, None)."""
+        best: tuple[int, Any] = (0, None)
+        for key in self.entries:
+            n = len(key)
+            if best[0] < n <= limit and tuple(ids[:n]) == key:
+                best = (n, key)
+        if best[1] is None:
+            return 0, None
+        self.entries.move_to_end(best[1])
+        return best[0], self.entries[best[1]]
+
+    def put(self, ids: list[int], cache: Any) -> None:
+        if self.capacity <= 0:
+            return
+        self.entries[tuple(ids)] = cache
+        self.entries.move_to_end(tuple(ids))
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
 class HFConsultant(Consultant):
     """A causal LM from the Hugging Face hub (`model`, cached locally) or a local `path`."""
 
@@ -62,10 +134,12 @@ class HFConsultant(Consultant):
         trust_remote_code: bool = False,
         max_batch_size: int = 32,
         num_threads: int | None = None,
+        prefix_cache: int = 8,
     ) -> None:
         """`num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
         small shared CPU one thread is several times faster than OpenMP threads that contend
-        with other processes for the same cores."""
+        with other processes for the same cores. `prefix_cache`: how many prompt prefixes'
+        key/value caches to keep (LRU; 0 = no prefix reuse; module docstring)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -74,6 +148,11 @@ class HFConsultant(Consultant):
         if max_batch_size < 1:
             raise ConsultantError(f"slm.backend.max_batch_size={max_batch_size} must be >= 1")
         self.max_batch_size = int(max_batch_size)
+        if isinstance(prefix_cache, bool) or int(prefix_cache) < 0:
+            raise ConsultantError(f"slm.backend.prefix_cache={prefix_cache!r} must be >= 0")
+        self.prefix_cache = PrefixCache(int(prefix_cache))
+        self._anchors: dict[tuple, list[int] | None] = {}
+        self._stats = dict.fromkeys(PREFILL_STATS, 0)
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         source, local_only, self._identity = _resolve_source(model, path, revision)
@@ -132,6 +211,10 @@ class HFConsultant(Consultant):
         gc.update(temperature=None, top_p=None, top_k=None, min_p=None, do_sample=False)
         gc.pad_token_id, gc.eos_token_id = self.pad_id, self.eos_ids
         self._base_gc = gc
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
+        self._logits_to_keep = "logits_to_keep" in params
+        self.reuses_prefixes = _full_attention_only(self.model)
 
     @property
     def identity(self) -> str:
@@ -153,13 +236,16 @@ class HFConsultant(Consultant):
 
     def generate_with_times(self, queries: list[Query]) -> list[tuple[Generation, float]]:
         """Group by decoding, sort by prompt length, batch, restore the original order."""
-        prompts = [self.encode(q) for q in queries]
+        prompts = [self.prompt(q) for q in queries]
         out: list[tuple[Generation, float] | None] = [None] * len(queries)
         groups: dict[Decoding, list[int]] = {}
         for i, q in enumerate(queries):
-            groups.setdefault(q.decoding, []).append(i)
+            d = q.decoding
+            if not d.sampling:  # greedy: the sampling fields change nothing
+                d = replace(d, top_p=1.0, top_k=0, seed=None)
+            groups.setdefault(d, []).append(i)
         for decoding, idx in groups.items():
-            idx.sort(key=lambda i: -len(prompts[i]))
+            idx.sort(key=lambda i: -len(prompts[i].ids))
             for s in range(0, len(idx), self.max_batch_size):
                 chunk = idx[s : s + self.max_batch_size]
                 results = self._run_splitting([prompts[i] for i in chunk], decoding)
@@ -169,16 +255,65 @@ class HFConsultant(Consultant):
 
     def encode(self, query: Query) -> list[int]:
         """The prompt's token ids under the model's chat template."""
-        text = self.tokenizer.apply_chat_template(
-            query.messages,
-            add_generation_prompt=True,
+        return self.tokenizer(
+            self._template(query.messages, query, True), add_special_tokens=False
+        )["input_ids"]
+
+    def _template(self, messages: list[dict[str, str]], query: Query, generation: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=generation,
             tokenize=False,
             enable_thinking=query.decoding.enable_thinking,
         )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt(self, query: Query) -> Prompt:
+        """The prompt ids, the length of its stable prefix and its sampling seed."""
+        ids = self.encode(query)
+        seed = None
+        if query.decoding.sampling:
+            seed = query_seed(query)
+            if seed is None:
+                seed = secrets.randbits(63)
+        anchor = 0
+        if self.prefix_cache.capacity > 0 and self.reuses_prefixes and len(query.messages) > 1:
+            head = self._anchor_ids(query)
+            if head and len(head) < len(ids) and ids[: len(head)] == head:
+                anchor = len(head)
+        return Prompt(ids, anchor, seed)
+
+    def _anchor_ids(self, query: Query) -> list[int] | None:
+        """The token ids of the messages before the last one, as they open the prompt (memoized:
+        the system message repeats at every step); None when the template cannot say."""
+        head = query.messages[:-1]
+        key = (query.decoding.enable_thinking, *((m["role"], m["content"]) for m in head))
+        if key not in self._anchors:
+            try:
+                full = self._template(query.messages, query, True)
+                text = self._template(head, query, False)
+            except Exception:  # noqa: BLE001 - a template may refuse a conversation without a user turn
+                text, full = None, ""
+            ids = None
+            if text and full.startswith(text):
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(self._anchors) >= 256:
+                self._anchors.clear()
+            self._anchors[key] = ids
+        return self._anchors[key]
+
+    def prefill_stats(self) -> dict[str, int]:
+        """Prompt positions the model computed in prefill (`prefill_tokens`, padding included,
+        stored-prefix computations included) and what the same calls would have computed without
+        prefix reuse (`prefill_tokens_without_reuse`: rows x padded width); `prompt_tokens` counts
+        the prompts' own tokens (thinking phase 2 re-reads its prompt); `prefix_hits` /
+        `prefix_misses` count batches whose stored prefix was found / had to be computed."""
+        return dict(self._stats)
+
+    def reset_prefill_stats(self) -> None:
+        self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
     def _run_splitting(
-        self, prompts: list[list[int]], decoding: Decoding
+        self, prompts: list[Prompt], decoding: Decoding
     ) -> list[tuple[Generation, float]]:
         import torch
 
@@ -196,14 +331,17 @@ class HFConsultant(Consultant):
                 prompts[half:], decoding
             )
 
-    def _generate_batch(self, prompts: list[list[int]], d: Decoding) -> list[Generation]:
-        n = len(prompts)
+    def _generate_batch(self, rows: list[Prompt], d: Decoding) -> list[Generation]:
+        n = len(rows)
+        prompts = [r.ids for r in rows]
         new: list[list[int]] = [[] for _ in range(n)]
         thinking = [0] * n
         budget = d.thinking_budget if d.enable_thinking and self.think_end is not None else 0
         allowance = [d.max_new_tokens] * n  # answer tokens still allowed per row
         if budget > 0:
-            phase1 = self._generate_ids(prompts, budget, d, [*self.eos_ids, self.think_end])
+            phase1 = self._generate_ids(
+                prompts, budget, d, [*self.eos_ids, self.think_end], rows, [0] * n
+            )
             todo = []
             for i, ids in enumerate(phase1):
                 new[i] = list(ids)
@@ -223,7 +361,14 @@ class HFConsultant(Consultant):
             todo = list(range(n))
         if todo:
             seqs = [prompts[i] + new[i] for i in todo]
-            phase2 = self._generate_ids(seqs, max(allowance[i] for i in todo), d, self.eos_ids)
+            phase2 = self._generate_ids(
+                seqs,
+                max(allowance[i] for i in todo),
+                d,
+                self.eos_ids,
+                [rows[i] for i in todo],
+                [len(new[i]) for i in todo],
+            )
             for i, ids in zip(todo, phase2, strict=True):
                 new[i] += list(ids[: allowance[i]])
         return [
@@ -251,26 +396,48 @@ class HFConsultant(Consultant):
         return strip_thinking(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def _generate_ids(
-        self, seqs: list[list[int]], max_new: int, d: Decoding, stop: list[int]
+        self,
+        seqs: list[list[int]],
+        max_new: int,
+        d: Decoding,
+        stop: list[int],
+        prompts: list[Prompt],
+        offsets: list[int],
     ) -> list[list[int]]:
-        """Left-padded batched generate; each row's new tokens up to and including its stop."""
+        """Batched generate; each row's new tokens up to and including its stop. Rows are
+        left-padded, after the shared prefix when one is reused (module docstring). `offsets`:
+        how many tokens each row has generated before (its sampling stream's position)."""
         import torch
 
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for r, s in enumerate(seqs):
-            ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[r, width - len(s) :] = 1
-        gc = copy.deepcopy(self._base_gc)
-        gc.update(max_new_tokens=max_new, eos_token_id=stop)
-        if d.temperature > 0:
-            gc.update(do_sample=True, temperature=d.temperature, top_p=1.0, top_k=0)
+        n = len(seqs)
         with torch.inference_mode():
+            p, cache = self._shared_prefix(seqs, prompts)
+            width = p + max(len(s) - p for s in seqs)
+            ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((n, width), dtype=torch.long)
+            for r, s in enumerate(seqs):
+                ids[r, width - len(s) + p :] = torch.tensor(s[p:], dtype=torch.long)
+                mask[r, width - len(s) + p :] = 1
+                if p:
+                    ids[r, :p] = torch.tensor(s[:p], dtype=torch.long)
+                    mask[r, :p] = 1
+            self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
+            self._stats["prefill_tokens"] += n * (width - p)
+            self._stats["prefill_tokens_without_reuse"] += n * max(len(s) for s in seqs)
+            gc = copy.deepcopy(self._base_gc)
+            gc.update(max_new_tokens=max_new, eos_token_id=stop)
+            kwargs: dict[str, Any] = {}
+            if d.sampling:
+                seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
+                kwargs["logits_processor"] = _row_sampler(d, seeds, offsets, width)
+            if cache is not None:
+                cache.batch_repeat_interleave(n)
+                kwargs[self._cache_arg] = cache
             out = self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 generation_config=gc,
+                **kwargs,
             )
         rows = []
         for row in out[:, width:].tolist():
@@ -278,15 +445,129 @@ class HFConsultant(Consultant):
             rows.append(row if cut is None else row[: cut + 1])
         return rows
 
+    def _shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
+        """(p, a fresh batch-1 cache of seqs[0][:p]) for the prefix every row shares, or (0,
+        None). The stored prefix is the rows' common anchor (or, without one, the common prefix
+        of a batch of several); what the batch shares beyond it is computed on the copy."""
+        if self.prefix_cache.capacity <= 0 or not self.reuses_prefixes:
+            return 0, None
+        first = seqs[0]
+        limit = min(len(s) for s in seqs) - 1  # every row keeps at least one token to prefill
+        shared = min(len(os.path.commonprefix(seqs)), limit)  # works on any sequences
+        anchors = {q.anchor for q in prompts}
+        anchor = anchors.pop() if len(anchors) == 1 else 0
+        store = anchor if 0 < anchor <= shared else (shared if len(seqs) > 1 else 0)
+        have, cache = self.prefix_cache.longest(first, shared)
+        target = shared if len(seqs) > 1 else max(store, have)
+        if target <= 0:
+            return 0, None
+        self._stats["prefix_hits" if have >= store else "prefix_misses"] += 1
+        cache = copy.deepcopy(cache) if cache is not None else self._new_cache()
+        if store > have:
+            self._extend(cache, first[have:store])
+            self.prefix_cache.put(first[:store], copy.deepcopy(cache))
+            have = store
+        if target > have:
+            self._extend(cache, first[have:target])
+        return target, cache
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _extend(self, cache: Any, ids: list[int]) -> None:
+        """Run `ids` (batch 1) through the model on top of `cache`, which grows in place."""
+        import torch
+
+        self._stats["prefill_tokens"] += len(ids)
+        kwargs = {self._cache_arg: cache}
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = 1  # the prefix's logits are never read
+        self.model(
+            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+            use_cache=True,
+            **kwargs,
+        )
+
     def close(self) -> None:
         import torch
 
+        self.prefix_cache.clear()
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
 
 # --------------------------------------------------------------------------------- helpers
+PREFILL_STATS = (
+    "prompt_tokens",
+    "prefill_tokens",
+    "prefill_tokens_without_reuse",
+    "prefix_hits",
+    "prefix_misses",
+)
+
+
+def _full_attention_only(model: Any) -> bool:
+    """True when every layer of the model's cache is a plain full-attention layer, the only kind
+    for which padding between a reused prefix and a suffix is masked out exactly."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    if getattr(model.config, "is_encoder_decoder", False):
+        return False
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # noqa: BLE001 - an architecture transformers cannot describe: no reuse
+        return False
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _uniform(seed: int, k: int) -> float:
+    """The uniform number in [0, 1) of draw k of the stream `seed` (stateless)."""
+    digest = hashlib.blake2b(f"{seed}/{k}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def _row_sampler(d: Decoding, seeds: list[int], offsets: list[int], width: int) -> Any:
+    """A logits processor that samples each row's next token (temperature, top-k, top-p, as
+    transformers' warpers do) from its own stateless stream and leaves only that token, so that
+    greedy generation picks it. Row r's draw at generation step t is draw offsets[r] + t of the
+    stream seeds[r]."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    warpers: list[Any] = [TemperatureLogitsWarper(d.temperature)]
+    if d.top_k > 0:
+        warpers.append(TopKLogitsWarper(d.top_k))
+    if d.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(d.top_p))
+
+    class RowSampler(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            step = input_ids.shape[1] - width
+            for warp in warpers:
+                scores = warp(input_ids, scores)
+            cdf = torch.softmax(scores.double(), dim=-1).cumsum(-1)
+            u = torch.tensor(
+                [_uniform(s, o + step) for s, o in zip(seeds, offsets, strict=True)],
+                dtype=torch.float64,
+                device=scores.device,
+            )
+            x = (u * cdf[:, -1]).unsqueeze(1)
+            token = torch.searchsorted(cdf, x, right=True).clamp_(max=scores.shape[-1] - 1)
+            out = torch.full_like(scores, -float("inf"))
+            return out.scatter_(1, token, 0.0)
+
+    return LogitsProcessorList([RowSampler()])
+
+
 def _rindex(ids: list[int], token: int | None) -> int:
     if token is None:
         return -1

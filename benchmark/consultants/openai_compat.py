@@ -23,7 +23,15 @@ stores: the query is asked again in the next run.
 Thinking: `chat_template_kwargs: {enable_thinking: ...}` is sent in the body (vLLM, SGLang and
 `transformers serve` honour it). A remote server cannot be stopped mid-thought, so the thinking
 budget is approximate here: max_tokens = max_new_tokens + thinking_budget when thinking is on,
-and any thinking left in the content is stripped."""
+and any thinking left in the content is stripped.
+
+Sampling (`slm.decoding`, Decoding.temperature > 0): the request carries `temperature`, `top_p`
+(when < 1), `top_k` (when > 0; not an OpenAI field: vLLM and SGLang read it, a server that does
+not know it may ignore or refuse it, so set top_k 0 there) and `seed`: the query's own seed
+(benchmark.consultants.base.query_seed, from the decoding seed, rng_key and messages), mod 2^31.
+The same query thus sends the same seed in lockstep and sequential evaluation; whether the answer
+is then the same is the server's affair (vLLM seeds a generator per request). Greedy requests are
+unchanged: `temperature: 0` and no other sampling field."""
 
 from __future__ import annotations
 
@@ -32,7 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.consultants.base import Answer, Consultant, Query, query_seed
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
@@ -121,8 +129,16 @@ class OpenAIConsultant(Consultant):
             "messages": q.messages,
             "max_tokens": max_tokens,
             "temperature": d.temperature,
-            **self.extra_body,
         }
+        if d.sampling:  # greedy requests stay exactly as before
+            if d.top_p < 1.0:
+                body["top_p"] = d.top_p
+            if d.top_k > 0:
+                body["top_k"] = d.top_k
+            seed = query_seed(q)
+            if seed is not None:
+                body["seed"] = seed % 2**31
+        body.update(self.extra_body)
         kwargs = dict(body.get("chat_template_kwargs") or {})
         kwargs["enable_thinking"] = d.enable_thinking
         body["chat_template_kwargs"] = kwargs

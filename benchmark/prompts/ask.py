@@ -12,7 +12,10 @@ SLM-only (no PPO action) always does."""
 
 from __future__ import annotations
 
-from benchmark.consultants.base import Decoding, Query
+from collections.abc import Mapping
+from typing import Any
+
+from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import CardView, Episode, Task
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
@@ -53,7 +56,10 @@ class AskPrompt(PromptVariant):
         max_new_tokens: int = 8,
         rationale_max_new_tokens: int = 64,
         autopilot: bool = True,
+        sampling: Mapping[str, Any] | None = None,
     ):
+        """`sampling`: the SLM's sampling settings (`slm.decoding`: temperature, top_p, top_k,
+        seed), part of every query's Decoding; None = greedy."""
         if level not in blocks.LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
         if int(map_radius) < 1:
@@ -65,14 +71,16 @@ class AskPrompt(PromptVariant):
         if not isinstance(autopilot, bool):
             raise ValueError(f"autopilot must be true or false, got {autopilot!r}")
         self.autopilot = autopilot
+        sample = sampling_fields(sampling)
         self.decoding = (
             Decoding(
                 max_new_tokens=int(rationale_max_new_tokens),
                 enable_thinking=True,
                 thinking_budget=int(thinking_budget),
+                **sample,
             )
             if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens))
+            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
         )
 
     def check(self, task: Task) -> None:

@@ -12,8 +12,10 @@ An update with no valid claim keeps the previous belief (counted in `update_fail
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from benchmark.consultants.base import Decoding, Query
+from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import CardView, Episode, NavView, Task, is_doorkey
 from benchmark.prompts import blocks
 from benchmark.prompts import navfeatures as nf
@@ -159,15 +161,17 @@ class BeliefPrompt(PromptVariant):
         belief_max_new_tokens: int = 192,
         max_claims: int = 12,
         map_radius: int = 5,  # unused: the belief replaces the map window
+        sampling: Mapping[str, Any] | None = None,  # slm.decoding (temperature, top_p, top_k, seed)
     ):
         self.name = name
         self.rationale = bool(rationale)
         self.max_claims = int(max_claims)
-        self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens))
+        sample = sampling_fields(sampling)
+        self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens), **sample)
         self.act_decoding = (
-            Decoding(int(rationale_max_new_tokens), True, int(thinking_budget))
+            Decoding(int(rationale_max_new_tokens), True, int(thinking_budget), **sample)
             if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens))
+            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
         )
 
     def check(self, task: Task) -> None:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from benchmark.consultants.base import Decoding, Query
+from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, NavView, Task, is_doorkey
 from benchmark.prompts.ask import check_family
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
@@ -81,6 +83,7 @@ class FeedbackPrompt(PromptVariant):
         thinking_budget: int = 10,
         max_new_tokens: int = 128,
         map_radius: int = 5,  # unused: the feedback prompts show the whole grid
+        sampling: Mapping[str, Any] | None = None,  # slm.decoding (temperature, top_p, top_k, seed)
     ):
         if across_episodes and not pf:
             raise ValueError(
@@ -98,6 +101,7 @@ class FeedbackPrompt(PromptVariant):
             max_new_tokens=int(max_new_tokens),
             enable_thinking=self.rationale,
             thinking_budget=int(thinking_budget) if self.rationale else 0,
+            **sampling_fields(sampling),
         )
         # PF across episodes: the last summary of the previous episode
         self.carried_policy: str | None = None

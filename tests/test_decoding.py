@@ -1,0 +1,214 @@
+"""Decoding settings: the sampling fields reach every query from `slm.decoding`, greedy cache keys
+are the ones made before those fields existed, sampled answers are reproducible with a fixed
+seed, independent of batching and evaluation mode, and never cached."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from benchmark import results
+from benchmark.consultants.base import Decoding, Query, query_seed, sampling_fields
+from benchmark.consultants.cache import CachedConsultant, cache_key
+from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants.openai_compat import OpenAIConsultant
+from benchmark.consultants.tiny import build_tiny
+from tests.conftest import compose_cfg
+
+MESSAGES = [
+    {"role": "system", "content": "You guide an agent. Answer with one action."},
+    {"role": "user", "content": "Wall ahead. Action?"},
+]
+IDENTITY = "hf:Qwen/Qwen2.5-1.5B-Instruct@abc123"
+# cache_key(IDENTITY, query) as the code computed it before top_p, top_k and seed existed
+# (commit c63a16e): the default Decoding and the ASK+ rationale decoding.
+KEY_DEFAULT = "360d60a6569827fa1a7e03af72b3b081cf68388faf95dde5c017d33beaa2e6a7"
+KEY_RATIONALE = "69bdb83664b4fc74fa69d3308f1ee277d08cfdfa4ce7b52b5e4c430ac7011c70"
+SAMPLED = Decoding(max_new_tokens=12, temperature=0.8, top_p=0.9, top_k=40, seed=5)
+
+
+def query(decoding: Decoding, messages=MESSAGES, rng_key=(100, 3, 0)) -> Query:
+    return Query(messages, ("FORWARD",), lambda a, r: a, decoding, rng_key=rng_key)
+
+
+def test_greedy_cache_keys_are_the_keys_before_the_sampling_fields():
+    rationale = Decoding(max_new_tokens=64, enable_thinking=True, thinking_budget=10)
+    assert cache_key(IDENTITY, query(Decoding())) == KEY_DEFAULT
+    assert cache_key(IDENTITY, query(rationale)) == KEY_RATIONALE
+    # greedy: top_p, top_k and seed act on nothing, so they leave the key alone
+    assert cache_key(IDENTITY, query(Decoding(top_p=0.9, top_k=40, seed=3))) == KEY_DEFAULT
+    assert cache_key(IDENTITY, query(replace(rationale, seed=0))) == KEY_RATIONALE
+    # sampled keys carry every field (the cache never stores them, but they never collide)
+    keys = {cache_key(IDENTITY, query(replace(SAMPLED, **kw))) for kw in ({}, {"seed": 6})}
+    assert len(keys) == 2 and KEY_DEFAULT not in keys
+
+
+def test_decoding_validation_and_sampling_fields():
+    assert sampling_fields(None) == {}
+    assert sampling_fields({"temperature": 1, "top_k": 40, "seed": None}) == {
+        "temperature": 1.0,
+        "top_k": 40,
+    }
+    assert sampling_fields(OmegaConf.create({"top_p": 0.9, "seed": 7})) == {"top_p": 0.9, "seed": 7}
+    with pytest.raises(ValueError, match="unknown key"):
+        sampling_fields({"temperatur": 0.7})
+    with pytest.raises(ValueError, match="integer"):
+        sampling_fields({"top_k": 2.5})
+    for bad in ({"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -1}):
+        with pytest.raises(ValueError, match="must be"):
+            Decoding(**bad)
+
+
+def test_query_seed_depends_on_seed_rng_key_and_messages_only():
+    base = query(SAMPLED)
+    assert query_seed(query(replace(SAMPLED, seed=None))) is None
+    assert query_seed(base) == query_seed(query(SAMPLED))  # stable across calls
+    assert query_seed(base) == query_seed(query(replace(SAMPLED, temperature=0.5)))
+    others = [
+        query(replace(SAMPLED, seed=6)),
+        query(SAMPLED, rng_key=(100, 4, 0)),
+        query(SAMPLED, messages=[MESSAGES[0], {"role": "user", "content": "Door ahead."}]),
+    ]
+    assert len({query_seed(base), *(query_seed(q) for q in others)}) == 4
+    assert 0 <= query_seed(base) < 2**63
+
+
+def test_openai_body_sends_sampling_fields_only_when_sampling():
+    c = OpenAIConsultant.__new__(OpenAIConsultant)  # no server: only the request body
+    c.model, c.extra_body = "m", {}
+    greedy = c._body(query(Decoding(max_new_tokens=8, top_p=0.9, top_k=40, seed=3)))
+    assert greedy == {
+        "model": "m",
+        "messages": MESSAGES,
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    sampled = c._body(query(SAMPLED))
+    assert sampled["temperature"] == 0.8 and sampled["top_p"] == 0.9 and sampled["top_k"] == 40
+    assert sampled["seed"] == query_seed(query(SAMPLED)) % 2**31
+    plain = c._body(query(Decoding(temperature=1.0)))
+    assert "top_p" not in plain and "top_k" not in plain and "seed" not in plain
+
+
+# ------------------------------------------------------------------------------ config
+
+
+def test_slm_decoding_reaches_every_query(tmp_path):
+    from benchmark.build import build_prompt, prepare
+
+    def decoding(*overrides):
+        cfg = compose_cfg(tmp_path, "env=fourrooms", "gate=always", *overrides)
+        prompt = build_prompt(cfg, prepare(cfg)[0])
+        return getattr(prompt, "decoding", None) or prompt.act_decoding
+
+    assert decoding("slm=tiny", "prompt=basic") == Decoding(max_new_tokens=8, seed=0)
+    d = decoding(
+        "slm=tiny",
+        "prompt=stateful",
+        "prompt.rationale=true",
+        "slm.decoding.temperature=0.7",
+        "slm.decoding.top_k=20",
+        "seed=4",
+    )
+    assert (d.temperature, d.top_p, d.top_k, d.seed, d.enable_thinking) == (0.7, 1.0, 20, 4, True)
+    assert decoding("slm=openai", "prompt=belief", "slm.decoding.top_p=0.5").top_p == 0.5
+    assert decoding("slm=oracle", "prompt=basic").temperature == 0.0  # no slm.decoding: greedy
+
+
+def test_feedback_preset_samples_like_ollama(tmp_path):
+    cfg = compose_cfg(tmp_path, "+experiment=feedback", "env=empty16x16", "prompt=hwbp")
+    assert OmegaConf.to_container(cfg.slm.decoding, resolve=True) == {
+        "temperature": 0.8,
+        "top_p": 0.9,
+        "top_k": 40,
+        "seed": 0,
+    }
+
+
+# ------------------------------------------------------------------------------ tiny model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import torch
+
+    threads = torch.get_num_threads()
+    base = tmp_path_factory.getbasetemp()
+    yield HFConsultant(path=str(build_tiny(base / "tiny-qwen3-s0", 0)), num_threads=1)
+    torch.set_num_threads(threads)
+
+
+def _queries(n: int, decoding: Decoding) -> list[Query]:
+    words = "the agent faces a wall ; goal is north , door key Action: FORWARD 3 4".split()
+    out = []
+    for i in range(n):
+        text = " ".join(words[(i * 7 + k) % len(words)] for k in range(20 + 9 * i))
+        out.append(query(decoding, [MESSAGES[0], {"role": "user", "content": text}], (i, 0, 0)))
+    return out
+
+
+def test_sampling_with_a_seed_is_reproducible_and_batch_independent(tiny):
+    for d in (SAMPLED, Decoding(24, True, 6, temperature=1.0, seed=1)):  # thinking phases too
+        qs = _queries(6, d)
+        first = [g.new_ids for g in tiny.generate(qs)]
+        assert [g.new_ids for g in tiny.generate(qs)] == first  # the same again
+        assert [tiny.generate([q])[0].new_ids for q in qs] == first  # one at a time
+        assert [g.new_ids for g in tiny.generate(qs[::-1])][::-1] == first  # another batch order
+        greedy = [
+            g.new_ids
+            for g in tiny.generate([replace(q, decoding=replace(d, temperature=0)) for q in qs])
+        ]
+        assert first != greedy
+        other = [
+            g.new_ids for g in tiny.generate([replace(q, decoding=replace(d, seed=9)) for q in qs])
+        ]
+        assert first != other
+    unseeded = _queries(6, replace(SAMPLED, seed=None))
+    assert [g.new_ids for g in tiny.generate(unseeded)] != [
+        g.new_ids for g in tiny.generate(unseeded)
+    ]
+
+
+def test_sampled_queries_bypass_the_cache(tiny, tmp_path):
+    cached = CachedConsultant(tiny, tmp_path / "responses.sqlite")
+    qs = _queries(4, SAMPLED)
+    a = cached.answer(qs)
+    b = cached.answer(qs)
+    assert [x.text for x in a] == [x.text for x in b]  # reproducible, yet asked twice
+    assert not any(x.cached for x in a + b)
+    assert len(cached.store) == 0 and cached.stats()["bypassed"] == 8
+    cached.answer(_queries(4, replace(SAMPLED, temperature=0.0)))
+    assert len(cached.store) == 4
+
+
+def test_sampled_evaluation_is_identical_lockstep_and_sequential(tmp_path):
+    """SLM-only on the tiny model with sampling: every episode is the same in both modes."""
+    from benchmark.build import build
+
+    cfg = compose_cfg(
+        tmp_path,
+        "env=empty5x5_random",
+        "gate=always",
+        "slm=tiny",
+        "slm.cache=false",
+        "prompt=basic",
+        "slm.decoding.temperature=1.5",
+        "env.task.max_steps=6",
+        "eval.n_episodes=4",
+    )
+    ev = build(cfg).evaluator()
+    seeds = list(range(100, 104))
+    lockstep = results.split_runtime(ev.run(seeds, mode="lockstep"))[0]
+    sequential = results.split_runtime(ev.run(seeds, mode="sequential"))[0]
+    assert lockstep == sequential
+    assert sum(r["queries"] for r in lockstep) == sum(r["length"] for r in lockstep) > 0
+
+
+def test_repo_config_greedy_by_default():
+    for name in ("tiny", "qwen2.5-1.5b", "llama3.1-8b", "qwen3.5-2b", "qwen3.5-4b", "openai"):
+        cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "slm" / f"{name}.yaml")
+        assert cfg.decoding.temperature == 0.0, name
