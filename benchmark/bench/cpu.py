@@ -293,8 +293,11 @@ class CpuBench:
             seeds = evaluation.test_seeds()
             runs: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
             outcomes: dict[str, list] = {"lockstep": [], "sequential": []}
+            prefill: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
+            counts = getattr(evaluation.consultant, "prefill_stats", None)  # hf backend only
             for _ in range(z.eval_repeats):
                 for mode in ("lockstep", "sequential"):
+                    before = counts() if counts else {}
                     sampler = RssSampler()
                     with sampler:
                         t0 = time.perf_counter()
@@ -304,6 +307,8 @@ class CpuBench:
                         self.eval_rss = max(self.eval_rss or 0, sampler.max_bytes)
                     runs[mode].append(_run_stats(rows, wall))
                     outcomes[mode].append(results.split_runtime(rows)[0])
+                    if counts:
+                        prefill[mode].append({k: v - before[k] for k, v in counts().items()})
         finally:
             evaluation.close()
         med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
@@ -322,6 +327,16 @@ class CpuBench:
         self.check(s, "lockstep LM queries/s", lock["queries_per_s"], "1/s")
         self.check(s, "sequential LM queries/s", seq["queries_per_s"], "1/s")
         self.check(s, "interaction rate (IR)", lock["ir"], "")
+        prefill_med = {
+            m: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            for m, rs in prefill.items()
+            if rs
+        }
+        for mode, p in prefill_med.items():  # informational: prompt positions computed in prefill
+            self.check(s, f"prefill tokens, prefix reuse ({mode})", p["prefill_tokens"], "tokens")
+            self.check(
+                s, f"prefill tokens, no reuse ({mode})", p["prefill_tokens_without_reuse"], "tokens"
+            )
         return {
             "params": {
                 "env": "fourrooms",
@@ -342,6 +357,7 @@ class CpuBench:
             "median": med,
             "runs": runs,
             "identical": identical,
+            "prefill": prefill_med,  # hf backend: prefill tokens with and without prefix reuse
         }
 
     # -------------------------------------------------------------------------------- 3. tuning
