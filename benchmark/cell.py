@@ -28,7 +28,7 @@ from benchmark.gates import GateSettings
 
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
-    "eval": ("mode", "torch_threads"),
+    "eval": ("mode", "torch_threads", "step_records"),
     "policy": ("device", "progress_bar", "path", "torch_threads"),
 }
 
