@@ -58,15 +58,10 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
         located = locate_inputs(spec, cfg, policy_checkpoint(cfg, task, splits, train=False))
         if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
+            _log_reused(cfg, located, done)
             _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
             return done
-        tracker = Tracker(
-            cfg.get("tracking"),
-            name=name,
-            group=cfg.experiment_name,
-            job_type=spec.gate.name,
-            config=spec.config,
-        )
+        tracker = _tracker(cfg, spec)
         if cfg.eval.get("torch_threads"):
             torch.set_num_threads(int(cfg.eval.torch_threads))
         evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
@@ -191,6 +186,29 @@ def _evaluate(
     )
 
 
+def _numbers(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+
+
+def _tracker(cfg: DictConfig, spec: CellSpec) -> Tracker:
+    """The cell's W&B run: group = experiment, job_type = gate, name = the cell."""
+    return Tracker(
+        cfg.get("tracking"),
+        name=spec.name,
+        group=cfg.experiment_name,
+        job_type=spec.gate.name,
+        config=spec.config,
+    )
+
+
+def _log_reused(cfg: DictConfig, spec: CellSpec, summary: dict) -> None:
+    """A light W&B run for a cell reused from an earlier sweep, in this experiment's group, so
+    this sweep's dashboard shows it (its summary, marked `reused`; no tables)."""
+    tracker = _tracker(cfg, spec)
+    tracker.summary({**_numbers(summary), "reused": True})
+    tracker.finish(0)
+
+
 def _publish(cell_dir: Path, job_dir: Path) -> None:
     """Copy the cell's result files into the job dir (the sweep's view of the cell)."""
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +271,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     results.write_jsonl(cell_dir / "episode_costs.jsonl", costs)
     results.write_json(cell_dir / "summary.json", summary)  # last: marks the cell complete
     (cell_dir / "error.json").unlink(missing_ok=True)  # an earlier failure of this cell is over
-    tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+    tracker.summary(_numbers(summary))
     tracker.table("episodes", outcome)
     return summary
 

@@ -234,3 +234,29 @@ def test_online_with_a_silent_server_waits_init_timeout_then_goes_offline(tmp_pa
     runs = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 2
     assert read_run(runs[1])["config"]["method"] == "PPO"
+
+
+def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
+    """Issue 17 item 3: a complete cell skipped by a later sweep still shows in its dashboard."""
+    from benchmark.job import run_job
+    from tests.conftest import compose_cfg
+
+    job = ["env=empty5x5_random", "gate=always", "slm=oracle", "eval.n_episodes=2"]
+    first = run_job(
+        compose_cfg(tmp_path, *job, "tracking=wandb", "experiment_name=first"),
+        tmp_path / "j1",
+        multirun=False,
+    )
+    again = run_job(
+        compose_cfg(tmp_path, *job, "tracking=wandb", "experiment_name=second"),
+        tmp_path / "j2",
+        multirun=False,
+    )
+    assert again["wall_seconds"] == first["wall_seconds"]  # reused, not recomputed
+    runs = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 2
+    light = [read_run(r) for r in runs]
+    reused = [r for r in light if r["group"] == "second"]
+    assert len(reused) == 1 and reused[0]["summary"]["reused"] is True
+    assert reused[0]["summary"]["reward_mean"] == first["reward_mean"]
+    assert reused[0]["config"]["method"] == "Oracle"
