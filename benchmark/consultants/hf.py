@@ -60,6 +60,7 @@ from benchmark.prompts.parse import strip_thinking as split_thinking
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
+DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
 _MB = 1 << 20
 
 
@@ -134,7 +135,7 @@ class HFConsultant(Consultant):
         trust_remote_code: bool = False,
         max_batch_size: int = 32,
         num_threads: int | None = None,
-        prefix_cache: int = 8,
+        prefix_cache: int = 8,  # DEFAULT_PREFIX_CACHE
     ) -> None:
         """`num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
         small shared CPU one thread is several times faster than OpenMP threads that contend
@@ -151,8 +152,6 @@ class HFConsultant(Consultant):
         if isinstance(prefix_cache, bool) or int(prefix_cache) < 0:
             raise ConsultantError(f"slm.backend.prefix_cache={prefix_cache!r} must be >= 0")
         self.prefix_cache = PrefixCache(int(prefix_cache))
-        self._anchors: dict[tuple, list[int] | None] = {}
-        self._stats = dict.fromkeys(PREFILL_STATS, 0)
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         source, local_only, self._identity = _resolve_source(model, path, revision)
@@ -215,6 +214,10 @@ class HFConsultant(Consultant):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
         self._logits_to_keep = "logits_to_keep" in params
         self.reuses_prefixes = _full_attention_only(self.model)
+        if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
+            self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
+        self._anchors: dict[tuple, list[int] | None] = {}
+        self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
     @property
     def identity(self) -> str:
