@@ -26,6 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
 
+# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py)
+BACKEND_EXECUTION_KEYS = ("prefix_cache",)
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
@@ -130,10 +132,10 @@ class CellSpec:
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "policy" in out:  # the weights by content; the recipe that made them is in them
             out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
-        if "slm" in out and self.inputs["model"] is not None:
-            backend = dict(out["slm"]["backend"])
-            backend.pop("path", None)
-            backend["weights"] = self.inputs["model"]
+        if "slm" in out:
+            backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
+            if self.inputs["model"] is not None:  # the weights by content, not where they lie
+                backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
         if "tuning" in out:
             out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}

@@ -28,7 +28,14 @@ from benchmark.results import file_sha256
 
 log = logging.getLogger(__name__)
 V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")
-V2_ENV_KEYS = ("label", "kind")  # display name and env kind, added to conf/env after v1
+# keys added to the configs after v1, removed to compute a cell's v1 hash
+V2_KEYS = {
+    "env": ("label", "kind"),
+    "eval": ("step_records",),
+    "tuning": ("scope", "shared"),
+    "slm": ("decoding",),
+    "prompt": ("autopilot", "sampling"),
+}
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 
 
@@ -36,8 +43,10 @@ def v1_cell_config(cfg: DictConfig) -> dict:
     """The v1 identity: the resolved config minus what the cell did not use."""
     data = OmegaConf.to_container(cfg, resolve=True)
     cell = {k: data[k] for k in V1_KEYS if k in data}
-    for key in V2_ENV_KEYS:
-        cell["env"].pop(key, None)
+    for group, keys in V2_KEYS.items():
+        for key in keys:
+            cell.get(group, {}).pop(key, None)
+    cell.get("slm", {}).get("backend", {}).pop("prefix_cache", None)
     gate = cell["gate"]
     if gate.get("_target_") == "benchmark.gates.AlwaysGate":
         gate["needs_policy"] = False  # v1's conf/gate/always.yaml carried it
@@ -50,8 +59,6 @@ def v1_cell_config(cfg: DictConfig) -> dict:
         cell.pop("prompt", None)
     for key in ("mode", "torch_threads"):
         cell.get("eval", {}).pop(key, None)
-    for key in ("scope", "shared"):  # added after v1 (v1 tuned every cell on its own)
-        cell.get("tuning", {}).pop(key, None)
     return cell
 
 

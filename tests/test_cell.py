@@ -168,3 +168,35 @@ def test_v1_cell_of_older_prompt_code_is_not_reused(tmp_path, monkeypatch):
     again = _rerun(tmp_path, TINY_JOB)
     assert v1_dir.exists() and again["cell_hash"] != before["cell_hash"]
     assert again["wall_seconds"] != before["wall_seconds"]
+
+
+# v1 hashes computed by the v1 code (b674162, benchmark.job.cell_config) for the same overrides
+# under paths.root=/tmp/v1root: keys added to the configs since must be left out of the v1 hash,
+# or old results roots could never be adopted
+V1_HASHES = {
+    "37b6c5ba9bc3": ["gate=never", "env=fourrooms"],
+    "062d76768e96": ["gate=entropy", "env=doorkey8", "slm=tiny", "prompt=basic"],
+    "a83ec9dff83d": [
+        "gate=always",
+        "env=higherlower",
+        "slm=oracle",
+        "prompt=stateful",
+        "prompt.rationale=true",
+    ],
+    "0a7eec7447be": [
+        "+experiment=table3",
+        "env=fourrooms",
+        "method=ask_plus",
+        "policy.checkpoint=t2",
+        "slm=qwen3.5-2b",
+    ],
+}
+
+
+@pytest.mark.parametrize("v1_hash", sorted(V1_HASHES))
+def test_v1_hash_of_a_config_is_the_one_v1_computed(v1_hash):
+    from benchmark.build import normalize_checkpoint
+
+    cfg = compose_cfg(Path("/tmp/v1root"), *V1_HASHES[v1_hash])
+    normalize_checkpoint(cfg)
+    assert digest(v1_cell_config(cfg)) == v1_hash
