@@ -65,8 +65,9 @@ def compose(env: str, prompt: str, overrides: tuple[str, ...] = ()) -> Any:
 
 def prompt_cfg(prompt: str, rationale: bool = False, composed: bool = False) -> Any:
     """The prompt node: from hydra's compose API (composed=True, what a job sees) or straight
-    from conf/prompt/<prompt>.yaml (fast; the prompt group has no defaults or interpolations,
-    and a test checks that both agree)."""
+    from conf/prompt/<prompt>.yaml (fast; the prompt group has no defaults, and its one
+    interpolation, `sampling: ${oc.select:slm.decoding,null}`, resolves to greedy decoding on its
+    own, which is what the showcase renders; a test checks that both agree)."""
     from omegaconf import OmegaConf
 
     if composed:
