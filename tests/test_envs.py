@@ -15,16 +15,24 @@ from omegaconf import OmegaConf
 from benchmark.envs import ENV_CONF_DIR, available_envs, is_doorkey, load_env_cfg, make_task
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.higherlower import HigherLowerTask
-from benchmark.envs.minigrid_nav import MiniGridTask, cell_char
+from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
 EXPECTED = {
     "fourrooms": ("MiniGrid-FourRooms-v0", 500, 3, [256, 256], [0.1, 0.3, 0.5, 0.7]),
     "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 640, 7, [128, 128], [0.3, 0.5, 0.7, 0.9]),
-    "empty5x5_random": ("MiniGrid-Empty-Random-5x5-v0", 100, 4, [128, 128], [0.3, 0.5, 0.7, 0.9]),
-    "empty16x16": ("MiniGrid-Empty-16x16-v0", 100, 4, [128, 128], [0.3, 0.5, 0.7, 0.9]),
-    "simplecrossing9": ("MiniGrid-SimpleCrossingS9N1-v0", 100, 4, [128, 128], [0.3, 0.5, 0.7, 0.9]),
+    "empty5x5_random": ("MiniGrid-Empty-Random-5x5-v0", None, 4, [128, 128], [0.3, 0.5, 0.7, 0.9]),
+    "empty16x16": ("MiniGrid-Empty-16x16-v0", None, 4, [128, 128], [0.3, 0.5, 0.7, 0.9]),
+    "simplecrossing9": (
+        "MiniGrid-SimpleCrossingS9N1-v0",
+        None,
+        4,
+        [128, 128],
+        [0.3, 0.5, 0.7, 0.9],
+    ),
 }
+# feedback paper: episodes cut at 100 steps, reward on MiniGrid's default max_steps
+FEEDBACK = {"empty5x5_random": 100, "empty16x16": 1024, "simplecrossing9": 324}
 
 
 def test_env_configs_follow_the_schema() -> None:
@@ -40,6 +48,9 @@ def test_env_configs_follow_the_schema() -> None:
             gym_id, steps, n_actions, arch, thresholds = EXPECTED[name]
             assert cfg["family"] == "grid" and cfg["metric"] == "success"
             assert (cfg["task"]["gym_id"], cfg["task"]["max_steps"]) == (gym_id, steps)
+            assert task.max_steps == FEEDBACK.get(name, steps)
+            assert task.step_limit == (100 if name in FEEDBACK else None)
+            assert task.episode_limit == (100 if name in FEEDBACK else steps)
             assert len(task.action_names) == n_actions
             assert (cfg["net_arch"], cfg["thresholds"]) == (arch, thresholds)
             assert isinstance(task, MiniGridTask)
@@ -65,6 +76,10 @@ def test_bad_configs_name_the_problem() -> None:
         MiniGridTask("x", "MiniGrid-DoorKey-8x8-v0", 640, ["FORWARD"], ["CartPole-v1"])
     with pytest.raises(ValueError, match="train_gym_ids is empty"):
         MiniGridTask("x", "MiniGrid-DoorKey-8x8-v0", 640, ["FORWARD"], [])
+    with pytest.raises(ValueError, match="step_limit must be >= 1 or null"):
+        MiniGridTask("x", "MiniGrid-FourRooms-v0", None, ["FORWARD"], step_limit=0)
+    with pytest.raises(ValueError, match="list of action names or 'all'"):
+        MiniGridTask("x", "MiniGrid-FourRooms-v0", None, "FORWARD")
     with pytest.raises(ValueError, match="51 decisions"):
         HigherLowerTask("x", num_decks=1, max_steps=52)
     with pytest.raises(ValueError, match="available"):
@@ -255,3 +270,54 @@ def test_random_policy_success_on_fourrooms() -> None:
     rate = float(np.mean(successes))
     print(f"random policy success on FourRooms test seeds: {rate:.2f}")
     assert 0.08 <= rate <= 0.30
+
+
+# -- feedback-paper envs: a 100-step cap on MiniGrid's own reward --------------------------------
+
+
+@pytest.mark.parametrize(("name", "default_max_steps"), sorted(FEEDBACK.items()))
+def test_feedback_env_reward_is_minigrids_own_with_the_default_max_steps(
+    name: str, default_max_steps: int
+) -> None:
+    task = make_task(name)
+    gym_id = EXPECTED[name][0]
+    assert gym.make(gym_id).unwrapped.max_steps == default_max_steps  # MiniGrid's default
+    for seed in (100, 101, 102):
+        ep = task.episode(seed)
+        assert ep.sim.max_steps == default_max_steps and ep.view().max_steps == 100
+        # a detour (a full turn on the spot) and then the shortest path to the goal
+        for a in [0, 0, 0, 0, *ep.expert_plan()]:
+            ep.step(a)
+        assert ep.outcome()["success"] == 1.0 and ep.steps <= 100
+        expected = 1 - 0.9 * ep.steps / default_max_steps
+        assert ep.total_reward == pytest.approx(expected, abs=1e-6)
+        # the same seed on the plain MiniGrid env pays the same reward
+        env = gym.make(gym_id)
+        env.reset(seed=seed)
+        rewards = [env.step(ACTION_INDEX[a])[1] for a in ep.memory.actions]
+        assert sum(rewards) == pytest.approx(ep.total_reward)
+
+
+def test_feedback_step_limit_cuts_evaluation_episodes_but_not_training_ones() -> None:
+    task = make_task("empty16x16")
+    ep = task.episode(100)
+    while not ep.done:
+        ep.step(0)  # turning on the spot never reaches the goal
+    assert (ep.steps, ep.truncated, ep.terminated, ep.total_reward) == (100, True, False, 0.0)
+    env = task.training_env(seed=1)
+    env.reset()
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(0)
+        steps, done = steps + 1, terminated or truncated
+    assert steps == 1024  # training plays to MiniGrid's own limit, as the paper's PPO did
+    # step_limit=null: evaluation episodes also run to MiniGrid's limit (the random-row reading)
+    free = MiniGridTask("x", "MiniGrid-Empty-16x16-v0", None, "all", step_limit=None)
+    ep = free.episode(100)
+    while not ep.done:
+        ep.step(0)
+    assert ep.steps == 1024 and free.episode_limit == 1024
+    assert free.action_names == tuple(ACTION_INDEX)  # "all": MiniGrid's seven, in index order
+    # an explicit max_steps still sets MiniGrid's own limit (and so its reward horizon)
+    own = MiniGridTask("x", "MiniGrid-Empty-16x16-v0", 50, ["FORWARD"])
+    assert own.max_steps == own.episode_limit == 50 and own.episode(1).sim.max_steps == 50

@@ -27,6 +27,7 @@ from benchmark.policy.checkpoints import (
     ensure_dir,
     resolve,
 )
+from benchmark.policy.network import MinigridFeaturesExtractor, policy_kwargs
 from benchmark.policy.train import evaluate
 from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
 
@@ -35,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST_PPO = {"n_steps": 128, "batch_size": 64, "n_epochs": 10}
 
 
-def job_cfg(tmp: Path, **policy) -> OmegaConf:
+def job_cfg(tmp: Path, policy_file: str = "ppo_dropout", **policy) -> OmegaConf:
     """The env x policy x paths part of the job config, from the real YAML files."""
     cfg = OmegaConf.create(
         {
             "env": load_env_cfg("empty5x5_random"),
-            "policy": OmegaConf.load(ROOT / "conf/policy/ppo_dropout.yaml"),
+            "policy": OmegaConf.load(ROOT / f"conf/policy/{policy_file}.yaml"),
             "paths": {"checkpoints": str(tmp / "checkpoints")},
         }
     )
@@ -294,6 +295,10 @@ def test_hash_ignores_runtime_keys_only(tmp_path):
     other = job_cfg(tmp_path)
     other.env.task.max_steps = 50
     assert config_hash(other) != base
+    other = job_cfg(tmp_path)
+    other.env.task.step_limit = 50
+    assert config_hash(other) != base
+    assert config_hash(job_cfg(tmp_path, "ppo_cnn")) != base
 
 
 @pytest.mark.slow
@@ -335,3 +340,105 @@ def test_train_refuses_managed_ppo_kwargs(task, tmp_path):
     cfg = job_cfg(tmp_path, lr_schedule="cosine")
     with pytest.raises(ValueError, match="lr_schedule='cosine'"):
         train(task, cfg.policy, tmp_path / "run")
+
+
+# -- the feedback paper's CNN PPO (policy=ppo_cnn) ---------------------------------------------
+
+
+def test_ppo_cnn_config_is_the_papers_recipe():
+    """Appendix B: CnnPolicy + MiniGrid extractor, 128 features, LR 2.5e-4 (constant, SB3's
+    float LR), one env, SB3 defaults, 30k / 300k / 3M steps on the three configurations."""
+    from conftest import compose_cfg
+
+    steps = {"empty5x5_random": 30_000, "empty16x16": 300_000, "simplecrossing9": 3_000_000}
+    for env, n in steps.items():
+        cfg = compose_cfg(ROOT / "outputs", "policy=ppo_cnn", f"env={env}").policy
+        assert cfg.total_timesteps == n and cfg.learning_rate == 2.5e-4
+        assert (cfg.n_envs, cfg.lr_schedule, dict(cfg.ppo), cfg.dropout) == (1, "constant", {}, 0)
+        assert (cfg.extractor, cfg.features_dim, cfg.image_normalization) == (
+            "minigrid_cnn",
+            128,
+            "sb3",
+        )
+        assert cfg.checkpoint == "final"
+    # other envs fall back to their own step budget
+    assert compose_cfg(ROOT / "outputs", "policy=ppo_cnn").policy.total_timesteps == 3_000_000
+
+
+def test_minigrid_cnn_is_the_docs_extractor_on_sb3s_image_input(task):
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/policy/ppo_cnn.yaml"))
+    cfg["net_arch"] = [64, 64]
+    model = PPO(DropoutActorCriticPolicy, task.validation_env(), policy_kwargs=policy_kwargs(cfg))
+    ext = model.policy.features_extractor
+    assert isinstance(ext, MinigridFeaturesExtractor) and ext.features_dim == 128
+    convs = [m for m in ext.cnn if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
+        (3, 16, (2, 2)),
+        (16, 32, (2, 2)),
+        (32, 64, (2, 2)),
+    ]
+    assert [type(m) for m in ext.cnn] == [nn.Conv2d, nn.ReLU] * 3 + [nn.Flatten]
+    assert [type(m) for m in ext.linear] == [nn.Linear, nn.ReLU]
+    assert ext.linear[0].in_features == 64 * 4 * 4
+    # the input is what CnnPolicy gets from MiniGrid's uint8 image: channels first, / 255
+    ep = task.episode(100)
+    ep.step(2)
+    raw = ep.sim.gen_obs()["image"]  # (x, y, channel)
+    want = torch.as_tensor(raw.transpose(2, 0, 1)[None] / 255.0, dtype=torch.float32)
+    got = ext.image(torch.as_tensor(ep.obs[None]))
+    torch.testing.assert_close(got, want)
+    per_channel = MinigridFeaturesExtractor(ext._observation_space, normalization="per_channel")
+    scaled = raw.transpose(2, 0, 1)[None] / np.array([10.0, 5.0, 2.0]).reshape(1, 3, 1, 1)
+    got = per_channel.image(torch.as_tensor(ep.obs[None]))
+    torch.testing.assert_close(got, torch.as_tensor(scaled, dtype=torch.float32))
+    with pytest.raises(ValueError, match="extractor='resnet'"):
+        policy_kwargs({**cfg, "extractor": "resnet"})
+    with pytest.raises(ValueError, match="normalization='max'"):
+        MinigridFeaturesExtractor(ext._observation_space, normalization="max")
+    with pytest.raises(ValueError, match="7x7x3"):
+        MinigridFeaturesExtractor(gym.spaces.Box(0, 1, (10,)))
+
+
+def test_ppo_cnn_trains_through_the_cache_and_serves_the_evaluation_path(task, tmp_path):
+    """Checkpoints, thresholds, best/final as with ppo_dropout; load() rebuilds the CNN; the
+    evaluator's calls (obs_to_tensor/_predict, and MC dropout for entropy gates) work on it."""
+    from benchmark.evaluate import deterministic_actions
+    from benchmark.uncertainty import mc_dropout
+
+    cfg = job_cfg(tmp_path, "ppo_cnn", ppo={"n_steps": 128, "batch_size": 64, "n_epochs": 2})
+    cfg.policy.net_arch = [16, 16]
+    d, trained = ensure_dir(cfg, task)
+    assert trained and d.name.startswith("empty5x5_random-")
+    assert ensure(cfg) == d / "final.zip"  # ppo_cnn's default checkpoint
+    assert {p.stem for p in d.glob("*.zip")} == {"best", "final", "r000"}
+    model = load(ensure(cfg), task=task)
+    assert isinstance(model.policy.features_extractor, MinigridFeaturesExtractor)
+    obs = _obs(task, 30)
+    actions = deterministic_actions(model.policy, obs)
+    np.testing.assert_array_equal(actions, model.predict(obs, deterministic=True)[0])
+    unc = mc_dropout(model.policy, obs, 4)  # dropout 0: every MC pass agrees
+    np.testing.assert_array_equal(unc.action, actions)
+    np.testing.assert_allclose(unc.epistemic, 0.0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_ppo_cnn_reaches_the_papers_rl_row_on_empty_5x5(tmp_path):
+    """The paper's 30k-step recipe on Empty-Random-5x5 with MiniGrid's 7 actions (test seeds):
+    100% success and reward above 0.9, as Table II's RL baseline (0.950 / 100%). ~3 min."""
+    cfg = OmegaConf.create(
+        {
+            "env": load_env_cfg("empty5x5_random"),
+            "policy": OmegaConf.load(ROOT / "conf/policy/ppo_cnn.yaml"),
+            "paths": {"checkpoints": str(tmp_path / "checkpoints")},
+        }
+    )
+    cfg.policy.progress_bar = False
+    cfg.env.task.actions = "all"
+    task = make_task(cfg.env)
+    d, _ = ensure_dir(cfg, task)
+    assert (
+        json.loads((d / "final.json").read_text())["timesteps"] == 30_720
+    )  # whole rollouts of 2048
+    result = evaluate(load(d / "final.zip", task=task), task, DEFAULT_SPLITS.seeds("test", 100))
+    print(f"\nPPO-CNN 30k on Empty-Random-5x5: {result}")
+    assert result["success"] == 1.0 and result["reward"] > 0.9

@@ -63,8 +63,27 @@ class EgoImageObs(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         return (observation["image"].astype(np.float32) / IMAGE_SCALE).reshape(-1)
 
 
+def default_max_steps(gym_id: str) -> int:
+    """MiniGrid's own `max_steps` for `gym_id` (4 * size^2 for Empty and SimpleCrossing)."""
+    env = gym.make(gym_id, disable_env_checker=True)
+    try:
+        return int(env.unwrapped.max_steps)
+    finally:
+        env.close()
+
+
 class MiniGridTask(Task):
-    """A MiniGrid env id with a step limit and the subset of actions the policy may use.
+    """A MiniGrid env id, its reward horizon and step cap, and the actions the policy may use.
+
+    Two limits, because MiniGrid ties its reward to its own step limit:
+    - `max_steps` is MiniGrid's own `max_steps`: the reward horizon (reaching the goal pays
+      1 - 0.9 * steps / max_steps) and MiniGrid's own truncation. null = the env's default
+      (4 * size^2 for Empty and SimpleCrossing: 100 on Empty-5x5, 1024 on Empty-16x16, 324 on
+      SimpleCrossingS9N1).
+    - `step_limit` (optional) cuts validation, tuning and test episodes after that many steps
+      without touching the reward (the feedback paper's 100-step cap on default-reward envs).
+      Training episodes play to `max_steps`, as the feedback paper's PPO trained on the plain env.
+    `actions` is a list of MiniGrid action names, or "all" for MiniGrid's seven in index order.
 
     `train_gym_ids` (optional) is a mixture curriculum for PPO: training slot i plays
     `train_gym_ids[i % len]` (an id other than `gym_id` keeps MiniGrid's own step limit). The
@@ -78,9 +97,10 @@ class MiniGridTask(Task):
         self,
         name: str,
         gym_id: str,
-        max_steps: int,
-        actions: Sequence[str],
+        max_steps: int | None,
+        actions: Sequence[str] | str,
         train_gym_ids: Sequence[str] | None = None,
+        step_limit: int | None = None,
     ):
         for key, gid in [("gym_id", gym_id), *(("train_gym_ids", g) for g in train_gym_ids or [])]:
             if gid not in gym.registry or not gid.startswith("MiniGrid-"):
@@ -90,8 +110,13 @@ class MiniGridTask(Task):
             raise ValueError(
                 "train_gym_ids is empty: give MiniGrid ids, or null to train on gym_id"
             )
-        if int(max_steps) < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
+        for key, value in (("max_steps", max_steps), ("step_limit", step_limit)):
+            if value is not None and int(value) < 1:
+                raise ValueError(f"{key} must be >= 1 or null, got {value!r}")
+        if isinstance(actions, str):
+            if actions != "all":
+                raise ValueError(f"actions={actions!r}: give a list of action names or 'all'")
+            actions = list(ACTION_INDEX)
         bad = [a for a in actions if a not in ACTION_INDEX]
         if bad or not actions:
             raise ValueError(
@@ -99,26 +124,38 @@ class MiniGridTask(Task):
             )
         self.name = name
         self.gym_id = gym_id
-        self.max_steps = int(max_steps)
+        self.own_max_steps = None if max_steps is None else int(max_steps)
+        # the reward horizon, resolved: what MiniGrid's reward divides by
+        self.max_steps = self.own_max_steps or default_max_steps(gym_id)
+        self.step_limit = None if step_limit is None else int(step_limit)
+        # the longest an evaluation episode can last (what the prompts show as Step=t/N)
+        self.episode_limit = min(self.max_steps, self.step_limit or self.max_steps)
         self.action_names = tuple(actions)
         self.train_gym_ids = tuple(train_gym_ids or (gym_id,))
         self.max_reward = 1.0  # MiniGrid pays 1 - 0.9 * steps / max_steps on reaching the goal
 
-    def make_env(self, gym_id: str | None = None) -> gym.Env:
-        """The policy-facing env: flat scaled image in, the configured action subset out."""
+    def make_env(self, gym_id: str | None = None, capped: bool = True) -> gym.Env:
+        """The policy-facing env: flat scaled image in, the configured action subset out; `gym_id`
+        with `max_steps` and, if `capped`, cut after `step_limit` steps (reward untouched)."""
         gid = gym_id or self.gym_id
-        limit = {"max_steps": self.max_steps} if gid == self.gym_id else {}
+        own = gid == self.gym_id
+        limit = {"max_steps": self.own_max_steps} if own and self.own_max_steps else {}
         env = gym.make(gid, disable_env_checker=True, **limit)
+        if own and capped and self.step_limit is not None:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps=self.step_limit)
         return ActionSubset(EgoImageObs(env), self.action_names, ACTION_INDEX)
 
     def make_training_env(self, index: int) -> gym.Env:
-        return self.make_env(self.train_gym_ids[index % len(self.train_gym_ids)])
+        return self.make_env(self.train_gym_ids[index % len(self.train_gym_ids)], capped=False)
 
     def episode(self, seed: int) -> MiniGridEpisode:
         return MiniGridEpisode(self, seed)
 
     def __repr__(self) -> str:
-        return f"MiniGridTask({self.name!r}, {self.gym_id!r}, max_steps={self.max_steps})"
+        return (
+            f"MiniGridTask({self.name!r}, {self.gym_id!r}, max_steps={self.max_steps}, "
+            f"step_limit={self.step_limit})"
+        )
 
 
 class MiniGridEpisode(Episode):
@@ -244,7 +281,7 @@ class MiniGridEpisode(Episode):
             width=grid.width,
             height=grid.height,
             step=self.steps,
-            max_steps=self.task.max_steps,
+            max_steps=self.task.episode_limit,
         )
 
     # -- expert and outcome ----------------------------------------------------------------------

@@ -1,14 +1,92 @@
 """The actor-critic network with MC dropout (ASK / ASK+): dropout after every hidden activation of
 the policy and value MLPs, and nowhere else, so that keeping it on at inference gives the
-stochastic forward passes that `benchmark.uncertainty` turns into entropies."""
+stochastic forward passes that `benchmark.uncertainty` turns into entropies.
+
+`policy=ppo_cnn` (the feedback paper's RL baseline) puts `MinigridFeaturesExtractor` in front of
+the same MLPs: a CNN over the 7x7x3 egocentric image instead of SB3's flatten."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
+
+from benchmark.envs.minigrid_nav import IMAGE_SCALE, VIEW
+
+EXTRACTORS = ("flat", "minigrid_cnn")
+IMAGE_NORMALIZATIONS = ("sb3", "per_channel")
+
+
+class MinigridFeaturesExtractor(BaseFeaturesExtractor):
+    """The MiniGrid docs' CNN that the feedback paper used (Appendix B): Conv2d 16 -> 32 -> 64
+    with 2x2 kernels and ReLU, flattened, then Linear -> `features_dim` and ReLU.
+
+    It reads the suite's flat observation (the 7x7x3 image in (view x, view y, channel) order,
+    each channel divided by its largest index) and rebuilds the channels-first image SB3's
+    VecTransposeImage would give, (3, x, y). `normalization`: 'sb3' feeds the raw MiniGrid
+    indices divided by 255, what CnnPolicy's normalize_images does to MiniGrid's uint8 image (the
+    paper's input); 'per_channel' keeps the suite's [0, 1] per-channel scaling."""
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box,
+        features_dim: int = 128,
+        normalization: str = "sb3",
+    ) -> None:
+        n = int(np.prod(observation_space.shape))
+        if n != VIEW * VIEW * len(IMAGE_SCALE):
+            raise ValueError(
+                f"minigrid_cnn needs the flat {VIEW}x{VIEW}x{len(IMAGE_SCALE)} MiniGrid image, "
+                f"got observation shape {observation_space.shape}"
+            )
+        if normalization not in IMAGE_NORMALIZATIONS:
+            raise ValueError(f"normalization={normalization!r}: allowed {IMAGE_NORMALIZATIONS}")
+        super().__init__(observation_space, features_dim)
+        self.normalization = normalization
+        scale = IMAGE_SCALE / 255.0 if normalization == "sb3" else np.ones_like(IMAGE_SCALE)
+        self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32).view(1, 3, 1, 1))
+        self.cnn = nn.Sequential(
+            nn.Conv2d(len(IMAGE_SCALE), 16, (2, 2)),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, (2, 2)),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, (2, 2)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flatten = self.cnn(torch.zeros(1, len(IMAGE_SCALE), VIEW, VIEW)).shape[1]
+        self.linear = nn.Sequential(nn.Linear(n_flatten, features_dim), nn.ReLU())
+
+    def image(self, observations: torch.Tensor) -> torch.Tensor:
+        """(B, 147) flat observations -> (B, 3, 7, 7) channels-first, normalized."""
+        x = observations.reshape(-1, VIEW, VIEW, len(IMAGE_SCALE)).permute(0, 3, 1, 2)
+        return x * self.scale
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(self.image(observations)))
+
+
+def policy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """SB3 `policy_kwargs` for DropoutActorCriticPolicy from a policy config: `net_arch`,
+    `dropout` and, with `extractor: minigrid_cnn`, the CNN features extractor (`features_dim`,
+    `image_normalization`). Configs without `extractor` (ppo_dropout) get SB3's flatten."""
+    kwargs: dict[str, Any] = {"net_arch": cfg["net_arch"], "dropout": float(cfg["dropout"])}
+    extractor = cfg.get("extractor", "flat")
+    if extractor not in EXTRACTORS:
+        raise ValueError(f"policy.extractor={extractor!r}: allowed {EXTRACTORS}")
+    if extractor == "minigrid_cnn":
+        kwargs["features_extractor_class"] = MinigridFeaturesExtractor
+        kwargs["features_extractor_kwargs"] = {
+            "features_dim": int(cfg.get("features_dim", 128)),
+            "normalization": str(cfg.get("image_normalization", "sb3")),
+        }
+    return kwargs
 
 
 class DropoutMlpExtractor(nn.Module):

@@ -22,7 +22,7 @@ from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmark.envs.base import Task
-from benchmark.policy.network import DropoutActorCriticPolicy
+from benchmark.policy.network import DropoutActorCriticPolicy, policy_kwargs
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def train(
             DropoutActorCriticPolicy,
             env,
             learning_rate=schedule,
-            policy_kwargs={"net_arch": cfg["net_arch"], "dropout": float(cfg["dropout"])},
+            policy_kwargs=policy_kwargs(cfg),
             device=cfg.get("device", "cpu"),
             verbose=0,
             **(cfg.get("ppo") or {}),
