@@ -399,13 +399,12 @@ class CpuBench:
                 if stats is not None:
                     asked = stats["hits"] + stats["misses"]
                     entry["hit_rate"] = stats["hits"] / asked if asked else 0.0
-                    entry["cache_rows"] = len(consultant.store)
-                    db = Path(paths.cache) / "responses.sqlite"
-                    entry["cache_bytes"] = sum(
-                        p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file()
-                    )
+                    store = consultant.store
+                    store.flush()  # publish the last few seconds' answers before measuring
+                    entry["cache_rows"] = len(store)
+                    entry["cache_bytes"] = store.disk_bytes()
                     entry["cache_max_entries"] = int(slm.cache_max_entries)
-                    entry["cache_row_bytes_estimate"] = row_bytes_estimate(db)
+                    entry["cache_row_bytes_estimate"] = store.row_bytes_estimate()
                 out[key] = entry
             finally:
                 evaluation.close()
@@ -623,19 +622,6 @@ def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:
         "queries_per_s": queries / wall,
         "ir": queries / max(1, decisions),
     }
-
-
-def row_bytes_estimate(db: Path) -> float:
-    """Mean bytes one cached answer takes: its columns plus the primary-key and last-access
-    index entries (the file size of a small cache is mostly fixed SQLite/WAL overhead)."""
-    import sqlite3
-
-    with sqlite3.connect(str(db)) as conn:
-        (avg,) = conn.execute(
-            "SELECT AVG(2 * LENGTH(key) + LENGTH(identity) + LENGTH(text) + 48 + 8 + 16)"
-            " FROM responses"
-        ).fetchone()
-    return float(avg or 0.0)
 
 
 def sizes_dict(sizes: Sizes) -> dict[str, Any]:

@@ -16,13 +16,15 @@ __all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make
 
 
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
-    """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache at
-    `<paths.cache>/responses.sqlite` (capped at `slm.cache_max_entries` rows). Backends that
-    declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never wrapped."""
+    """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache in
+    `<paths.cache>/responses/` (capped at `slm.cache_max_entries` entries; a
+    `<paths.cache>/responses.sqlite` of earlier versions is migrated into it on first use).
+    Backends that declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never
+    wrapped."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, CachedConsultant
+    from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, LEGACY_NAME, CachedConsultant
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
         slm_cfg = OmegaConf.create(dict(slm_cfg))
@@ -35,9 +37,11 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
             f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
+        cache = Path(str(paths_cfg.cache))
         return CachedConsultant(
             backend,
-            Path(str(paths_cfg.cache)) / "responses.sqlite",
+            cache / "responses",
             max_entries=int(slm_cfg.get("cache_max_entries", DEFAULT_MAX_ENTRIES)),
+            legacy=cache / LEGACY_NAME,
         )
     return backend
