@@ -442,3 +442,100 @@ def test_ppo_cnn_reaches_the_papers_rl_row_on_empty_5x5(tmp_path):
     result = evaluate(load(d / "final.zip", task=task), task, DEFAULT_SPLITS.seeds("test", 100))
     print(f"\nPPO-CNN 30k on Empty-Random-5x5: {result}")
     assert result["success"] == 1.0 and result["reward"] > 0.9
+
+
+# -- what reproduces (issue 19) and training logs at a sane rate (issue 20) ---------------------
+
+
+def test_training_code_matches_its_recorded_version():
+    """TRAINING_VERSION is part of every checkpoint's hash; benchmark/policy/TRAINING_CODE records
+    the training code it stands for. A change of policy/train.py or policy/network.py (other than
+    comments, docstrings, formatting) fails here until it is re-recorded, after bumping
+    TRAINING_VERSION when the change can alter the weights (the message says how)."""
+    from benchmark.policy import provenance
+
+    problem = provenance.check()
+    assert problem is None, problem
+
+
+def test_training_code_digest_sees_code_not_comments(tmp_path, monkeypatch):
+    from benchmark.policy import provenance
+
+    for name in provenance.SOURCES:
+        (tmp_path / name).write_text((provenance.HERE / name).read_text())
+    base = provenance.training_code_digest(tmp_path)
+    assert base == provenance.training_code_digest()
+    train_py = tmp_path / "train.py"
+    source = train_py.read_text()
+    commented = source.replace(
+        '"""PPO training of the dropout policy', '"""A reworded docstring; PPO training', 1
+    ).replace("\nLR_SCHEDULES =", "\n# a new comment\n\n\nLR_SCHEDULES =", 1)
+    assert commented != source
+    train_py.write_text(commented)
+    assert provenance.training_code_digest(tmp_path) == base
+    train_py.write_text(source.replace("self.best = -np.inf", "self.best = 0.0", 1))
+    assert provenance.training_code_digest(tmp_path) != base
+    # what the test above says when the code changed without a new record
+    record = tmp_path / "TRAINING_CODE"
+    record.write_text(json.dumps({"training_version": 1, "digest": "0" * 64}))
+    monkeypatch.setattr(provenance, "RECORD", record)
+    message = provenance.check()
+    assert "bump TRAINING_VERSION in benchmark/policy/train.py" in message
+    assert "python -m benchmark.policy training-code --record" in message
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load(path).policy.state_dict()
+
+
+def test_same_machine_training_is_deterministic(task, tmp_path):
+    """Two trainings of one config on one machine: bit-identical weights of every checkpoint, the
+    same curve and checkpoints, and byte-identical evaluation files. (The zips themselves differ:
+    SB3 stores the save time in them, so each training is its own checkpoint SHA-256.)"""
+    from benchmark.job import run_job
+    from tests.conftest import compose_cfg
+
+    dirs = [ensure_dir(job_cfg(tmp_path / run), task)[0] for run in ("a", "b")]
+    a, b = dirs
+    names = sorted(p.name for p in a.glob("*.zip"))
+    assert names == sorted(p.name for p in b.glob("*.zip")) and "best.zip" in names
+    for name in names:
+        wa, wb = _weights(a / name), _weights(b / name)
+        assert wa.keys() == wb.keys()
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), name
+
+    def curve(d: Path) -> list[list[str]]:
+        return [line.split(",")[:3] for line in (d / "curve.csv").read_text().splitlines()]
+
+    assert curve(a) == curve(b) and len(curve(a)) >= 3
+    episodes = []
+    for run, d in zip("ab", dirs, strict=True):
+        over = ["env=empty5x5_random", "gate=never", "eval.n_episodes=20"]
+        cfg = compose_cfg(tmp_path / f"eval-{run}", *over, f"policy.path={d / 'final.zip'}")
+        summary = run_job(cfg, tmp_path / f"job-{run}", multirun=False)
+        cell = tmp_path / f"eval-{run}" / "cells" / summary["cell_hash"]
+        episodes.append((cell / "episodes.jsonl").read_bytes())
+    assert episodes[0] == episodes[1] and len(episodes[0].splitlines()) == 20
+
+
+def test_training_logs_at_a_bounded_rate(task, tmp_path, caplog):
+    """eval_freq 64 over 4096 steps is 64 validations: every one is a curve row and a log_fn
+    (W&B) row, but a log line comes at most every 5% of training, for each threshold checkpoint
+    and for the last evaluation."""
+    import logging
+
+    from benchmark.policy.train import LOG_EVERY
+
+    cfg = job_cfg(tmp_path, total_timesteps=4096, eval_freq=64, thresholds=[0.0, 0.99]).policy
+    rows: list[dict] = []
+    with caplog.at_level(logging.INFO, logger="benchmark.policy.train"):
+        train(task, cfg, tmp_path / "run", log_fn=rows.append)
+    lines = [r.getMessage() for r in caplog.records if "PPO eval at" in r.getMessage()]
+    curve = (tmp_path / "run" / "curve.csv").read_text().splitlines()[1:]
+    assert len(rows) == len(curve) >= 64
+    bound = int(1 / LOG_EVERY) + 1 + len(cfg.thresholds) + 1
+    assert 2 <= len(lines) <= bound, lines
+    assert lines[0].startswith(f"PPO eval at {rows[0]['timesteps']} steps")
+    assert lines[-1].startswith(f"PPO eval at {rows[-1]['timesteps']} steps (100%)")
+    assert any("saved r000" in line for line in lines)  # a threshold checkpoint is always said
+    assert all("best" in line for line in lines)

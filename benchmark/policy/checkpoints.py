@@ -24,6 +24,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
+from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
 from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
@@ -32,8 +33,8 @@ log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
-# keys that do not change the trained weights
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path")
+# keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
+UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path", "source", "revision")
 
 
 class CheckpointError(RuntimeError):
@@ -82,7 +83,7 @@ def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
     version) to its new name, once. Only with the default splits: the old hash did not record
     which validation seeds picked `best`, and the default ones are all the presets ever used."""
     old = ckpt_dir.parent / f"{cfg.env.name}-{legacy_config_hash(cfg)}"
-    if old == ckpt_dir or not _intact(old):
+    if old == ckpt_dir or not intact(old):
         return False
     if splits != DEFAULT_SPLITS:
         log.warning(
@@ -113,25 +114,26 @@ def check_name(name: str) -> str:
     return name
 
 
-def _sort_key(name: str) -> tuple[int, str]:
+def sort_key(name: str) -> tuple[int, str]:
     return ({"final": 0, "best": 1}.get(name, 2), name)
 
 
-def _manifest(ckpt_dir: Path) -> dict[str, Any] | None:
+def manifest(ckpt_dir: Path) -> dict[str, Any] | None:
+    """The COMPLETE manifest ({"checkpoints": {name: sha256}}), None when absent or corrupt."""
     try:
         return json.loads((ckpt_dir / MARKER).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _intact(ckpt_dir: Path) -> bool:
+def intact(ckpt_dir: Path) -> bool:
     """Complete (marker written after the final model) and every zip still matches its sha256."""
-    manifest = _manifest(ckpt_dir)
-    if manifest is None:
+    recorded = manifest(ckpt_dir)
+    if recorded is None:
         return False
     return all(
         (ckpt_dir / f"{n}.zip").is_file() and file_sha256(ckpt_dir / f"{n}.zip") == h
-        for n, h in manifest["checkpoints"].items()
+        for n, h in recorded["checkpoints"].items()
     )
 
 
@@ -144,11 +146,11 @@ def ensure_dir(
     """The complete checkpoint directory for `cfg`, training it first if needed (once across
     processes). Returns (directory, whether this call trained)."""
     ckpt_dir = checkpoint_dir(cfg, splits)
-    if _intact(ckpt_dir):
+    if intact(ckpt_dir):
         return ckpt_dir, False
     ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(ckpt_dir) + ".lock"):
-        if _intact(ckpt_dir) or _adopt_legacy(cfg, ckpt_dir, splits):
+        if intact(ckpt_dir) or _adopt_legacy(cfg, ckpt_dir, splits):
             return ckpt_dir, False
         if ckpt_dir.exists():
             log.warning(
@@ -172,6 +174,8 @@ def ensure_dir(
             },
             ckpt_dir / "config.json",
         )
+        # the machine and versions, for policy bundles (benchmark.policy.bundle)
+        write_json_atomic(system_info(), ckpt_dir / "system.json")
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
         train(task, cfg.policy, ckpt_dir, log_fn=log_fn, splits=splits)
         files = {p.stem: file_sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
@@ -196,12 +200,12 @@ def ensure(
 def resolve(ckpt_dir: Path, name: str) -> Path:
     """The verified zip for `name` in a complete directory."""
     check_name(name)
-    manifest = _manifest(ckpt_dir)
-    if manifest is None:
+    recorded = manifest(ckpt_dir)
+    if recorded is None:
         raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
-    files: dict[str, str] = manifest["checkpoints"]
+    files: dict[str, str] = recorded["checkpoints"]
     if name not in files:
-        available = ", ".join(sorted(files, key=_sort_key)) or "none"
+        available = ", ".join(sorted(files, key=sort_key)) or "none"
         raise CheckpointError(
             f"policy.checkpoint={name} does not exist for {ckpt_dir.name}: available {available}"
             " (a reward threshold is saved only if validation reached it)"

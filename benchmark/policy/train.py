@@ -31,6 +31,10 @@ LR_SCHEDULES = ("linear", "constant")
 # PPO kwargs set from top-level policy keys; `seed` would make SB3 reset envs with seeds 0,1,..
 MANAGED_PPO_KWARGS = {"seed", "learning_rate", "policy_kwargs", "device", "env", "policy"}
 CURVE_FIELDS = ("timesteps", "eval_reward", "eval_success", "wall_seconds")
+# A validation log line at most every this fraction of training, whatever eval_freq is, plus one
+# for each threshold checkpoint written and the last evaluation; every evaluation is still a row
+# of curve.csv and a log_fn (W&B) call.
+LOG_EVERY = 0.05
 # Part of every checkpoint's identity: bump it with any change here or in policy/network.py that
 # changes the weights a config trains to, so no cached checkpoint of older code is reused.
 TRAINING_VERSION = 1
@@ -99,8 +103,10 @@ def write_json_atomic(data: dict[str, Any], path: Path) -> None:
 
 
 class ThresholdCheckpoints(BaseCallback):
-    """Every `eval_freq` env steps: validate, log a curve row, save `best.zip` on a new best and
-    `rNNN.zip` + `rNNN.json` the first time the mean reward reaches each threshold."""
+    """Every `eval_freq` env steps: validate, write a curve row (and hand it to `log_fn`), save
+    `best.zip` on a new best and `rNNN.zip` + `rNNN.json` the first time the mean reward reaches
+    each threshold. A log line at most every LOG_EVERY of `total_timesteps`, and for each
+    threshold checkpoint and the last evaluation (`final`)."""
 
     def __init__(
         self,
@@ -110,6 +116,7 @@ class ThresholdCheckpoints(BaseCallback):
         eval_freq: int,
         validation_seeds: list[int],
         log_fn: Callable[[dict[str, Any]], None] | None,
+        total_timesteps: int = 0,
     ) -> None:
         super().__init__()
         self.task, self.out_dir, self.eval_freq = task, out_dir, eval_freq
@@ -117,9 +124,13 @@ class ThresholdCheckpoints(BaseCallback):
         self.pending = sorted(float(t) for t in thresholds)
         self.log_fn = log_fn
         self.best = -np.inf
+        self.best_at = 0
         self.next_eval = eval_freq
         self.start = time.monotonic()
         self.last_row: dict[str, Any] | None = None
+        self.total = int(total_timesteps)
+        self.log_step = max(1, int(self.total * LOG_EVERY))
+        self.logged_at: int | None = None  # timesteps of the last log line
 
     def _on_step(self) -> bool:
         if self.num_timesteps >= self.next_eval:
@@ -128,7 +139,7 @@ class ThresholdCheckpoints(BaseCallback):
             self.evaluate_and_save()
         return True
 
-    def evaluate_and_save(self) -> dict[str, Any]:
+    def evaluate_and_save(self, final: bool = False) -> dict[str, Any]:
         result = evaluate(self.model, self.task, self.seeds)
         row = {
             "timesteps": int(self.num_timesteps),
@@ -144,20 +155,37 @@ class ThresholdCheckpoints(BaseCallback):
                 writer.writeheader()
             writer.writerow(row)
         if row["eval_reward"] > self.best:
-            self.best = row["eval_reward"]
+            self.best, self.best_at = row["eval_reward"], row["timesteps"]
             self.save("best", row, threshold=None)
+        saved = []
         while self.pending and row["eval_reward"] >= self.pending[0]:
-            self.save(checkpoint_name(self.pending.pop(0)), row, threshold=True)
-        log.info(
-            "PPO eval at %d steps: reward %.3f, %s %.2f",
-            row["timesteps"],
-            row["eval_reward"],
-            self.task.metric,
-            row["eval_success"],
-        )
+            saved.append(checkpoint_name(self.pending.pop(0)))
+            self.save(saved[-1], row, threshold=True)
+        self.log_line(row, saved, final)
         if self.log_fn is not None:
             self.log_fn(dict(row))
         return row
+
+    def log_line(self, row: dict[str, Any], saved: list[str], final: bool) -> None:
+        """One validation line when a threshold checkpoint was written, at the last evaluation,
+        or when LOG_EVERY of training passed since the last line (the first evaluation too)."""
+        steps = row["timesteps"]
+        due = self.logged_at is None or steps - self.logged_at >= self.log_step
+        if not (due or saved or final):
+            return
+        self.logged_at = steps
+        share = f" ({100 * steps / self.total:.0f}%)" if self.total else ""
+        log.info(
+            "PPO eval at %d steps%s: reward %.3f, %s %.2f; best %.3f at %d steps%s",
+            steps,
+            share,
+            row["eval_reward"],
+            self.task.metric,
+            row["eval_success"],
+            self.best,
+            self.best_at,
+            f"; saved {', '.join(saved)}" if saved else "",
+        )
 
     def save(self, name: str, row: dict[str, Any], threshold: bool | None) -> None:
         save_atomic(self.model, self.out_dir / f"{name}.zip")
@@ -224,6 +252,7 @@ def train(
             int(cfg["eval_freq"]),
             splits.seeds("validation", int(cfg["eval_episodes"])),
             log_fn,
+            total_timesteps=int(cfg["total_timesteps"]),
         )
         try:
             model.learn(
@@ -235,7 +264,9 @@ def train(
             env.close()
         # the final evaluation may still cross thresholds and set a new best
         if callback.last_row is None or callback.last_row["timesteps"] != model.num_timesteps:
-            callback.evaluate_and_save()
+            callback.evaluate_and_save(final=True)
+        elif callback.logged_at != model.num_timesteps:  # the last evaluation's line
+            callback.log_line(callback.last_row, [], final=True)
         row = dict(callback.last_row or {})
         save_atomic(model, out / "final.zip")
         write_json_atomic({"name": "final", **row}, out / "final.json")
