@@ -35,10 +35,18 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from benchmark.evaluate import StepEvent
 
 STEPS_FILE = "steps.jsonl.gz"
+
+
+def _f32(x: float | None) -> float | None:
+    """A float32 entropy as its shortest round-trip decimal (about half the digits of float64's
+    repr, the same value)."""
+    return None if x is None else float(str(np.float32(x)))
 
 
 def _judge(action: int | None, optimal: set[int] | None) -> bool | None:
@@ -54,7 +62,7 @@ def step_record(event: StepEvent) -> dict[str, Any]:
     optimal = set(optimal) if optimal else None  # an empty set: the expert has no answer
     decision = event.decision
     consultant = None if decision is None or decision.action is None else int(decision.action)
-    total, aleatoric, epistemic = event.uncertainty or (None, None, None)
+    total, aleatoric, epistemic = (_f32(u) for u in event.uncertainty or (None, None, None))
     ppo = None if event.ppo_action is None else int(event.ppo_action)
     record: dict[str, Any] = {
         "seed": int(ep.seed),
