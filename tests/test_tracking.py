@@ -256,7 +256,7 @@ def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
     runs = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 2
     light = [read_run(r) for r in runs]
-    reused = [r for r in light if r["group"] == "second"]
+    reused = [r for r in light if r.get("group") == "second"]
     assert len(reused) == 1 and reused[0]["summary"]["reused"] is True
     assert reused[0]["summary"]["reward_mean"] == first["reward_mean"]
     assert reused[0]["config"]["method"] == "Oracle"
