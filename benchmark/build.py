@@ -62,16 +62,33 @@ def policy_checkpoint(
     train: bool = True,
     log_fn: Callable[[dict], None] | None = None,
 ) -> Path | None:
-    """A checkpoint the user gave (`policy.path`; SB3 zips hold pickles: only load files you
-    trust), else the suite's own cache, trained once if missing (None when `train` is False and
-    it is not trained yet)."""
+    """A checkpoint from elsewhere, else the suite's own cache, trained once if missing (None
+    when `train` is False and it is not trained yet). From elsewhere (SB3 zips hold pickles: only
+    load files you trust):
+    - `policy.path=<file.zip>`: that SB3 PPO zip;
+    - `policy.path=<dir>`: an exported policy bundle (`python -m benchmark.policy export`) or one
+      policy directory of it; `policy.checkpoint` (best, final, rNNN, tK) picks the zip, and in a
+      bundle the policy of this recipe, else of `env.name` and `policy.seed`;
+    - `policy.source=<hub repo id>` (+ `policy.revision`, a commit to pin it): the same bundle
+      from the Hugging Face hub, read from the HF cache first (offline), downloaded only when
+      it is not there and HF_HUB_OFFLINE is unset."""
     from benchmark.policy.checkpoints import checkpoint_dir, ensure, resolve
 
+    if cfg.policy.get("source"):
+        from benchmark.policy.bundle import bundle_checkpoint, fetch
+
+        local = fetch(str(cfg.policy.source), cfg.policy.get("revision"))
+        return bundle_checkpoint(local, cfg, splits)
     if cfg.policy.get("path"):
         path = Path(cfg.policy.path).expanduser()
+        if path.is_dir():
+            from benchmark.policy.bundle import bundle_checkpoint
+
+            return bundle_checkpoint(path, cfg, splits)
         if not path.is_file():
             raise FileNotFoundError(
-                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip"
+                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip or an exported "
+                "policy directory (python -m benchmark.policy export)"
             )
         return path
     if train:

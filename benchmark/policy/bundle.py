@@ -1,0 +1,537 @@
+"""Policy bundles: trained PPO policies exported to a self-describing directory that the Hugging
+Face hub accepts as a model repository (`hf upload <repo> <dir>` publishes it), and used back
+with `policy.path=<dir>` or `policy.source=<repo id>` (+ `policy.revision`).
+
+A bundle:
+
+    README.md                 model card (YAML metadata: library_name stable-baselines3, tags,
+                              model-index with the test results), what each policy is, how to use it
+    bundle.json               the index: format, one entry per policy (env, seed, recipe hash,
+                              checkpoints with their SHA-256 and validation score, test results)
+    <env>-s<seed>-<hash>/     one trained policy, the checkpoint cache's directory as it was:
+        best.zip final.zip rNNN.zip   SB3 PPO zips (huggingface_sb3's `<name>.zip`), byte for byte
+        best.json final.json ...      when each was saved and its validation score
+        curve.csv                     the validation learning curve
+        config.json                   the resolved training config (env + policy recipe, validation
+                                      split, TRAINING_VERSION) and its hash `config_hash`
+        results.json                  test metrics with 95% CIs from the PPO-only cells of the
+                                      results root (huggingface_sb3's mean_reward, std_reward, ...)
+        system.json                   machine and package versions it was trained with
+        COMPLETE                      SHA-256 of every zip, checked on every load
+
+The zips are copied unchanged, so a cell evaluated from the bundle has the same checkpoint
+SHA-256, hence the same cell identity and byte-identical episodes, as one evaluated from the
+cache that trained it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from benchmark import results
+from benchmark.policy.checkpoints import (
+    MARKER,
+    CheckpointError,
+    config_hash,
+    intact,
+    manifest,
+    resolve,
+    sort_key,
+)
+from benchmark.policy.provenance import system_info
+from benchmark.seeds import DEFAULT_SPLITS, Splits
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ask-benchmark-policies/1"
+INDEX = "bundle.json"
+CARD = "README.md"
+SYSTEM = "system.json"  # written beside the zips at training time (checkpoints.ensure_dir)
+NEVER_GATE = "benchmark.gates.NeverGate"
+# a cell's summary fields copied into results.json (those present)
+RESULT_FIELDS = tuple(
+    f"{m}_{s}"
+    for m in ("reward", "success", "accuracy", "length")
+    for s in ("mean", "ci95_low", "ci95_high")
+)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One policy to export: its complete checkpoint directory and the checkpoint the job used
+    (the model card's headline; None: best, else final)."""
+
+    directory: Path
+    checkpoint: str | None = None
+
+
+# ----------------------------------------------------------------------------- export
+def policy_name(config: dict[str, Any], ckpt_dir: Path) -> str:
+    """`<env>-s<seed>-<recipe hash>`: readable and unique within a bundle."""
+    return f"{config['env']['name']}-s{config['policy']['seed']}-{ckpt_dir.name.rsplit('-', 1)[-1]}"
+
+
+def evaluations(root: Path | None, sha256s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """Per checkpoint name, the complete PPO-only cells under `root/cells` that evaluated it (by
+    the checkpoint file's SHA-256), test split first, then larger first."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    if root is None or not (Path(root) / "cells").is_dir():
+        return found
+    by_sha = {sha: name for name, sha in sha256s.items()}
+    for cell_json in sorted((Path(root) / "cells").glob("*/cell.json")):
+        identity = (results.read_json(cell_json) or {}).get("identity", {})
+        sha = (identity.get("policy") or {}).get("checkpoint_sha256")
+        if sha not in by_sha or (identity.get("gate") or {}).get("_target_") != NEVER_GATE:
+            continue
+        done = results.complete_cell(cell_json.parent)
+        if done is None:
+            continue
+        summary, episodes = done
+        rewards = [float(e["reward"]) for e in episodes]
+        found.setdefault(by_sha[sha], []).append(
+            {
+                "cell_hash": cell_json.parent.name,
+                "cell": summary.get("cell"),
+                "env": summary.get("env"),
+                "metric": summary.get("metric"),
+                "split": summary.get("split"),
+                "seeds": summary.get("seeds"),  # [first, last, count]
+                "evaluation_seed": identity.get("seed"),
+                "n_episodes": len(episodes),
+                "std_reward": statistics.pstdev(rewards) if rewards else None,
+                **{k: summary[k] for k in RESULT_FIELDS if k in summary},
+            }
+        )
+    for rows in found.values():
+        rows.sort(key=lambda r: (r["split"] != "test", -r["n_episodes"], r["cell_hash"]))
+    return found
+
+
+def _results_json(
+    env: dict[str, Any], headline: str, evals: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """huggingface_sb3's results.json fields for the headline checkpoint (when it was evaluated),
+    and every evaluation found, by checkpoint."""
+    out: dict[str, Any] = {"env_id": env_id(env), "checkpoint": headline}
+    main = (evals.get(headline) or [None])[0]
+    if main is not None:
+        out.update(
+            mean_reward=main["reward_mean"],
+            std_reward=main["std_reward"],
+            n_evaluation_episodes=main["n_episodes"],
+            split=main["split"],
+        )
+    out["evaluations"] = evals
+    return out
+
+
+def env_id(env: dict[str, Any]) -> str:
+    """The environment's public id: the Gymnasium id for MiniGrid tasks, else the suite's name."""
+    return str((env.get("task") or {}).get("gym_id") or env.get("label") or env["name"])
+
+
+def _headline(selected: Selected, names: Iterable[str]) -> str:
+    names = list(names)
+    if selected.checkpoint in names:
+        return selected.checkpoint
+    return "best" if "best" in names else "final"
+
+
+def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str, Any]:
+    """Copy one complete checkpoint directory into `out/<name>/` with its config hash, results
+    and system; returns its bundle.json entry."""
+    src = Path(selected.directory)
+    if not intact(src):
+        raise CheckpointError(
+            f"{src} is not a complete checkpoint directory (no {MARKER}, or a zip that no longer "
+            "matches its SHA-256): train it first"
+        )
+    sha256s: dict[str, str] = dict((manifest(src) or {})["checkpoints"])
+    config = json.loads((src / "config.json").read_text())
+    config["config_hash"] = src.name.rsplit("-", 1)[-1]
+    config["checkpoint_dir"] = src.name
+    name = policy_name(config, src)
+    dest = out / name
+    tmp = out / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = sorted(sha256s, key=sort_key)
+    metas = {}
+    for ckpt in names:
+        shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
+        if (src / f"{ckpt}.json").is_file():
+            shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
+            metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
+    if (src / "curve.csv").is_file():
+        shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
+    system = results.read_json(src / SYSTEM) or {
+        "unknown": "trained before checkpoint directories recorded their machine and versions"
+    }
+    headline = _headline(selected, names)
+    evals = evaluations(root, sha256s)
+    results.write_json(tmp / "config.json", config)
+    results.write_json(tmp / SYSTEM, system)
+    results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
+    results.write_json(tmp / MARKER, {"checkpoints": sha256s})  # last: marks it complete
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return {
+        "name": name,
+        "env": config["env"]["name"],
+        "env_id": env_id(config["env"]),
+        "env_label": config["env"].get("label") or config["env"]["name"],
+        "metric": config["env"].get("metric", "success"),
+        "seed": int(config["policy"]["seed"]),
+        "config_hash": config["config_hash"],
+        "training_version": config.get("training_version"),
+        "total_timesteps": config["policy"].get("total_timesteps"),
+        "headline": headline,
+        "checkpoints": {
+            c: {
+                "sha256": sha256s[c],
+                "timesteps": metas.get(c, {}).get("timesteps"),
+                "validation_reward": metas.get(c, {}).get("eval_reward"),
+                "validation_success": metas.get(c, {}).get("eval_success"),
+            }
+            for c in names
+        },
+        "test": {c: rows[0] for c, rows in evals.items()},  # the headline rows of the card
+        "trained_with": {k: system.get(k) for k in ("cpu", "torch_cpu_capability", "packages")},
+    }
+
+
+def export(
+    selected: Iterable[Selected | Path],
+    out: str | Path,
+    root: str | Path | None = None,
+    *,
+    title: str | None = None,
+    command: str | None = None,
+) -> Path:
+    """Export policies into the bundle `out` (created, or extended: a policy already there is
+    replaced, the others kept), then rewrite bundle.json and the model card. `root`: the results
+    root whose PPO-only cells give the test metrics."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    index = results.read_json(out / INDEX) or {}
+    entries = {e["name"]: e for e in index.get("policies", [])}
+    for item in selected:
+        item = item if isinstance(item, Selected) else Selected(Path(item))
+        entry = export_policy(item, out, Path(root) if root else None)
+        entries[entry["name"]] = entry
+        log.info("exported %s into %s", item.directory, out / entry["name"])
+    index = {
+        "format": FORMAT,
+        "title": title or index.get("title") or out.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command or index.get("command"),
+        "exported_with": system_info(),
+        "policies": [entries[k] for k in sorted(entries)],
+    }
+    results.write_json(out / INDEX, index)
+    results.write_text_atomic(out / CARD, model_card(index))
+    return out
+
+
+# ----------------------------------------------------------------------------- model card
+def _fmt(row: dict[str, Any], metric: str) -> str:
+    if f"{metric}_mean" not in row:
+        return ""
+    return (
+        f"{row[f'{metric}_mean']:.3f} [{row[f'{metric}_ci95_low']:.2f}, "
+        f"{row[f'{metric}_ci95_high']:.2f}]"
+    )
+
+
+def _steps(n: Any) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def card_metadata(index: dict[str, Any]) -> dict[str, Any]:
+    """The model card's YAML: what the hub indexes (library, tags, model-index results)."""
+    policies = index["policies"]
+    tags = ["reinforcement-learning", "deep-reinforcement-learning", "stable-baselines3", "ppo"]
+    tags += sorted({p["env_id"] for p in policies})
+    meta: dict[str, Any] = {"library_name": "stable-baselines3", "tags": tags}
+    found = []
+    for p in policies:
+        row = p["test"].get(p["headline"])
+        if row is None:
+            continue
+        metrics = [
+            {
+                "type": "mean_reward",
+                "value": round(float(row["reward_mean"]), 3),
+                "name": f"mean_reward {p['name']}/{p['headline']}",
+                "verified": False,
+            }
+        ]
+        metric = p["metric"]
+        if f"{metric}_mean" in row:
+            metrics.append(
+                {
+                    "type": metric,
+                    "value": round(float(row[f"{metric}_mean"]), 3),
+                    "name": f"{metric} {p['name']}/{p['headline']}",
+                    "verified": False,
+                }
+            )
+        found.append(
+            {
+                "task": {"type": "reinforcement-learning", "name": "reinforcement-learning"},
+                "dataset": {"type": p["env_id"], "name": p["env_label"]},
+                "metrics": metrics,
+            }
+        )
+    if found:
+        meta["model-index"] = [{"name": index["title"], "results": found}]
+    return meta
+
+
+def model_card(index: dict[str, Any]) -> str:
+    """README.md: metadata, then what each policy is, its scores and how to use it."""
+    policies = index["policies"]
+    first = policies[0] if policies else {"env": "<env>", "seed": 0, "name": "<policy>"}
+    lines = [
+        "---",
+        yaml.safe_dump(card_metadata(index), sort_keys=False).rstrip(),
+        "---",
+        "",
+        f"# {index['title']}: PPO policies (MC-dropout actor-critic)",
+        "",
+        "PPO policies trained by the ASK benchmark suite (Stable-Baselines3 PPO with dropout after "
+        "every hidden activation of the actor and critic MLPs). Every ASK / ASK+ number is "
+        "relative to a PPO policy: these are the exact policies behind a results table, so that "
+        "others can evaluate against the same ones.",
+        "",
+        "| policy | env | seed | steps | checkpoints | test reward | test success / accuracy |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in policies:
+        row = p["test"].get(p["headline"]) or {}
+        split = f" ({row['split']}, {row['n_episodes']} ep.)" if row else ""
+        lines.append(
+            f"| `{p['name']}` ({p['headline']}) | {p['env_label']} | {p['seed']} "
+            f"| {_steps(p['total_timesteps'])} | {', '.join(p['checkpoints'])} "
+            f"| {_fmt(row, 'reward') or 'not evaluated'}{split} | {_fmt(row, p['metric'])} |"
+        )
+    lines += [
+        "",
+        "Test metrics: deterministic actions, dropout off, on the suite's test seeds; 95% "
+        "bootstrap CIs in brackets (each policy's `results.json` has every evaluation found, per "
+        "checkpoint).",
+        "",
+        "## Use",
+        "",
+        "With the ASK benchmark suite (the `benchmark` package), from a copy of this directory "
+        "or from the hub (read from the Hugging Face cache first, pinned by revision):",
+        "",
+        "```bash",
+        f"python -m benchmark env={first['env']} policy.seed={first['seed']} "
+        "policy.path=<this directory> gate=never",
+        f"python -m benchmark env={first['env']} policy.seed={first['seed']} "
+        "policy.source=<user>/<repo> policy.revision=<commit> gate=never",
+        "```",
+        "",
+        "In a bundle the policy is picked by `env` and `policy.seed` (the one of exactly the "
+        "job's recipe first); `policy.path` may also name one policy directory. "
+        "`policy.checkpoint` picks `best`, `final` or a reward-threshold checkpoint `rNNN` (or "
+        "`tK`) inside it, as with the suite's own cache. Each checkpoint is a plain SB3 zip, "
+        "loadable with `huggingface_sb3` (unpickling it needs the suite's "
+        "`benchmark.policy.DropoutActorCriticPolicy`):",
+        "",
+        "```python",
+        "from huggingface_sb3 import load_from_hub",
+        "from benchmark.policy import load",
+        f'model = load(load_from_hub("<user>/<repo>", "{first["name"]}/best.zip"))',
+        "```",
+        "",
+        "SB3 zips contain pickles: load only files you trust.",
+        "",
+        "## Files",
+        "",
+        "Each `<env>-s<seed>-<hash>/` holds the SB3 zips (`best` = best validation reward, "
+        "`final` = last weights, `rNNN` = first to reach validation reward NNN/100), their "
+        "`.json` metas, the validation learning curve `curve.csv`, the resolved training config "
+        "with its hash `config.json`, the test metrics `results.json`, the machine and package "
+        "versions it was trained with `system.json`, and `COMPLETE` (SHA-256 of every zip, "
+        "checked on every load). `bundle.json` indexes them.",
+        "",
+        "## Reproducibility",
+        "",
+        "Training is deterministic on one machine with the same package versions: the same "
+        "config gives bit-identical weights and byte-identical evaluation files. Across machines "
+        "it is not: torch picks its CPU kernels by instruction set (AVX-512, AVX2, ...) and their "
+        "floating-point rounding differs, which PPO amplifies over a long training, so a "
+        "retrained policy is statistically equal over training seeds, not identical. Evaluating "
+        "these zips reproduces the published evaluation files exactly.",
+        "",
+        "| policy | trained with |",
+        "| --- | --- |",
+    ]
+    for p in policies:
+        tw = p.get("trained_with") or {}
+        pk = tw.get("packages") or {}
+        versions = ", ".join(f"{k} {v}" for k, v in pk.items() if v)
+        what = f"{tw.get('cpu') or 'unknown CPU'} ({tw.get('torch_cpu_capability') or '?'})"
+        lines.append(f"| `{p['name']}` | {what}; {versions or 'versions not recorded'} |")
+    if index.get("command"):
+        lines += ["", f"Exported with `{index['command']}`."]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- import
+def _read_index(directory: Path) -> dict[str, Any] | None:
+    index = results.read_json(directory / INDEX)
+    if index is not None and not str(index.get("format", "")).startswith(FORMAT.split("/")[0]):
+        raise CheckpointError(f"{directory / INDEX} is not a policy bundle index")
+    return index
+
+
+def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
+    """The policy directory inside a bundle (or `directory` itself when it is one policy) that
+    `cfg` asks for: the policy trained with exactly `cfg`'s recipe (same hash), else the one for
+    `env.name` and `policy.seed`."""
+    directory = Path(directory)
+    if (directory / MARKER).is_file():
+        return directory
+    index = _read_index(directory)
+    if index is None:
+        raise CheckpointError(
+            f"policy.path={str(directory)!r} is a directory but neither an exported policy (no "
+            f"{MARKER}) nor a bundle (no {INDEX}): give an SB3 .zip, a bundle, or one of its "
+            "policy directories"
+        )
+    policies = index.get("policies", [])
+    want = config_hash(cfg, splits)
+    exact = [p for p in policies if p["config_hash"] == want]
+    if len(exact) == 1:
+        return directory / exact[0]["name"]
+    env, seed = str(cfg.env.name), int(cfg.policy.seed)
+    same = [p for p in policies if p["env"] == env and int(p["seed"]) == seed]
+    if len(same) == 1:
+        log.warning(
+            "%s: no policy with this config's recipe (hash %s); using %s, the bundle's %s "
+            "policy of seed %d (recipe %s)",
+            directory,
+            want,
+            same[0]["name"],
+            env,
+            seed,
+            same[0]["config_hash"],
+        )
+        return directory / same[0]["name"]
+    available = ", ".join(p["name"] for p in policies) or "none"
+    raise CheckpointError(
+        f"bundle {directory} has {'several' if same else 'no'} policies for env={env} "
+        f"policy.seed={seed}: available {available}; set env and policy.seed to one of them, or "
+        f"policy.path={directory}/<policy>"
+    )
+
+
+def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
+    """The verified zip `policy.checkpoint` of the policy `cfg` asks for in a bundle directory."""
+    policy_dir = select_policy(directory, cfg, splits)
+    wanted = results.read_json(policy_dir / "config.json") or {}
+    trained_on = (wanted.get("env") or {}).get("task")
+    if trained_on is not None and trained_on != OmegaConf.to_container(cfg.env.task, resolve=True):
+        log.warning(
+            "%s was trained on env.task %s; this job's env.task differs (%s)",
+            policy_dir.name,
+            trained_on,
+            OmegaConf.to_container(cfg.env.task, resolve=True),
+        )
+    return resolve(policy_dir, str(cfg.policy.checkpoint))
+
+
+def fetch(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:
+    """The local snapshot of the hub repository `repo_id` at `revision` (a commit hash pins it;
+    a branch or tag is resolved through the cache's refs): from the Hugging Face cache when it is
+    there (no network), else downloaded into it unless HF_HUB_OFFLINE is set."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    kw = {"revision": revision, "cache_dir": str(cache_dir) if cache_dir else None}
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True, **kw))
+    except LocalEntryNotFoundError:
+        if constants.HF_HUB_OFFLINE:
+            raise CheckpointError(
+                f"policy.source={repo_id} (revision {revision or 'main'}) is not in the Hugging "
+                "Face cache and HF_HUB_OFFLINE is set: download it where there is network "
+                f"(`hf download {repo_id}" + (f" --revision {revision}" if revision else "") + "`)"
+                " and copy the cache, or use policy.path=<a local copy>"
+            ) from None
+    log.info("downloading policy bundle %s (revision %s)", repo_id, revision or "main")
+    return Path(snapshot_download(repo_id, **kw))
+
+
+# ----------------------------------------------------------------------------- selection
+def from_sweep(sweep_dir: Path) -> tuple[list[Selected], list[str]]:
+    """The policies the jobs of a sweep used (from each job's summary.json), and a note for each
+    job that names none (failed or not run)."""
+    found: dict[Path, Selected] = {}
+    missing = []
+    for job in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()):
+        summary = results.read_json(job / "summary.json") or {}
+        path = summary.get("checkpoint_path")
+        if not path:
+            error = (results.read_json(job / "error.json") or {}).get("message")
+            missing.append(f"{job.name}: no policy ({error or 'no summary.json'})")
+            continue
+        directory = Path(path).parent
+        found.setdefault(directory, Selected(directory, summary.get("checkpoint")))
+    return list(found.values()), missing
+
+
+def root_of(path: Path) -> Path | None:
+    """The results root above a sweep dir (the first ancestor with cells/ or checkpoints/)."""
+    for parent in Path(path).resolve().parents:
+        if (parent / "cells").is_dir() or (parent / "checkpoints").is_dir():
+            return parent
+    return None
+
+
+class ExportOnMultirunEnd(Callback):
+    """Hydra callback (conf/experiment/policies.yaml): after the sweep, bundle the policies its
+    jobs used into `<sweep dir>/bundle`. A failure is logged, never raised: the sweep's results
+    stand without the bundle, and `python -m benchmark.policy export --sweep <dir>` redoes it."""
+
+    def __init__(self, subdir: str = "bundle") -> None:
+        self.subdir = subdir
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweep_dir = Path(config.hydra.sweep.dir)
+            selected, missing = from_sweep(sweep_dir)
+            for note in missing:
+                log.warning("policy bundle: job %s", note)
+            if not selected:
+                log.warning("policy bundle: no job of %s used a policy; none exported", sweep_dir)
+                return
+            out = export(
+                selected,
+                sweep_dir / self.subdir,
+                root=config.paths.root,
+                title=str(config.experiment_name),
+                command=f"python -m benchmark.policy export --sweep {sweep_dir}",
+            )
+            log.info(
+                "policy bundle of %d policies: %s (publish it: hf upload <user>/<repo> %s)",
+                len(selected),
+                out,
+                out,
+            )
+        except Exception as exc:  # noqa: BLE001 - the sweep's results stand without it
+            log.error("policy bundle not written: %s: %s", type(exc).__name__, exc)

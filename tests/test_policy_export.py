@@ -1,0 +1,289 @@
+"""Policy bundles (issue 19): export trained policies to a self-describing directory in the
+Hugging Face hub's layout, use them back with policy.path=<dir> or policy.source=<repo id> (from
+a local HF cache only: no network), and get byte-identical evaluation files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from benchmark import results
+from benchmark.build import policy_checkpoint, prepare
+from benchmark.job import run_job
+from benchmark.policy.bundle import ExportOnMultirunEnd, export, fetch, select_policy
+from benchmark.policy.checkpoints import CheckpointError, checkpoint_dir, config_hash
+from benchmark.results import file_sha256
+from tests.conftest import SMALL_POLICY, compose_cfg, run_cli
+
+ENV = "env=empty5x5_random"
+PPO_ONLY = [ENV, "gate=never", "eval.n_episodes=20"]
+
+
+def _orig_cfg(trained_root: Path, root: Path, *extra: str):
+    """A PPO-only cell of the session's trained policy, its cells in `root` (the shared root
+    keeps its cell list), its checkpoint from the shared cache."""
+    return compose_cfg(
+        root, *PPO_ONLY, *SMALL_POLICY, f"paths.checkpoints={trained_root}/checkpoints", *extra
+    )
+
+
+def _cell_files(summary: dict, root: Path) -> Path:
+    return Path(root) / "cells" / summary["cell_hash"]
+
+
+@pytest.fixture(scope="module")
+def bundle(trained_root, tmp_path_factory):
+    """The session's policy evaluated PPO-only (best and final) in its own root, then exported
+    with those cells as its test metrics."""
+    base = tmp_path_factory.mktemp("export")
+    orig = base / "orig"
+    summaries = {}
+    for ckpt in ("best", "final"):
+        cfg = _orig_cfg(trained_root, orig, f"policy.checkpoint={ckpt}")
+        summaries[ckpt] = run_job(cfg, base / f"job-{ckpt}", multirun=False)
+    cfg = _orig_cfg(trained_root, orig)
+    source = checkpoint_dir(cfg, prepare(cfg)[1])
+    out = export([source], base / "bundle", root=orig, title="test policies")
+    return {"out": out, "source": source, "orig": orig, "summaries": summaries, "cfg": cfg}
+
+
+def test_round_trip_gives_byte_identical_episodes(bundle, tmp_path):
+    """train -> export -> policy.path=<bundle> in a fresh root: same checkpoint bytes, same cell
+    hash, byte-identical episodes.jsonl, and nothing trained there."""
+    out, orig = bundle["out"], bundle["orig"]
+    for ckpt, first in bundle["summaries"].items():
+        fresh = tmp_path / f"fresh-{ckpt}"
+        cfg = compose_cfg(
+            fresh, *PPO_ONLY, *SMALL_POLICY, f"policy.path={out}", f"policy.checkpoint={ckpt}"
+        )
+        again = run_job(cfg, tmp_path / f"job-{ckpt}", multirun=False)
+        assert again["checkpoint_sha256"] == first["checkpoint_sha256"]
+        assert again["cell_hash"] == first["cell_hash"]  # paths never enter the identity
+        assert Path(again["checkpoint_path"]).is_relative_to(out)
+        a = (_cell_files(first, orig) / "episodes.jsonl").read_bytes()
+        b = (_cell_files(again, fresh) / "episodes.jsonl").read_bytes()
+        assert a == b and len(a.splitlines()) == 20
+        assert not (fresh / "checkpoints").exists()  # used, never trained
+    # one policy directory of the bundle works as policy.path too, and tK names a threshold
+    policy_dir = next(p for p in out.iterdir() if p.is_dir())
+    saved = {p.stem for p in policy_dir.glob("r*.zip")}
+    for k, threshold in enumerate([0.3, 0.5, 0.7, 0.9], start=1):
+        name = f"r{int(threshold * 100):03d}"
+        if name not in saved:
+            continue
+        cfg = compose_cfg(
+            tmp_path / "one", *PPO_ONLY, f"policy.path={policy_dir}", f"policy.checkpoint=t{k}"
+        )
+        task, splits, _ = prepare(cfg)
+        assert policy_checkpoint(cfg, task, splits, train=False) == policy_dir / f"{name}.zip"
+
+
+def test_bundle_layout_model_card_and_metadata(bundle):
+    from huggingface_hub import ModelCard
+
+    out, source, cfg = bundle["out"], bundle["source"], bundle["cfg"]
+    index = json.loads((out / "bundle.json").read_text())
+    (entry,) = index["policies"]
+    name = f"empty5x5_random-s0-{config_hash(cfg)}"
+    assert entry["name"] == name and source.name.endswith(entry["config_hash"])
+    policy = out / name
+    zips = sorted(p.name for p in source.glob("*.zip"))
+    assert sorted(p.name for p in policy.glob("*.zip")) == zips and "best.zip" in zips
+    for z in zips:  # byte for byte, and listed in COMPLETE
+        assert (policy / z).read_bytes() == (source / z).read_bytes()
+    manifest = json.loads((policy / "COMPLETE").read_text())["checkpoints"]
+    assert manifest == {z[:-4]: file_sha256(policy / z) for z in zips}
+    # the resolved training config and its hash
+    config = json.loads((policy / "config.json").read_text())
+    assert config["config_hash"] == config_hash(cfg)
+    assert config["policy"]["total_timesteps"] == 20000 and config["training_version"] == 1
+    assert config["validation"] == [0, 100] and config["env"]["name"] == "empty5x5_random"
+    assert (policy / "curve.csv").read_text() == (source / "curve.csv").read_text()
+    # machine and versions it was trained with
+    system = json.loads((policy / "system.json").read_text())
+    assert system["packages"]["stable-baselines3"] and system["training_code"]
+    assert "hostname" not in system
+    # test metrics with CIs from the PPO-only cells, huggingface_sb3's fields for the headline
+    res = json.loads((policy / "results.json").read_text())
+    best = bundle["summaries"]["best"]
+    assert res["env_id"] == "MiniGrid-Empty-Random-5x5-v0" and res["checkpoint"] == "best"
+    assert res["mean_reward"] == best["reward_mean"] and res["n_evaluation_episodes"] == 20
+    assert set(res["evaluations"]) == {"best", "final"}
+    row = res["evaluations"]["best"][0]
+    assert row["success_ci95_low"] == best["success_ci95_low"] and row["split"] == "test"
+    # the model card: hub metadata (library, tags, model-index) and the table
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "stable-baselines3"
+    assert "MiniGrid-Empty-Random-5x5-v0" in card.data.tags
+    results_ = card.data.eval_results
+    assert results_ and results_[0].metric_value == round(best["reward_mean"], 3)
+    assert results_[0].dataset_type == "MiniGrid-Empty-Random-5x5-v0"
+    assert f"`{name}` (best)" in card.text and "policy.path=" in card.text
+
+
+def test_export_extends_a_bundle_and_refuses_an_incomplete_dir(bundle, tmp_path):
+    out = tmp_path / "b"
+    shutil.copytree(bundle["out"], out)
+    broken = tmp_path / "checkpoints" / "empty5x5_random-0123456789"
+    broken.mkdir(parents=True)
+    (broken / "final.zip").write_bytes(b"half")
+    with pytest.raises(CheckpointError, match="not a complete checkpoint directory"):
+        export([broken], out)
+    again = export([bundle["source"]], out)  # re-exporting replaces the entry, keeps one
+    assert len(json.loads((again / "bundle.json").read_text())["policies"]) == 1
+
+
+def test_bundle_selection_and_clear_errors(bundle, tmp_path, caplog):
+    out = bundle["out"]
+    (name,) = [p.name for p in out.iterdir() if p.is_dir()]
+    # the exact recipe, or else env + seed (with a warning)
+    cfg = compose_cfg(tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.path={out}")
+    assert select_policy(out, cfg) == out / name
+    plain = compose_cfg(tmp_path, *PPO_ONLY, f"policy.path={out}")
+    with caplog.at_level(logging.WARNING, logger="benchmark.policy.bundle"):
+        assert select_policy(out, plain) == out / name
+    assert "no policy with this config's recipe" in caplog.text
+    with pytest.raises(CheckpointError, match=rf"no policies for env=doorkey8.*available {name}"):
+        select_policy(out, compose_cfg(tmp_path, "env=doorkey8", f"policy.path={out}"))
+    with pytest.raises(CheckpointError, match="available"):
+        select_policy(out, compose_cfg(tmp_path, ENV, "policy.seed=3", f"policy.path={out}"))
+    cfg = compose_cfg(tmp_path, *PPO_ONLY, f"policy.path={out}", "policy.checkpoint=r099")
+    task, splits, _ = prepare(cfg)
+    with pytest.raises(CheckpointError, match="policy.checkpoint=r099 does not exist.*available"):
+        policy_checkpoint(cfg, task, splits)
+    (tmp_path / "empty").mkdir()
+    cfg = compose_cfg(tmp_path, *PPO_ONLY, f"policy.path={tmp_path / 'empty'}")
+    with pytest.raises(CheckpointError, match="neither an exported policy"):
+        policy_checkpoint(cfg, task, splits)
+
+
+def _hf_cache(bundle_dir: Path, cache: Path, repo: str, commit: str) -> None:
+    """What `hf download <repo>` leaves in the HF cache (files instead of blob symlinks)."""
+    storage = cache / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(bundle_dir, storage / "snapshots" / commit)
+    (storage / "refs").mkdir(parents=True)
+    (storage / "refs" / "main").write_text(commit)
+
+
+def test_policy_source_reads_the_hf_cache_offline(bundle, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache, commit, repo = tmp_path / "hf", "a" * 40, "someone/ask-policies"
+    _hf_cache(bundle["out"], cache, repo, commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    best = bundle["summaries"]["best"]["checkpoint_sha256"]
+    for revision in (commit, None):  # pinned by commit; or the cache's refs/main
+        rev = [f"policy.revision={revision}"] if revision else []
+        cfg = compose_cfg(tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.source={repo}", *rev)
+        task, splits, _ = prepare(cfg)
+        path = policy_checkpoint(cfg, task, splits, train=False)
+        assert path.is_relative_to(cache / f"models--someone--ask-policies/snapshots/{commit}")
+        assert file_sha256(path) == best
+    assert fetch(repo, commit) == cache / "models--someone--ask-policies" / "snapshots" / commit
+    with pytest.raises(CheckpointError, match="not in the Hugging Face cache.*hf download other/x"):
+        fetch("other/x", "b" * 40)
+    # a job from the hub repo: the same cell as the original checkpoint's
+    cfg = compose_cfg(
+        tmp_path / "fresh",
+        *PPO_ONLY,
+        *SMALL_POLICY,
+        f"policy.source={repo}",
+        f"policy.revision={commit}",
+    )
+    summary = run_job(cfg, tmp_path / "job", multirun=False)
+    assert summary["cell_hash"] == bundle["summaries"]["best"]["cell_hash"]
+
+
+def test_source_revision_and_path_never_enter_the_checkpoint_hash(tmp_path):
+    """The conf keys added for bundles leave every cached checkpoint where it is (pinned hashes
+    of the default recipes, computed before policy.source and policy.revision existed)."""
+    pinned = {
+        ("env=doorkey8",): "c9c342e6a4",
+        ("env=empty5x5_random", "policy=ppo_cnn"): "6e41b62738",
+        ("env=higherlower", "policy.seed=2"): "5ad67480e0",
+    }
+    for overrides, want in pinned.items():
+        assert config_hash(compose_cfg(tmp_path, *overrides)) == want
+        moved = [*overrides, "policy.source=a/b", "policy.revision=main", "policy.path=/x"]
+        assert config_hash(compose_cfg(tmp_path, *moved)) == want
+
+
+def test_cli_export_by_overrides_and_presets(bundle, trained_root, tmp_path, capsys):
+    from benchmark.policy.__main__ import combinations, main
+
+    root = f"paths.root={trained_root}"
+    out = tmp_path / "cli"
+    rc = main(["export", root, ENV, *SMALL_POLICY, "policy.seed=0,1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1  # seed 1 is not trained: said, and the rest exported
+    assert "policy.seed=1: not trained" in err and "+experiment=train" in err
+    index = json.loads((out / "bundle.json").read_text())
+    assert [p["seed"] for p in index["policies"]] == [0]
+    assert (out / index["policies"][0]["name"] / "best.zip").is_file()
+    # a preset's sweep is expanded: +experiment=policies is its 3 envs x 3 seeds
+    combos = combinations(["+experiment=policies", f"paths.root={tmp_path}"])
+    assert (
+        len(combos) == 9
+        and ["+experiment=policies", f"paths.root={tmp_path}", "env=doorkey8", "policy.seed=1"]
+        in combos
+    )
+    assert combinations(["+experiment=policies", "env=doorkey8"])[0][:2] == [
+        "+experiment=policies",
+        "env=doorkey8",
+    ]
+    assert len(combinations(["+experiment=policies", "env=doorkey8"])) == 3
+
+
+def test_multirun_end_bundles_the_sweeps_policies(bundle, tmp_path, caplog):
+    """The policies preset's Hydra callback, on a sweep whose job 0 evaluated the policy and job 1
+    failed: the bundle has job 0's policy, with that job's checkpoint as headline."""
+    sweep = tmp_path / "sweeps" / "policies" / "t"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "1").mkdir()
+    summary = dict(bundle["summaries"]["final"])
+    results.write_json(sweep / "0" / "summary.json", summary)
+    results.write_json(sweep / "1" / "error.json", {"message": "boom"})
+    config = OmegaConf.create(
+        {
+            "hydra": {"sweep": {"dir": str(sweep)}},
+            "paths": {"root": str(bundle["orig"])},
+            "experiment_name": "policies",
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="benchmark.policy.bundle"):
+        ExportOnMultirunEnd().on_multirun_end(config)
+    index = json.loads((sweep / "bundle" / "bundle.json").read_text())
+    (entry,) = index["policies"]
+    assert entry["headline"] == "final" and "final" in entry["test"]
+    assert "job 1: no policy (boom)" in caplog.text
+    # a failure is logged, never raised: the sweep's results stand
+    config.hydra.sweep.dir = str(tmp_path / "missing")
+    ExportOnMultirunEnd().on_multirun_end(config)
+    assert "policy bundle not written" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_policies_preset_ends_with_a_bundle(trained_root, tmp_path):
+    """The real preset as a (one-job) multirun: the sweep dir gets its bundle."""
+    proc = run_cli(
+        tmp_path,
+        "+experiment=policies",
+        ENV,
+        "policy.seed=0",
+        *SMALL_POLICY,
+        "eval.n_episodes=5",
+        f"paths.checkpoints={trained_root}/checkpoints",
+        "tracking=none",
+        "-m",
+    )
+    (bundle_json,) = list((tmp_path / "sweeps" / "policies").glob("*/bundle/bundle.json"))
+    index = json.loads(bundle_json.read_text())
+    assert [p["env"] for p in index["policies"]] == ["empty5x5_random"], proc.stderr[-2000:]
+    assert index["policies"][0]["test"]["best"]["n_episodes"] == 5
