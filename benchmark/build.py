@@ -71,16 +71,21 @@ def policy_checkpoint(
       bundle the policy of this recipe, else of `env.name` and `policy.seed`;
     - `policy.source=<hub repo id>` (+ `policy.revision`, a commit to pin it): the same bundle
       from the Hugging Face hub, read from the HF cache first (offline), downloaded only when
-      it is not there and HF_HUB_OFFLINE is unset."""
+      it is not there and HF_HUB_OFFLINE is unset.
+    A bundle is only opened for a cell that uses a policy (an SLM-only cell of the same sweep
+    gets None)."""
     from benchmark.policy.checkpoints import checkpoint_dir, ensure, resolve
 
-    if cfg.policy.get("source"):
+    source, path = cfg.policy.get("source"), cfg.policy.get("path")
+    bundle = source or (path and Path(path).expanduser().is_dir())
+    if bundle and not CellSpec.from_config(cfg).uses_policy:
+        return None
+    if source:
         from benchmark.policy.bundle import bundle_checkpoint, fetch
 
-        local = fetch(str(cfg.policy.source), cfg.policy.get("revision"))
-        return bundle_checkpoint(local, cfg, splits)
-    if cfg.policy.get("path"):
-        path = Path(cfg.policy.path).expanduser()
+        return bundle_checkpoint(fetch(str(source), cfg.policy.get("revision")), cfg, splits)
+    if path:
+        path = Path(path).expanduser()
         if path.is_dir():
             from benchmark.policy.bundle import bundle_checkpoint
 

@@ -188,6 +188,10 @@ def test_policy_source_reads_the_hf_cache_offline(bundle, tmp_path, monkeypatch)
     assert fetch(repo, commit) == cache / "models--someone--ask-policies" / "snapshots" / commit
     with pytest.raises(CheckpointError, match="not in the Hugging Face cache.*hf download other/x"):
         fetch("other/x", "b" * 40)
+    # an SLM-only cell of a sweep that names a bundle never opens it
+    cfg = compose_cfg(tmp_path, ENV, "gate=always", "prompt=basic", "policy.source=nobody/none")
+    task, splits, _ = prepare(cfg)
+    assert policy_checkpoint(cfg, task, splits, train=False) is None
     # a job from the hub repo: the same cell as the original checkpoint's
     cfg = compose_cfg(
         tmp_path / "fresh",
