@@ -155,7 +155,7 @@ def test_make_consultant_from_presets(tmp_path, tmp_path_factory) -> None:
     c = make_consultant(cfg.slm, cfg.paths)
     assert isinstance(c, CachedConsultant) and isinstance(c.inner, TinyConsultant)
     assert Path(c.inner.model.name_or_path) == tmp_path / "models" / "tiny-qwen3-s0"
-    assert (tmp_path / "c" / "responses.sqlite").exists()
+    assert (tmp_path / "c" / "responses").is_dir()
     c.close()
     plain = make_consultant(_slm_cfg("tiny", tmp_path, cache=False).slm, cfg.paths)
     assert isinstance(plain, TinyConsultant)
