@@ -375,7 +375,8 @@ def model_card(index: dict[str, Any]) -> str:
         "it is not: torch picks its CPU kernels by instruction set (AVX-512, AVX2, ...) and their "
         "floating-point rounding differs, which PPO amplifies over a long training, so a "
         "retrained policy is statistically equal over training seeds, not identical. Evaluating "
-        "these zips reproduces the published evaluation files exactly.",
+        "these zips evaluates the very same policies (evaluation is far less sensitive: the "
+        "suite's evaluation files came out byte-identical under every CPU kernel setting tried).",
         "",
         "| policy | trained with |",
         "| --- | --- |",
