@@ -226,7 +226,7 @@ def test_cli_export_by_overrides_and_presets(bundle, trained_root, tmp_path, cap
     rc = main(["export", root, ENV, *SMALL_POLICY, "policy.seed=0,1", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1  # seed 1 is not trained: said, and the rest exported
-    assert "policy.seed=1: not trained" in err and "+experiment=train" in err
+    assert "policy.seed=1: not trained" in err and "python -m benchmark train_only=true" in err
     index = json.loads((out / "bundle.json").read_text())
     assert [p["seed"] for p in index["policies"]] == [0]
     assert (out / index["policies"][0]["name"] / "best.zip").is_file()

@@ -100,7 +100,7 @@ def from_overrides(overrides: list[str]):
         else:
             missing.append(
                 f"{' '.join(combo)}: not trained ({directory.name}); train it with "
-                f"python -m benchmark +experiment=train {' '.join(combo)}"
+                f"python -m benchmark train_only=true {' '.join(combo)}"
             )
     return selected, missing, first
 
