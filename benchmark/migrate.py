@@ -85,7 +85,10 @@ def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
                 reason,
             )
             return False
-        os.replace(old_dir, new_dir)
+        try:
+            os.rename(old_dir, new_dir)
+        except OSError:  # another host adopted it first (the lock may not reach it)
+            return results.complete_cell(new_dir) is not None
         summary = dict(done[0], cell_hash=new_dir.name, cell=spec.name)
         summary.update({k: spec.inputs.get(k) for k in ("checkpoint_sha256", "model")})
         migrated = {"identity_version": 1, "hash": old_dir.name}
@@ -131,4 +134,7 @@ def _changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dic
 def _adopt_study(root: Path, old_key: str, new_key: str) -> None:
     old, new = root / "tuning" / old_key, root / "tuning" / new_key
     if old.is_dir() and not new.exists():
-        os.replace(old, new)
+        try:
+            os.rename(old, new)
+        except OSError:  # another host moved it first
+            pass

@@ -126,7 +126,9 @@ def set_aside_torn_tail(journal: Path) -> None:
     aside = journal.with_name(f"{journal.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(journal, aside)
     keep = lines[:-1] if bad else lines
-    journal.write_bytes(b"".join(line + b"\n" for line in keep))
+    tmp = journal.with_name(f".{journal.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(b"".join(line + b"\n" for line in keep))
+    os.replace(tmp, journal)  # never a half-written journal
     log.warning("%s ended in a partial line (a killed writer): kept a copy at %s", journal, aside)
 
 

@@ -13,6 +13,8 @@ import logging
 import os
 import re
 import shutil
+import socket
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -94,7 +96,10 @@ def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
             ckpt_dir.name,
         )
         return False
-    os.replace(old, ckpt_dir)
+    try:
+        os.rename(old, ckpt_dir)
+    except OSError:  # another host adopted it first (the lock may not reach it)
+        return intact(ckpt_dir)
     log.warning(
         "checkpoint directory %s renamed to %s (identity v2: validation split and training "
         "version %d now enter the hash; the weights are unchanged)",
@@ -152,14 +157,21 @@ def ensure_dir(
     with FileLock(str(ckpt_dir) + ".lock"):
         if intact(ckpt_dir) or _adopt_legacy(cfg, ckpt_dir, splits):
             return ckpt_dir, False
-        if ckpt_dir.exists():
+        if ckpt_dir.exists():  # left by older code, or corrupted since: set aside, not deleted
+            aside = ckpt_dir.with_name(f".{ckpt_dir.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             log.warning(
                 "%s is incomplete or corrupt (interrupted training or a checkpoint that "
-                "no longer matches its sha256): retraining",
+                "no longer matches its sha256): moved to %s, retraining",
                 ckpt_dir,
+                aside.name,
             )
-            shutil.rmtree(ckpt_dir)
-        ckpt_dir.mkdir(parents=True)
+            os.rename(ckpt_dir, aside)
+        # Train into a private directory and publish it whole with one rename, so no process on
+        # any host ever sees a half-trained directory (the file lock only saves duplicate work:
+        # on some network filesystems it does not reach other hosts).
+        work = ckpt_dir.with_name(f".{ckpt_dir.name}.train-{socket.gethostname()}-{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)  # our own leftover (same host and pid)
+        work.mkdir(parents=True)
         if task is None:
             from benchmark.envs import make_task
 
@@ -172,14 +184,21 @@ def ensure_dir(
                 "validation": splits.bounds("validation"),
                 "training_version": TRAINING_VERSION,
             },
-            ckpt_dir / "config.json",
+            work / "config.json",
         )
         # the machine and versions, for policy bundles (benchmark.policy.bundle)
-        write_json_atomic(system_info(), ckpt_dir / "system.json")
+        write_json_atomic(system_info(), work / "system.json")
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
-        train(task, cfg.policy, ckpt_dir, log_fn=log_fn, splits=splits)
-        files = {p.stem: file_sha256(p) for p in sorted(ckpt_dir.glob("*.zip"))}
-        write_json_atomic({"pid": os.getpid(), "checkpoints": files}, ckpt_dir / MARKER)
+        train(task, cfg.policy, work, log_fn=log_fn, splits=splits)
+        files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
+        write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
+        try:
+            os.rename(work, ckpt_dir)
+        except OSError:
+            if not intact(ckpt_dir):
+                raise
+            shutil.rmtree(work)  # another host published the same training first
+            return ckpt_dir, False
         return ckpt_dir, True
 
 
