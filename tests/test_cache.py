@@ -304,6 +304,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_killed_writers_and_compactors_never_show_a_partial_entry(tmp_path) -> None:
     """Three writers publish and compact (cap 600, at most 6 shards) while this process reads,
     and are SIGKILLed at random points, twice over: every read sees whole batches only."""

@@ -243,6 +243,7 @@ print(c.identity)
 """
 
 
+@pytest.mark.slow
 def test_hub_id_loads_from_local_hf_cache_offline(tmp_path, tmp_path_factory) -> None:
     # lay the tiny model out as the hub cache would (refs/main -> snapshots/<commit>/)
     import shutil

@@ -27,6 +27,7 @@ def _evaluator(cfg):
     return build(cfg).evaluator()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slm", ["oracle", "random"])
 def test_lockstep_equals_sequential(trained_root, slm):
     cfg = compose_cfg(
@@ -218,6 +219,7 @@ def test_one_shot_plan_is_queried_once_and_executed_open_loop(tmp_path):
     assert summary["ir_mean"] < 0.2
 
 
+@pytest.mark.slow
 def test_policy_feedback_across_episodes_runs_episodes_in_order(tmp_path):
     summary, rows = _run(
         tmp_path,

@@ -67,6 +67,7 @@ def sweep(trained_root, tmp_path_factory):
     ]
 
 
+@pytest.mark.slow
 def test_statuses_counts_and_projection(sweep):
     root, overrides = sweep
     plan = plan_sweep(overrides, throughput=Throughput(queries_per_s=4.0))

@@ -53,6 +53,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("env", "prompt", "overrides"), CASES)
 def test_greedy_answers_identical_with_and_without_reuse(pair, tmp_path, env, prompt, overrides):
     on, off = pair

@@ -16,7 +16,10 @@ from tests.conftest import CONF
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "table1": (3 * 4 * 2, 3 * 4),  # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B}
     "table2": (3 * 5 * 2, 3 * 5),  # envs x 5 prompt variants x models
-    "table3": (3 * 6 * 2 * 2, 3 * 6 * 2),  # envs x (4 thresholds, best, final) x {PPO, ASK+} x models
+    "table3": (
+        3 * 6 * 2 * 2,
+        3 * 6 * 2,
+    ),  # envs x (4 thresholds, best, final) x {PPO, ASK+} x models
     "fig2_tau": (3 * 10, 3 * 10),  # envs x tau 0.1..1.9
     "mc_samples": (3 * 5, 3 * 5),
     "gating": (3 * 2 * 3, 3 * 3),  # envs x {oracle, SLM} x {entropy, epistemic, random}
@@ -46,7 +49,13 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
     ]
 
 
-@pytest.mark.parametrize("preset", sorted(EXPECTED))
+# the presets with the most cells compose for a while: they run with the slow tests
+BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples"}
+
+
+@pytest.mark.parametrize(
+    "preset", [pytest.param(p, marks=pytest.mark.slow) if p in BIG else p for p in sorted(EXPECTED)]
+)
 def test_preset_cells_compose_and_count(preset, tmp_path):
     full, tiny = EXPECTED[preset]
     assert len(_cells(preset)) == full

@@ -190,6 +190,7 @@ def test_init_timeout_setting(monkeypatch):
         init_timeout(OmegaConf.create({"init_timeout": 0}))
 
 
+@pytest.mark.slow
 def test_online_without_a_server_falls_back_offline_at_once(tmp_path):
     """WANDB_MODE=online, the server's port closed: no 96 s wait, no failed job; the run is
     offline, says why, and holds the config, summary, history row and table."""
@@ -216,6 +217,7 @@ def test_online_without_a_server_falls_back_offline_at_once(tmp_path):
     assert len(tables) == 1 and tables[0]["episodes.nrows"] == 1
 
 
+@pytest.mark.slow
 def test_online_with_a_silent_server_waits_init_timeout_then_goes_offline(tmp_path):
     """A server that accepts connections and never answers: wandb.init is cut at
     tracking.init_timeout, the run goes offline, and the next run of the process does not wait
