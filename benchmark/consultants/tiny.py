@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -73,7 +74,141 @@ system user assistant north south east west left right up down step steps
 """
 
 
-def _train_tokenizer() -> Any:
+# `size: small` (the fine-tuning base, conf/slm/tiny_small.yaml) learns its tokenizer from the
+# corpus above plus these lines in the prompt variants' style, so a prompt costs about half the
+# tokens it costs the tiny model (fine-tuning time follows the prompt length).
+_CORPUS_SMALL = """\
+         DONE->no effect
+         PICKUP->takes key    DROP->nothing held    TOGGLE->no door    DONE->no effect
+  ?####??
+  ?#..#??
+  ?#..L??
+  ?#.A#??
+  ?#.k#??
+  ??#####
+  ??#####????
+  ??#...#????
+  ??#..G#????
+  ??#..v#????
+  ??#A..#
+  ??#G..#
+  ???####????
+  ???#..#????
+  ???#..L????
+  ???#.^#????
+  ???#.k#????
+  ?????##????
+  ???????
+  ???????????
+  aligned with corridors / the cached goal. If 'G' is visible, move toward it.
+- Choose HIGHER (resp. LOWER) if more remaining cards are strictly above (below) the current card.
+- DONE: declare the task finished
+- DROP: drop the carried object onto the cell ahead
+- FORWARD cannot enter '#' or a closed/locked door -- TOGGLE or turn first.   DONE: only on G.
+- FORWARD: move one cell in the facing direction (fails if blocked)
+- Follow autopilot when it matches the current subtask and previews.
+- Follow planner hint when consistent with safe previews.
+- HIGHER: bet the next card ranks above the current one
+- If FORWARD is blocked (ahead is '#'), do not choose FORWARD. Prefer doors (D)
+- If counts tie, use P(push) and recent streaks as tie-breakers. Follow autopilot when consistent.
+- LOWER: bet the next card ranks below the current one
+- Line 1: Reason: <one short line, max 12 words>.   Line 2: Action: <HIGHER|LOWER>.
+- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>.
+- No other text or markdown.
+- Output only the action token line required below (no markdown).
+- Output only the two lines below (no markdown).
+- PICKUP: only when 'k' is directly ahead and nothing in hand.  TOGGLE: only on L/D/o (L needs key).
+- PICKUP: pick up the object directly ahead
+- TOGGLE: open/close/unlock the door directly ahead
+- TURN_LEFT: rotate 90 degrees counter-clockwise in place
+- TURN_RIGHT: rotate 90 degrees clockwise in place
+Action: FORWARD
+Action: HIGHER
+Action: HIGHER or LOWER
+Action: PICKUP
+Action: TURN_LEFT or TURN_RIGHT or FORWARD or DONE
+Action: TURN_LEFT or TURN_RIGHT or FORWARD or PICKUP or DROP or TOGGLE or DONE
+Adjacent F/L/R/B: G/#/./.    Ahead chain: G # ?    Doors visible: (none)
+Adjacent F/L/R/B: k/./#/.    Ahead chain: k . .    Doors visible: L 3 ahead, 1 right
+Autopilot: FORWARD
+Autopilot: HIGHER
+Card=A, many ranks above -> HIGHER       Card=K, many ranks below -> LOWER
+Counts tie, pushes possible -> pick using push prob. and recent streaks
+Decision idx: 3    Win streak: 3    Loss streak: 0
+EXAMPLES:
+Goal (cached): (3, 3), 1 south
+Goal (cached): not seen yet
+KNOWN MAP (11x11 around you, north up, x -2..8, y -3..7; your cell = v; ? = never seen):
+KNOWN MAP (11x11 around you, north up, x -3..7, y -1..9; your cell = ^; ? = never seen):
+Key visible: 1 ahead    Goal: (none)
+LEGEND: A=agent #=wall .=floor G=goal ?=unseen
+LEGEND: A=agent #=wall .=floor G=goal ?=unseen k=key L=door(locked) D=door(closed) o=door(open)
+Longest ray (view): left 1    Longest ray (known map): back 2
+Longest ray (view): right 2    Longest ray (known map): right 2
+Loop warning: none
+MEMORY: Pos=(2, 4)  Room=SW  Visits@here=1  Cells seen=32
+MEMORY: Pos=(3, 2)  Room=NE  Visits@here=1  Cells seen=22
+OUTPUT FORMAT:
+P(higher)=0.69  P(lower)=0.25  P(push)=0.06  Count says: HIGHER (margin 0.44)
+PREVIEW  TURN_LEFT->E,'#'    TURN_RIGHT->W,'.'    FORWARD->(3, 3) 'G'
+PREVIEW  TURN_LEFT->W,'.'    TURN_RIGHT->E,'#'    FORWARD->blocked 'k'
+Planner hint: FORWARD (known-map path to the cached goal, 1 actions)
+Planner hint: PICKUP (known-map path to the key, then PICKUP, 1 actions)
+ROLE: You advise a card-game agent playing HigherLower: one shuffled 52-card deck is dealt one card at a time, and before each new card the agent bets whether it will rank HIGHER or LOWER than the current card. Ranks, lowest to highest: A 2 3 4 5 6 7 8 9 10 J Q K (the ace is low). A card of the same rank is a push (no reward either way).
+ROLE: You are the navigation consultant of a reinforcement-learning agent in the MiniGrid world DoorKey-8x8: an 8x8 grid split by a wall with one locked door; a key 'k' lies on the agent's side and the goal 'G' lies behind the door. The agent sees only a 7x7 window in front of it. Pick the single next action that brings it closest to reaching the goal.
+ROLE: You are the navigation consultant of a reinforcement-learning agent in the MiniGrid world Empty-Random-5x5: a small empty room; the goal 'G' is in a corner. The agent sees only a 7x7 window in front of it. Pick the single next action that brings it closest to reaching the goal.
+RULES:
+Reason: <short>
+Reason: x
+Recent actions (last 8): TURN_LEFT TURN_LEFT FORWARD
+Recent actions (last 8): TURN_RIGHT FORWARD
+Recent cells (oldest first, visits): (2, 5)x3
+Recent cells (oldest first, visits): (3, 1)x2
+Recent: on K->LOWER->WIN(10) | on 10->LOWER->WIN(7) | on 7->LOWER->WIN(4)
+Remaining cards: higher=33  lower=12  equal=3
+STATE: Card=4  Decision 4/51  Cards left in deck=48
+STATE: Facing=NORTH  PathAhead=BLOCKED ('k')  Goal=not visible  Step=3/640
+STATE: Facing=SOUTH  PathAhead=clear ('G')  Goal=visible, 1 ahead  Step=2/100
+STATUS: HasKey=NO  Door=LOCKED
+SUBTASK: FIND AND PICK UP THE KEY ('k') -- face it, then PICKUP
+VALID ACTIONS:
+VIEW (7x7; top row = farthest ahead; you are A at the bottom middle, facing up):
+ahead=BLOCKED,  door visible to the right         -> TURN_RIGHT
+ahead=passable, goal visible (3 ahead)            -> FORWARD
+key in hand, facing 'L' -> TOGGLE                              door open and goal 1 fwd -> FORWARD
+key visible (2 fwd, 1 right), no key in hand -> TURN_RIGHT     facing 'k', no key in hand -> PICKUP
+visits high + loop hint + longest_corridor=right  -> TURN_RIGHT
+"""
+
+# The model shapes. `tiny` is the original model: its files, and so every cell identity made with
+# `slm=tiny`, depend on these values and on `_CORPUS`; never change them.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        corpus=(_CORPUS,),
+        vocab_size=600,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),
+    # the tiny shape with a larger vocabulary (1255 tokens, 0.23M parameters): on this CPU the
+    # prompt length, not the width, is what fine-tuning time follows
+    "small": dict(
+        corpus=(_CORPUS, _CORPUS_SMALL),
+        vocab_size=2048,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),
+}
+
+
+def _train_tokenizer(corpus: tuple[str, ...] = (_CORPUS,), vocab_size: int = 600) -> Any:
     """A byte-level BPE tokenizer trained on the built-in corpus (deterministic, offline)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -82,13 +217,15 @@ def _train_tokenizer() -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600,
+        vocab_size=vocab_size,
         min_frequency=1,
         special_tokens=[*SPECIAL_TOKENS, *THINK_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
+    tok.train_from_iterator(
+        [line for text in corpus for line in text.splitlines()], trainer=trainer
+    )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -100,13 +237,16 @@ def _train_tokenizer() -> Any:
     return fast
 
 
-def build_tiny(directory: str | os.PathLike, seed: int = 0) -> Path:
-    """Build the tiny model into `directory` unless it is already there; return its path.
+def build_tiny(directory: str | os.PathLike, seed: int = 0, size: str = "tiny") -> Path:
+    """Build the tiny model (`size`: a key of SIZES) into `directory` unless it is already there;
+    return its path.
 
     Atomic (built in a temp dir beside it, then renamed) and guarded by a file lock, so
     concurrent processes of a multirun build it once and never see a half-written model."""
     from filelock import FileLock
 
+    if size not in SIZES:
+        raise ConsultantError(f"slm.backend.size={size!r} is not one of {list(SIZES)}")
     target = Path(directory)
     if (target / "config.json").exists():
         return target
@@ -116,7 +256,7 @@ def build_tiny(directory: str | os.PathLike, seed: int = 0) -> Path:
             return target
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
         try:
-            _write_tiny(tmp, seed)
+            _write_tiny(tmp, seed, size)
             if target.exists():  # a leftover without config.json: incomplete, replace it
                 shutil.rmtree(target)
             os.replace(tmp, target)
@@ -125,20 +265,16 @@ def build_tiny(directory: str | os.PathLike, seed: int = 0) -> Path:
     return target
 
 
-def _write_tiny(directory: Path, seed: int) -> None:
+def _write_tiny(directory: Path, seed: int, size: str = "tiny") -> None:
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = _train_tokenizer()
+    shape = dict(SIZES[size])
+    tokenizer = _train_tokenizer(shape.pop("corpus"), shape.pop("vocab_size"))
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
+        **shape,
         max_position_embeddings=4096,
         tie_word_embeddings=False,
         initializer_range=0.1,  # wider than 0.02 so greedy text is not one token repeated
@@ -158,15 +294,18 @@ def _write_tiny(directory: Path, seed: int) -> None:
 
 
 class TinyConsultant(HFConsultant):
-    """`HFConsultant` on the tiny model at `path`, built there from `seed` first if missing."""
+    """`HFConsultant` on the tiny model at `path`, built there from `seed` (and `size`, a key of
+    SIZES: `tiny` by default, `small` for conf/slm/tiny_small.yaml) first if missing."""
 
-    def __init__(self, path: str, seed: int = 0, **kwargs: Any) -> None:
-        build_tiny(path, seed)
+    def __init__(self, path: str, seed: int = 0, size: str = "tiny", **kwargs: Any) -> None:
+        build_tiny(path, seed, size)
         kwargs.setdefault("dtype", "float32")
         kwargs.setdefault("device_map", "cpu")
         super().__init__(model=None, path=path, **kwargs)
 
     @classmethod
-    def weights_identity(cls, path: str, seed: int = 0, **_: object) -> str | None:
-        build_tiny(path, seed)  # seconds; the identity is the built files' fingerprint
+    def weights_identity(
+        cls, path: str, seed: int = 0, size: str = "tiny", **_: object
+    ) -> str | None:
+        build_tiny(path, seed, size)  # seconds; the identity is the built files' fingerprint
         return super().weights_identity(path=path)
