@@ -178,8 +178,10 @@ class CellSpec:
     def policy_label(self) -> str:
         policy = self.config["policy"]
         if policy.get("path"):
+            path = Path(policy["path"])
+            name = path.stem if path.suffix == ".zip" else f"{path.name}/{policy['checkpoint']}"
             sha = self.inputs.get("checkpoint_sha256", "")[:8]
-            return f"{Path(policy['path']).stem}@{sha}" if sha else Path(policy["path"]).stem
+            return f"{name}@{sha}" if sha else name
         return f"{policy['checkpoint']}-s{policy['seed']}"
 
     def labels(self) -> dict[str, Any]:
