@@ -1,0 +1,69 @@
+"""`slm=finetuned`: the hf backend on a model fine-tuned for this env and prompt variant, made on
+first use (benchmark.finetune.store) and found in the cache afterwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.hf import HFConsultant, local_fingerprint
+from benchmark.finetune.store import Recipe, ensure, plain
+
+RECIPE_ARGS = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
+
+
+def _recipe(args: dict[str, Any]) -> Recipe:
+    missing = [k for k in ("base", "env", "prompt", "splits") if k not in args]
+    if missing or not isinstance(plain(args.get("path")), dict):
+        raise ConsultantError(
+            "slm.backend of a fine-tuned consultant is conf/slm/finetuned.yaml's (base, env, "
+            "prompt, splits and the `path` mapping); with +experiment=finetune choose the model "
+            "to fine-tune with slm.base=<conf/slm option>, not slm=<option>"
+        )
+    try:
+        return Recipe.from_backend(**{k: args[k] for k in RECIPE_ARGS if k in args})
+    except (TypeError, ValueError) as exc:
+        raise ConsultantError(f"slm=finetuned: {exc}") from exc
+
+
+class FinetunedConsultant(HFConsultant):
+    """`HFConsultant` on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
+    data and training settings, the env and prompt it serves; `path` says where things lie)."""
+
+    def __init__(
+        self,
+        base: str,
+        path: Any,
+        env: Any,
+        prompt: Any,
+        splits: Any = None,
+        data: Any = None,
+        train: Any = None,
+        held_out: Any = None,
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        recipe = _recipe(
+            dict(
+                base=base,
+                path=path,
+                env=env,
+                prompt=prompt,
+                splits=splits,
+                data=data,
+                train=train,
+                held_out=held_out,
+                seed=seed,
+            )
+        )
+        self.model_dir = ensure(recipe)
+        kwargs.setdefault("dtype", "float32")
+        kwargs.setdefault("device_map", "cpu")
+        super().__init__(model=None, path=str(self.model_dir), **kwargs)
+
+    @classmethod
+    def weights_identity(cls, **backend_args: object) -> str | None:
+        """Makes (or finds) the fine-tuned model, then fingerprints its files: minutes the first
+        time, as the PPO checkpoint a job trains."""
+        model_dir = ensure(_recipe(dict(backend_args)))
+        return "hf-local:" + local_fingerprint(model_dir)

@@ -1,0 +1,215 @@
+"""Supervised fine-tuning of a causal LM on (messages, answer) examples with transformers' Trainer.
+
+Each example becomes the prompt exactly as the hf backend encodes it (the model's own chat
+template, `add_generation_prompt=True`, the query's thinking mode; benchmark.consultants.hf) and
+the answer the model should continue with: `</think>\\n\\n` first when the template leaves a
+thinking block open (the consultant's thinking phase then stops at once), the answer text, the
+end-of-turn token. The prompt and the answer are tokenized apart, as generation sees them, and
+the loss is on the answer tokens only (prompt labels -100). `lora` (PEFT, optional) trains
+adapters and merges them, so the result is always a plain model directory."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from benchmark.finetune.dataset import Example
+from benchmark.prompts.parse import THINK_END, THINK_START
+
+log = logging.getLogger(__name__)
+IGNORE = -100  # label of a token the loss skips
+THINK_CLOSE = THINK_END + "\n\n"
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """`slm.backend.train` (conf/slm/finetuned.yaml): every value enters the model's cache key."""
+
+    epochs: float = 3.0
+    learning_rate: float = 2e-3
+    batch_size: int = 16
+    grad_accum: int = 1
+    warmup: float = 0.05  # a fraction of the optimizer steps
+    scheduler: str = "linear"  # transformers' lr_scheduler_type
+    weight_decay: float = 0.0
+    max_length: int = 4096  # an example longer than this (prompt + answer tokens) is an error
+    dtype: str = "float32"  # float32 | bfloat16 (GPU)
+    gradient_checkpointing: bool = False
+    lora: Mapping[str, Any] | None = None  # {r, alpha, dropout, target_modules}: PEFT adapters
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> TrainSettings:
+        cfg = dict(cfg or {})
+        unknown = sorted(set(cfg) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(
+                f"slm.backend.train: unknown key(s) {unknown}; allowed {[f.name for f in fields(cls)]}"
+            )
+        out = cls(**cfg)
+        if out.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"slm.backend.train.dtype={out.dtype!r}: allowed float32, bfloat16")
+        if not out.epochs > 0 or not out.learning_rate > 0 or out.batch_size < 1:
+            raise ValueError(
+                f"slm.backend.train: epochs={out.epochs}, learning_rate={out.learning_rate} and "
+                f"batch_size={out.batch_size} must be positive"
+            )
+        return out
+
+
+def end_of_turn(tokenizer: Any) -> str:
+    """The text that ends an assistant turn (what generation stops on): `<|im_end|>` in the
+    ChatML family, else the tokenizer's eos token."""
+    if "<|im_end|>" in tokenizer.get_vocab():
+        return "<|im_end|>"
+    if tokenizer.eos_token is None:
+        raise ValueError("the tokenizer has no eos token: cannot end the answer")
+    return str(tokenizer.eos_token)
+
+
+def encode(tokenizer: Any, example: Example, max_length: int) -> dict[str, list[int]]:
+    """input_ids and labels of one example (labels -100 on the prompt)."""
+    prompt = tokenizer.apply_chat_template(
+        example.messages,
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=example.decoding.enable_thinking,
+    )
+    thinking_open = prompt.rfind(THINK_START) > prompt.rfind(THINK_END)
+    target = (THINK_CLOSE if thinking_open else "") + example.answer + end_of_turn(tokenizer)
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    a = tokenizer(target, add_special_tokens=False)["input_ids"]
+    if len(p) + len(a) > max_length:
+        raise ValueError(
+            f"a fine-tuning example has {len(p) + len(a)} tokens, more than "
+            f"slm.backend.train.max_length={max_length}"
+        )
+    return {"input_ids": p + a, "labels": [IGNORE] * len(p) + a}
+
+
+class _Collator:
+    """Right-pads a batch: pad id on the inputs, -100 on the labels, attention mask 0."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = int(pad_id)
+
+    def __call__(self, rows: Sequence[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(r["input_ids"]) for r in rows)
+        ids, labels, mask = [], [], []
+        for r in rows:
+            pad = width - len(r["input_ids"])
+            ids.append(r["input_ids"] + [self.pad_id] * pad)
+            labels.append(r["labels"] + [IGNORE] * pad)
+            mask.append([1] * len(r["input_ids"]) + [0] * pad)
+        return {
+            "input_ids": torch.tensor(ids),
+            "labels": torch.tensor(labels),
+            "attention_mask": torch.tensor(mask),
+        }
+
+
+def fine_tune(
+    base_dir: str | Path,
+    examples: Sequence[Example],
+    out_dir: Path,
+    settings: TrainSettings,
+    *,
+    seed: int = 0,
+    load_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fine-tune the model at `base_dir` (a local directory, or a hub id in the local cache) on
+    `examples` and save model + tokenizer to `out_dir`; `load_kwargs` go to from_pretrained
+    (revision, local_files_only, trust_remote_code). The Trainer's scratch directory is
+    `<out_dir>.trainer`. Returns training statistics."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    source = str(base_dir)
+    load = {k: v for k, v in dict(load_kwargs or {}).items() if v is not None}
+    tokenizer = AutoTokenizer.from_pretrained(source, **load)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.eos_token_id
+    rows = [encode(tokenizer, e, settings.max_length) for e in examples]
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if settings.dtype == "bfloat16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, use_safetensors=True, **load)
+    if settings.lora:
+        model = _with_lora(model, settings.lora)
+    steps_per_epoch = math.ceil(len(rows) / (settings.batch_size * settings.grad_accum))
+    args = TrainingArguments(
+        output_dir=str(out_dir.parent / (out_dir.name + ".trainer")),
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.scheduler,
+        warmup_steps=settings.warmup,
+        weight_decay=settings.weight_decay,
+        bf16=settings.dtype == "bfloat16" and cuda,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        seed=int(seed),
+        data_seed=int(seed),
+        use_cpu=not cuda,
+        save_strategy="no",
+        report_to=[],
+        logging_strategy="steps",
+        logging_steps=max(1, steps_per_epoch // 4),
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        dataloader_pin_memory=cuda,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        data_collator=_Collator(pad_id),
+    )
+    start = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - start
+    model = trainer.model
+    if settings.lora:
+        model = model.merge_and_unload()
+    model.config.use_cache = True
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    return {
+        "train_seconds": round(seconds, 2),
+        "examples": len(rows),
+        "tokens_per_epoch": tokens,
+        "answer_tokens_per_epoch": sum(sum(x != IGNORE for x in r["labels"]) for r in rows),
+        "optimizer_steps": int(trainer.state.global_step),
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "train_loss": float(result.training_loss),
+        "device": "cuda" if cuda else "cpu",
+    }
+
+
+def _with_lora(model: Any, lora: Mapping[str, Any]) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:  # optional: large models on a GPU
+        raise ImportError(
+            "slm.backend.train.lora needs PEFT: pip install peft (or train all weights: "
+            "slm.backend.train.lora=null)"
+        ) from exc
+    cfg = dict(lora)
+    config = LoraConfig(
+        r=int(cfg.pop("r", 16)),
+        lora_alpha=int(cfg.pop("alpha", 32)),
+        lora_dropout=float(cfg.pop("dropout", 0.05)),
+        target_modules=cfg.pop("target_modules", "all-linear"),
+        task_type="CAUSAL_LM",
+        **cfg,
+    )
+    return get_peft_model(model, config)
