@@ -142,6 +142,7 @@ PRESETS: dict[str, Question | None] = {
     "train": None,  # trains checkpoints only: no evaluation to compare
     "demo": None,  # a walkthrough at toy size: its report is the view
     "smoke": None,  # the machinery at toy size: nothing to compare
+    "finetune": None,  # fine-tunes a consultant: its evaluation cells run under other presets
 }
 NO_DASHBOARD_WHY = {
     "train": "it trains checkpoints only (no evaluated cells to compare)",
