@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import P_MATCH, TAU_AUTO
-from benchmark.policy.train import checkpoint_name
+from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
 from benchmark.seeds import Splits
 
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
@@ -66,6 +66,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         value = OmegaConf.select(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
+    validate_policy(as_dict(cfg.policy))
     _check_tuning_scope(cfg)
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
@@ -105,6 +106,13 @@ def validate(cfg: DictConfig, task=None) -> Splits:
                 f"{key}.n_episodes={n_ep!r} is invalid: allowed an integer in 1..{size} "
                 f"(the size of the {split} split)"
             )
+    threads = cfg.eval.get("torch_threads")
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise ValueError(
+            f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
+        )
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     ckpt = str(cfg.policy.checkpoint)

@@ -65,3 +65,42 @@ def test_readme_bad_input_table_matches_the_cases():
         assert row is not None, f"README lacks the row {case!r}"
         assert expected in row and all(o in row for o in overrides), row
     assert any("another env" in r for r in rows)
+
+
+def _numeric_keys(node, prefix=""):
+    """Dotted keys of the int/float leaves of a config node (lists and nested dicts of SB3
+    arguments aside: env.ppo.KEY is the documented open extension point)."""
+    from omegaconf import DictConfig
+
+    for key, value in node.items_ex(resolve=True):
+        dotted = f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            if dotted not in ("policy.ppo",):
+                yield from _numeric_keys(value, dotted + ".")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield dotted
+
+
+def test_every_numeric_key_rejects_a_non_number_before_any_work(tmp_path):
+    """README: every bad value fails before any training. Walk the numeric keys a job reads
+    (seed, eval, tuning, gate, policy) and give each a string: validation must name it."""
+    from omegaconf import OmegaConf, open_dict
+
+    from benchmark.build import prepare
+    from tests.conftest import compose_cfg
+
+    base = ["env=empty5x5_random", "gate=entropy", "gate.tau=auto"]
+    cfg = compose_cfg(tmp_path, *base)
+    keys = ["seed"] + [
+        k
+        for group in ("eval", "tuning", "gate", "policy")
+        for k in _numeric_keys(cfg[group], group + ".")
+    ]
+    assert {"eval.n_episodes", "tuning.n_trials", "gate.mc_samples", "policy.seed"} <= set(keys)
+    for key in keys:
+        bad = compose_cfg(tmp_path, *base)
+        with open_dict(bad):
+            OmegaConf.update(bad, key, "abc", merge=False)
+        with pytest.raises(ValueError, match=key.split(".")[-1]):
+            prepare(bad)
+    assert not (tmp_path / "checkpoints").exists()

@@ -195,10 +195,18 @@ class ThresholdCheckpoints(BaseCallback):
         write_json_atomic(meta, self.out_dir / f"{name}.json")
 
 
-def _validate(cfg: dict[str, Any]) -> None:
+def validate_policy(cfg: dict[str, Any]) -> None:
+    """The policy config's values (benchmark.validate calls this before any work)."""
     for key in ("total_timesteps", "n_envs", "eval_freq", "eval_episodes", "torch_threads"):
-        if int(cfg[key]) < 1:
-            raise ValueError(f"policy.{key}={cfg[key]!r} must be >= 1")
+        value = cfg[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"policy.{key}={value!r} is invalid: allowed an integer >= 1")
+    lr = cfg["learning_rate"]
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
+        raise ValueError(f"policy.learning_rate={lr!r} is invalid: allowed a number > 0")
+    dropout = cfg["dropout"]
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise ValueError(f"policy.dropout={dropout!r} is invalid: allowed a number in [0, 1)")
     clash = sorted(set(cfg.get("ppo") or {}) & MANAGED_PPO_KWARGS)
     if clash:
         raise ValueError(
@@ -220,7 +228,7 @@ def train(
     `out_dir`. Returns the path of `final.zip`. `best` and the thresholds are judged on the first
     `eval_episodes` seeds of `splits`' validation split."""
     cfg = as_dict(policy_cfg)
-    _validate(cfg)
+    validate_policy(cfg)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seed = int(cfg["seed"])
