@@ -259,3 +259,15 @@ def test_hub_id_loads_from_local_hf_cache_offline(tmp_path, tmp_path_factory) ->
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == f"hf:local-org/tiny-qwen3@{commit}"
+
+
+def test_tiny_build_sets_an_incomplete_leftover_aside_and_never_deletes(tmp_path):
+    from benchmark.consultants.tiny import build_tiny
+
+    target = tmp_path / "tiny-qwen3-s0"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"half")  # no config.json: an incomplete build
+    build_tiny(target, 0)
+    assert (target / "config.json").exists()
+    (aside,) = tmp_path.glob(".tiny-qwen3-s0.incomplete-*")
+    assert (aside / "model.safetensors").read_bytes() == b"half"

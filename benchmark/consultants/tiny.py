@@ -241,8 +241,9 @@ def build_tiny(directory: str | os.PathLike, seed: int = 0, size: str = "tiny") 
     """Build the tiny model (`size`: a key of SIZES) into `directory` unless it is already there;
     return its path.
 
-    Atomic (built in a temp dir beside it, then renamed) and guarded by a file lock, so
-    concurrent processes of a multirun build it once and never see a half-written model."""
+    Atomic (built in a temp dir beside it, then renamed; an existing target is never deleted)
+    and guarded by a file lock that only saves duplicate builds, so processes on any host
+    never see a half-written model."""
     from filelock import FileLock
 
     if size not in SIZES:
@@ -257,9 +258,13 @@ def build_tiny(directory: str | os.PathLike, seed: int = 0, size: str = "tiny") 
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
         try:
             _write_tiny(tmp, seed, size)
-            if target.exists():  # a leftover without config.json: incomplete, replace it
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+            try:
+                os.rename(tmp, target)
+            except OSError:  # the target exists: never delete it, others may be loading it
+                if not (target / "config.json").exists():  # an incomplete leftover
+                    os.rename(target, target.with_name(f".{target.name}.incomplete-{tmp.name}"))
+                    os.rename(tmp, target)
+                # else another host built the same model first (the lock may not reach it)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
