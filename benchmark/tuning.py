@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ import optuna
 from filelock import FileLock
 
 log = logging.getLogger(__name__)
+WORKER = "worker"  # trial user attribute: [host, pid] of the process running it
 PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
 
 
@@ -62,6 +64,7 @@ def tune(
         _fail_stale_running(study)
 
         def trial_fn(trial: optuna.Trial) -> float:
+            trial.set_user_attr(WORKER, [socket.gethostname(), os.getpid()])
             tau = trial.suggest_float("tau", *tau_range)
             reward, ir = objective(tau, seeds)
             trial.set_user_attr("ir", ir)
@@ -94,17 +97,39 @@ def tune(
 
 
 def _rows(trials: list[optuna.trial.FrozenTrial]) -> list[dict]:
+    """trials.csv rows: where a trial ran is not a result (it stays in the journal)."""
     return [
-        {"trial": t.number, "tau": t.params["tau"], "reward": t.value, **t.user_attrs}
+        {
+            "trial": t.number,
+            "tau": t.params["tau"],
+            "reward": t.value,
+            **{k: v for k, v in t.user_attrs.items() if k != WORKER},
+        }
         for t in trials
     ]
 
 
 def _fail_stale_running(study: optuna.Study) -> None:
-    """A RUNNING trial under the study lock was left by a killed process: fail it (the loop
-    then retries that trial with the same sampler seed)."""
+    """A RUNNING trial of a process of this host that no longer exists was left by a kill: fail
+    it (the loop then retries that trial with the same sampler seed). Trials of other hosts are
+    left alone: where the study lock does not reach other hosts, they may still be running."""
+    host = socket.gethostname()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        worker_host, pid = t.user_attrs.get(WORKER, [host, None])
+        if worker_host == host and not _alive(pid):
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def set_aside_torn_tail(journal: Path) -> None:
