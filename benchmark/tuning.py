@@ -48,7 +48,12 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with FileLock(str(study_dir / "study.lock")):
         journal = study_dir / "study.journal"
-        set_aside_torn_tail(journal)
+        writers = optuna.storages.journal.JournalFileSymlinkLock(str(journal))
+        writers.acquire()  # Optuna's own (NFS-safe) writer lock: no append can be half-seen
+        try:
+            set_aside_torn_tail(journal)
+        finally:
+            writers.release()
         storage = optuna.storages.JournalStorage(
             optuna.storages.journal.JournalFileBackend(str(journal))
         )
