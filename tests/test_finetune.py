@@ -269,7 +269,11 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     backend = OmegaConf.to_container(cfg.slm.backend, resolve=True)
     backend.pop("_target_")
     identity = FinetunedConsultant.weights_identity(**backend)
-    models = list((tmp_path / "models" / "finetuned").glob("empty5x5_random-basic-tiny_small-*"))
+    models = [
+        p
+        for p in (tmp_path / "models" / "finetuned").glob("empty5x5_random-basic-tiny_small-*")
+        if p.is_dir()
+    ]
     assert len(models) == 1 and store.intact(models[0])
     model_dir = models[0]
     assert identity == "hf-local:" + local_fingerprint(model_dir)

@@ -129,6 +129,7 @@ def fine_tune(
     `<out_dir>.trainer`. Returns training statistics."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
 
     source = str(base_dir)
     load = {k: v for k, v in dict(load_kwargs or {}).items() if v is not None}
@@ -153,7 +154,7 @@ def fine_tune(
         warmup_steps=settings.warmup,
         weight_decay=settings.weight_decay,
         bf16=settings.dtype == "bfloat16" and cuda,
-        gradient_checkpointing=settings.gradient_checkpointing,
+        **_checkpointing(TrainingArguments, settings.gradient_checkpointing),
         seed=int(seed),
         data_seed=int(seed),
         use_cpu=not cuda,
@@ -171,6 +172,8 @@ def fine_tune(
         train_dataset=rows,
         data_collator=_Collator(pad_id),
     )
+    trainer.remove_callback(PrinterCallback)  # its print() of each log: to the log instead
+    trainer.add_callback(_LogCallback())
     start = time.perf_counter()
     result = trainer.train()
     seconds = time.perf_counter() - start
@@ -193,6 +196,43 @@ def fine_tune(
         "train_loss": float(result.training_loss),
         "device": "cuda" if cuda else "cpu",
     }
+
+
+def _checkpointing(arguments: type, on: bool) -> dict[str, bool]:
+    """Activation (gradient) checkpointing under the name this transformers version knows."""
+    import inspect
+
+    params = inspect.signature(arguments.__init__).parameters
+    name = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in params
+        else "gradient_checkpointing"
+    )
+    return {name: bool(on)}
+
+
+def _log_callback_class() -> type:
+    from transformers import TrainerCallback
+
+    class LogCallback(TrainerCallback):
+        """One log line per Trainer log (the training loss a quarter epoch at a time)."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if logs and "loss" in logs:
+                log.info(
+                    "fine-tune: epoch %.2f, step %d/%d, loss %.4f, learning rate %.2e",
+                    float(logs.get("epoch", 0.0)),
+                    state.global_step,
+                    state.max_steps,
+                    float(logs["loss"]),
+                    float(logs.get("learning_rate", 0.0)),
+                )
+
+    return LogCallback
+
+
+def _LogCallback() -> Any:  # noqa: N802 - built lazily: transformers is imported on use
+    return _log_callback_class()()
 
 
 def _with_lora(model: Any, lora: Mapping[str, Any]) -> Any:
