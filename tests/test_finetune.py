@@ -308,3 +308,36 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     # a damaged model is made again, not used
     (model_dir / "finetune.json").write_text("{}")
     assert not store.intact(model_dir)
+
+
+# ----------------------------------------------------------------------------- demo figure
+def test_reward_vs_ir_figure(tmp_path):
+    """One point per method: PPO-only at IR 0, SLM-only at IR 1, ASK in between (with its
+    validation trials); drawn only where PPO-only and an assisted method share an env."""
+    from benchmark.report.ir_figure import reward_ir_plot
+    from benchmark.report.model import Cell, Layout, Sweep
+
+    def cell(job, gate, slm, reward, ir, trials=None):
+        summary = {
+            "reward_mean": reward, "reward_ci95_low": reward - 0.05,
+            "reward_ci95_high": reward + 0.05, "success_mean": reward,
+            "ir_mean": ir, "ir_ci95_low": max(ir - 0.05, 0), "ir_ci95_high": min(ir + 0.05, 1),
+        }  # fmt: skip
+        return Cell(
+            job=str(job), status="ok", env="empty5x5_random", metric="success", gate=gate,
+            slm=slm, prompt="basic", summary=summary, trials=trials, checkpoint="r030",
+        )  # fmt: skip
+
+    trials = [{"tau": 1.5, "reward": 0.9, "ir": 0.8}, {"tau": 1.9, "reward": 0.5, "ir": 0.1}]
+    cells = [
+        cell(0, "never", None, 0.36, 0.0),
+        cell(1, "entropy", "ft-tiny_small", 0.97, 0.77, trials),
+        cell(2, "entropy", "oracle", 0.97, 0.77, trials),
+        cell(3, "entropy", "random", 0.73, 0.84, trials),
+        cell(4, "always", "ft-tiny_small", 0.97, 1.0),
+    ]
+    sweep = Sweep(root=tmp_path, cells=cells, config=None, experiment="demo")
+    path = reward_ir_plot(sweep, Layout.of(sweep), tmp_path)
+    assert path == tmp_path / "reward_vs_ir.png" and path.stat().st_size > 10_000
+    alone = Sweep(root=tmp_path, cells=cells[1:], config=None, experiment="x")  # no PPO-only
+    assert reward_ir_plot(alone, Layout.of(alone), tmp_path / "none") is None

@@ -53,7 +53,7 @@ TABLES = (
     "details",
     analysis.TABLE,
 )
-PLOTS = ("tau", "checkpoints", "trials", "learning_curves", *analysis.PLOTS)
+PLOTS = ("reward_vs_ir", "tau", "checkpoints", "trials", "learning_curves", *analysis.PLOTS)
 OUTPUTS = (
     ["report.md", "report.tex", "cells.csv"]
     + [f"{t}.{ext}" for t in TABLES for ext in ("csv", "tex")]
@@ -73,7 +73,7 @@ SECTIONS = {
 
 def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report:
     """Read the sweep, write every table and plot into `out` (default SWEEP_DIR/report)."""
-    from benchmark.report import figures
+    from benchmark.report import figures, ir_figure
 
     sweep = load_sweep(sweep_dir)
     out = Path(out) if out is not None else sweep.root / "report"
@@ -97,6 +97,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         if table is not None and table.rows:
             report.tables.append(table)
     for draw in (
+        lambda: ir_figure.reward_ir_plot(sweep, lay, out),
         lambda: figures.tau_plot(sweep, lay, out),
         lambda: figures.checkpoint_plot(sweep, lay, out),
         lambda: figures.trials_plot(sweep, lay, out),
