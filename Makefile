@@ -19,9 +19,11 @@ $(VENV_STAMP): pyproject.toml
 
 install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then the package + dev extras)
 
-demo: $(VENV_STAMP) ## PPO-only, ASK (tiny model), SLM-only oracle and dice on a few test seeds: prints a table
+demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure
 	$(PY) -m benchmark +experiment=demo tracking=none -m
-	$(PY) -m benchmark.report $$(ls -dt outputs/sweeps/demo/* | head -1) --no-wandb
+	@sweep=$$(ls -dt outputs/sweeps/demo/* | head -1); \
+	$(PY) -m benchmark.report $$sweep --no-wandb && \
+	echo "figure: $$sweep/report/reward_vs_ir.png (reward and success against IR, every method)"
 
 # pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything
 test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1
