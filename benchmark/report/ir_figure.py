@@ -16,7 +16,9 @@ from benchmark.report.model import (
     Sweep,
     env_label,
     method_order,
+    prompt_label,
     row_label,
+    slm_label,
 )
 
 MARKERS = {"never": "s", "entropy": "o", "always": "^", "random": "D", "epistemic": "v"}
@@ -34,6 +36,17 @@ def _colors(cells: list[Cell]) -> dict[str | None, str]:
     for i, slm in enumerate(slms):
         out[slm] = {"oracle": "tab:green", "random": "tab:gray"}.get(slm, palette[i % len(palette)])
     return out
+
+
+def _label(c: Cell, lay: Layout, prompts: int) -> str:
+    """The table's row label, but SLM-only names its consultant ("SLM-only oracle", not
+    "Oracle"), so each point says at a glance which gate and which consultant it is."""
+    if c.gate == "never":
+        return "PPO-only" + row_label(c, lay)[len("PPO") :]
+    if c.gate == "always":
+        suffix = f" ({prompt_label(c.prompt, c.rationale)})" if prompts > 1 else ""
+        return f"SLM-only {slm_label(c.slm)}{suffix}"
+    return row_label(c, lay)
 
 
 def _point(ax, c: Cell, metric: str, color: str, label: str | None) -> bool:
@@ -77,10 +90,11 @@ def reward_ir_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
         top, bottom = axes[0][j], axes[1][j]
         metric = sweep.metric_of(env)
         cells = sorted((c for c in sweep.ok if c.env == env), key=method_order)
+        prompts = len({(c.prompt, bool(c.rationale)) for c in cells if c.prompt is not None})
         seen: set[str] = set()
         trial_label = "τ trials (validation seeds)"
         for c in cells:
-            label = row_label(c, lay)
+            label = _label(c, lay, prompts)
             color = colors.get(None if c.gate == "never" else c.slm, "black")
             legend = None if label in seen else label
             if _point(top, c, "reward", color, legend):
