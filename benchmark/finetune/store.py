@@ -392,7 +392,8 @@ def measure(model_dir: Path, examples: list[Example]) -> dict[str, Any]:
 
     if not examples:
         return {"states": 0}
-    consultant = HFConsultant(path=str(model_dir), dtype="float32", device_map="cpu")
+    # the weights' own dtype on a GPU, float32 on a CPU (the hf backend's `auto`)
+    consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
     try:
         queries = [
             Query(
