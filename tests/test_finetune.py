@@ -133,6 +133,28 @@ def test_examples_are_the_evaluators_messages_with_the_experts_answer():
     assert len({(e.seed, e.messages[1]["content"].split("Step=")[0]) for e in once}) == len(once)
 
 
+def test_tau_keeps_only_the_steps_the_gate_sends():
+    task = make_task("empty5x5_random")
+    policy = untrained_policy(task)
+    splits = Splits()
+    seeds = ds.dataset_seeds(3, 2, splits)
+    kw = dict(splits=splits, autopilot=("ppo",), unique=False, mc_samples=8)
+    every = ds.collect(task, basic_prompt(), policy, seeds, **kw)
+    assert ds.collect(task, basic_prompt(), policy, seeds, tau=0.0, **kw) == every
+    assert ds.collect(task, basic_prompt(), policy, seeds, tau=2.01, **kw) == []  # > log2(4)
+    # the entropy of every step, as the gate computes it: the median splits the steps
+    from benchmark.evaluate import Evaluator
+    from benchmark.gates import EntropyGate
+
+    entropies = []
+    Evaluator(task=task, gate=EntropyGate(0.0), policy=policy, mc_samples=8).run(
+        seeds, on_step=lambda event: entropies.append(event.uncertainty[0])
+    )
+    median = sorted(entropies)[len(entropies) // 2]
+    some = ds.collect(task, basic_prompt(), policy, seeds, tau=median, **kw)
+    assert len(some) == sum(h >= median for h in entropies) and 0 < len(some) < len(every)
+
+
 def test_rationale_examples_carry_a_templated_reason():
     task = make_task("empty5x5_random")
     splits = Splits()
