@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import traceback
-from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from benchmark import results
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
+from benchmark.policy.provenance import package_versions
 from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.tracking import Tracker
 
@@ -328,12 +328,7 @@ def provenance() -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    versions = {}
-    for pkg in PACKAGES:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
+    versions = package_versions(PACKAGES)
     return {
         "git_commit": git("rev-parse", "HEAD") or None,
         "git_dirty": bool(git("status", "--porcelain")),

@@ -30,12 +30,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from benchmark.results import write_bytes_atomic
 
 if TYPE_CHECKING:
     from benchmark.evaluate import StepEvent
@@ -106,25 +106,11 @@ class StepRecorder:
 
 def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
     """Gzipped JSONL, written atomically; the same records give the same bytes (no mtime)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
         for r in records:
             gz.write((json.dumps(r, sort_keys=True) + "\n").encode())
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def read_steps(path: Path) -> list[dict[str, Any]] | None:

@@ -125,16 +125,22 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def system_info() -> dict[str, Any]:
-    """The machine and versions a policy was trained with (no host name: it gets published)."""
-    import torch
-
-    versions = {}
-    for pkg in PACKAGES:
+def package_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
+    """Installed versions (None when a package is missing)."""
+    versions: dict[str, str | None] = {}
+    for pkg in packages:
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
+    return versions
+
+
+def system_info() -> dict[str, Any]:
+    """The machine and versions a policy was trained with (no host name: it gets published)."""
+    import torch
+
+    versions = package_versions(PACKAGES)
     try:
         capability = torch.backends.cpu.get_cpu_capability()
     except Exception:  # noqa: BLE001 - older torch
