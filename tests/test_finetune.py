@@ -363,3 +363,36 @@ def test_reward_vs_ir_figure(tmp_path):
     assert path == tmp_path / "reward_vs_ir.png" and path.stat().st_size > 10_000
     alone = Sweep(root=tmp_path, cells=cells[1:], config=None, experiment="x")  # no PPO-only
     assert reward_ir_plot(alone, Layout.of(alone), tmp_path / "none") is None
+
+
+def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
+    """`train.lora` (PEFT) trains adapters and saves merged weights: the result loads as any
+    model directory (the hf backend never sees an adapter)."""
+    pytest.importorskip("peft")
+    import torch
+    from safetensors.torch import load_file
+
+    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants.tiny import build_tiny
+    from benchmark.finetune.train import fine_tune
+
+    base = build_tiny(tmp_path / "tiny-small", 0, "small")
+    task = make_task("empty5x5_random")
+    splits = Splits()
+    examples = ds.collect(
+        task, basic_prompt(), untrained_policy(task), ds.dataset_seeds(2, 0, splits),
+        splits=splits, autopilot=("ppo",), unique=False,
+    )[:24]  # fmt: skip
+    settings = TrainSettings(
+        epochs=1, batch_size=8, learning_rate=1e-2,
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+    )  # fmt: skip
+    out = tmp_path / "merged"
+    stats = fine_tune(base, examples, out, settings, seed=0)
+    assert stats["optimizer_steps"] == 3
+    assert not list(out.glob("adapter_*")) and (out / "model.safetensors").is_file()
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(before) == set(after)  # the base's tensor names: no lora_A/lora_B left
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed)
+    HFConsultant(path=str(out), dtype="float32", device_map="cpu").close()
