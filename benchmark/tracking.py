@@ -50,17 +50,7 @@ def method_of(config: dict) -> str:
     from benchmark.report.model import Cell, method_label
 
     spec = CellSpec(config=config, gate=GateSettings.from_config(config["gate"]))
-    labels = spec.labels()
-    cell = Cell(
-        job="",
-        status="ok",
-        gate=labels["gate"],
-        slm=labels["slm"],
-        prompt=labels["prompt"],
-        rationale=labels["rationale"],
-        p=spec.gate.args.get("p"),
-    )
-    return method_label(cell)
+    return method_label(Cell.of_spec(spec))
 
 
 def init_timeout(cfg: Any) -> float:

@@ -23,22 +23,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 import benchmark  # noqa: F401 - registers the config resolvers (abspath, uid) CellSpec resolves
 from benchmark import results
 from benchmark.cell import CellSpec
-from benchmark.report.model import FAILED, MISSING, OK, Cell, Sweep, is_number
+from benchmark.report.model import FAILED, LABELS, MISSING, OK, Cell, Sweep, is_number
 
 log = logging.getLogger(__name__)
-
-# the CellSpec.labels() a Cell holds; the summary has them too (and wins)
-LABELS = (
-    "env",
-    "metric",
-    "gate",
-    "slm",
-    "prompt",
-    "rationale",
-    "checkpoint",
-    "policy_seed",
-    "mc_samples",
-)
 
 
 def job_dirs(root: Path) -> list[Path]:
@@ -203,12 +190,7 @@ def _label_from_config(cell: Cell, cfg: DictConfig) -> None:
             "mc_samples": _select(cfg, "gate.mc_samples"),
         }
         args = {"tau": _select(cfg, "gate.tau"), "p": _select(cfg, "gate.p")}
-    for key in LABELS:
-        setattr(cell, key, labels.get(key))
-    cell.name = labels.get("cell") or cell.name
-    cell.tau_setting, cell.p = args.get("tau"), args.get("p")
-    if is_number(cell.tau_setting):
-        cell.tau = float(cell.tau_setting)
+    cell.set_labels(labels, args)
 
 
 def _label_from_summary(cell: Cell, s: dict) -> None:

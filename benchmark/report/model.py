@@ -30,6 +30,20 @@ GATE_ORDER = ("never", "always", "entropy", "epistemic", "random")
 SLM_NAMES = {"random": "dice", "oracle": "oracle"}
 
 
+# the CellSpec.labels() a Cell holds; the summary has them too (and wins)
+LABELS = (
+    "env",
+    "metric",
+    "gate",
+    "slm",
+    "prompt",
+    "rationale",
+    "checkpoint",
+    "policy_seed",
+    "mc_samples",
+)
+
+
 @dataclass
 class Cell:
     """One job of the sweep and everything the report needs about it. The labels (env ... split)
@@ -60,6 +74,23 @@ class Cell:
     error: dict | None = None
     trials: list[dict] | None = None
     note: str = ""
+
+    @classmethod
+    def of_spec(cls, spec: Any, job: str = "", status: str = "ok") -> Cell:
+        """The cell a `benchmark.cell.CellSpec` describes, before any result."""
+        cell = cls(job=job, status=status)
+        cell.set_labels(spec.labels(), spec.gate.args)
+        cell.uses_policy = spec.uses_policy
+        return cell
+
+    def set_labels(self, labels: dict, gate_args: dict) -> None:
+        """What the job was asked to run: the LABELS, its name, and the gate's tau and p."""
+        for key in LABELS:
+            setattr(self, key, labels.get(key))
+        self.name = labels.get("cell") or self.name
+        self.tau_setting, self.p = gate_args.get("tau"), gate_args.get("p")
+        if is_number(self.tau_setting):
+            self.tau = float(self.tau_setting)
 
     @property
     def ok(self) -> bool:
