@@ -19,6 +19,7 @@ from benchmark import results
 from benchmark.cell import CellSpec
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
+from benchmark.gates import TAU_AUTO
 from benchmark.results import file_sha256
 from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.validate import validate
@@ -294,7 +295,7 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
     one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
     random gate spends the same query budget."""
     same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
-    want_tau = str(spec.gate.match_tau or "auto")
+    want_tau = str(spec.gate.match_tau or TAU_AUTO)
     want_n = cfg.gate.get("mc_samples")
     for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
         identity = (results.read_json(path) or {}).get("identity", {})

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 import benchmark  # noqa: F401 - registers the config resolvers (abspath, uid) CellSpec resolves
 from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.gates import TAU_AUTO
 from benchmark.report.model import FAILED, LABELS, MISSING, OK, Cell, Sweep, is_number
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def _label_from_summary(cell: Cell, s: dict) -> None:
     tau = s.get("tau")
     cell.tau = float(tau) if is_number(tau) else None
     if cell.tau_setting is None and tau is not None:
-        cell.tau_setting = "auto" if cell.trials else tau
+        cell.tau_setting = TAU_AUTO if cell.trials else tau
 
 
 def _readable(node: Any) -> Any:
