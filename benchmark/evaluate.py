@@ -19,6 +19,7 @@ from benchmark.consultants.base import Answer, Consultant, Query
 from benchmark.envs.base import Episode, Task
 from benchmark.gates import Gate
 from benchmark.metrics import episode_rates
+from benchmark.policy.network import actor_input, is_recurrent, split_states, stack_states
 from benchmark.prompts.base import Consultation, Decision, PromptVariant
 from benchmark.uncertainty import draw_masks, mc_dropout
 
@@ -88,10 +89,16 @@ class Evaluator:
         ]
         # one dropout-mask stream per episode: masks never depend on who shares the batch
         streams = [MaskStream(self.seed * 1_000_003 + s) for s in seeds]
+        # a recurrent policy's actor LSTM state per episode (None: not started, or no LSTM)
+        memory: list = [None] * len(seeds)
         stats = [_new_row(s, self.gate.needs_policy) for s in seeds]
         start = [time.perf_counter()] * len(seeds)
         while live := [i for i, ep in enumerate(episodes) if not ep.done]:
-            ppo = self._ppo_actions([episodes[i] for i in live], [streams[i] for i in live])
+            ppo, states = self._ppo_actions(
+                [episodes[i] for i in live], [streams[i] for i in live], [memory[i] for i in live]
+            )
+            for i, state in zip(live, states, strict=True):
+                memory[i] = state
             unc = ppo if not isinstance(ppo, list) else None
             ppo_actions = ppo if isinstance(ppo, list) else ppo.action.tolist()
             mask = self.gate.mask(unc, [seeds[i] for i in live], [episodes[i].steps for i in live])
@@ -124,15 +131,20 @@ class Evaluator:
             rows.append(episode_rates(row))
         return rows
 
-    def _ppo_actions(self, episodes: list[Episode], streams: list[MaskStream]):
-        """Uncertainty (with the deterministic action) when the gate needs it, else plain actions."""
+    def _ppo_actions(self, episodes: list[Episode], streams: list[MaskStream], states: list):
+        """Uncertainty (with the deterministic action) when the gate needs it, else plain
+        actions; and each episode's next recurrent state (Nones without LSTM)."""
+        n = len(episodes)
         if not self.gate.needs_policy:
-            return [None] * len(episodes)
+            return [None] * n, [None] * n
         obs = np.stack([ep.obs for ep in episodes])
+        state = stack_states(self.policy, states)
         if self.gate.needs_uncertainty:
             masks = episode_masks(self.policy, streams, self.mc_samples)
-            return mc_dropout(self.policy, obs, self.mc_samples, masks=masks)
-        return deterministic_actions(self.policy, obs).tolist()
+            unc = mc_dropout(self.policy, obs, self.mc_samples, masks=masks, state=state)
+            return unc, split_states(unc.state, n)
+        actions, state = policy_step(self.policy, obs, state)
+        return actions.tolist(), split_states(state, n)
 
     def _final_action(
         self, ppo: int | None, decision: Decision | None, row: dict, ep: Episode
@@ -163,11 +175,22 @@ def _row(unc: Any, j: int) -> tuple[float, float, float] | None:
 
 
 def deterministic_actions(policy, obs: np.ndarray) -> np.ndarray:
-    """PPO's greedy actions with dropout off."""
+    """PPO's greedy actions with dropout off (a recurrent policy from the episodes' start)."""
+    return policy_step(policy, obs)[0]
+
+
+def policy_step(policy, obs: np.ndarray, state: tuple | None = None) -> tuple[np.ndarray, Any]:
+    """PPO's greedy actions with dropout off, and a recurrent policy's next actor LSTM state
+    (None for an MLP policy)."""
     policy.set_training_mode(False)
     with torch.inference_mode():
-        obs_t, _ = policy.obs_to_tensor(obs)
-        return policy._predict(obs_t, deterministic=True).cpu().numpy().astype(np.int64)
+        if not is_recurrent(policy):
+            obs_t, _ = policy.obs_to_tensor(obs)
+            actions = policy._predict(obs_t, deterministic=True)
+        else:
+            x, state = actor_input(policy, obs, state)
+            actions = policy.action_net(policy.mlp_extractor.forward_actor(x)).argmax(-1)
+        return actions.cpu().numpy().astype(np.int64), state
 
 
 class MaskStream:

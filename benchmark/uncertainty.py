@@ -8,7 +8,10 @@ The fast path is one batched forward: the layers before the first dropout run on
 observation, then each row is widened to N rows (B x N in all) and the rest of the actor runs
 once. Masks are drawn by one helper in one fixed order, so the batched path and the N-pass
 reference (`mc_dropout_sequential`) see identical masks for the same generator state and agree
-up to float rounding."""
+up to float rounding.
+
+A recurrent policy (`policy=ppo_lstm`) takes and returns the actor LSTM's state: the LSTM steps
+once per observation, dropout acts in the MLP head after it, so the N samples share the state."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
+from benchmark.policy.network import actor_input, initial_state
+
 LN2 = math.log(2.0)
 
 
@@ -32,6 +37,7 @@ class Uncertainty:
     total: np.ndarray  # entropy of the mean action distribution over the N passes
     aleatoric: np.ndarray  # mean of the per-pass entropies
     epistemic: np.ndarray  # total - aleatoric (mutual information), >= 0
+    state: tuple | None = None  # a recurrent policy's next actor LSTM (hidden, cell), else None
 
 
 def _policy(policy: object) -> ActorCriticPolicy:
@@ -64,7 +70,7 @@ def _dropout_modules(pol: ActorCriticPolicy) -> list[nn.Dropout]:
 
 def _widths(pol: ActorCriticPolicy) -> list[int]:
     """Width of the activation entering each dropout layer of the actor, in forward order."""
-    widths, width = [], pol.features_dim
+    widths, width = [], getattr(pol, "lstm_output_dim", pol.features_dim)
     for m in pol.mlp_extractor.policy_net:
         if isinstance(m, nn.Linear):
             width = m.out_features
@@ -106,19 +112,15 @@ def draw_masks(
     return masks
 
 
-def _features(pol: ActorCriticPolicy, obs: np.ndarray) -> torch.Tensor:
-    obs_t, _ = pol.obs_to_tensor(obs)
-    return pol.extract_features(obs_t, pol.pi_features_extractor)
-
-
-def _inputs(pol, obs, n, generator, masks) -> tuple[torch.Tensor, int, list[torch.Tensor]]:
-    """Features of the B observations and the masks both MC paths use (drawn if not given)."""
-    x = _features(pol, obs)
+def _inputs(pol, obs, n, generator, masks, state) -> tuple:
+    """The actor head's input for the B observations, the next recurrent state, and the masks
+    both MC paths use (drawn if not given)."""
+    x, state = actor_input(pol, obs, state)
     b = x.shape[0]
     if masks is None:
         masks = draw_masks(pol, b, n, generator)
     _check_masks(masks, _widths(pol), b, n)
-    return x, b, masks
+    return x, b, masks, state
 
 
 def _entropies(logits: torch.Tensor, n_obs: int, n_samples: int) -> tuple[torch.Tensor, ...]:
@@ -131,9 +133,9 @@ def _entropies(logits: torch.Tensor, n_obs: int, n_samples: int) -> tuple[torch.
     return total, aleatoric, epistemic
 
 
-def _to_result(action: torch.Tensor, ent: tuple[torch.Tensor, ...]) -> Uncertainty:
+def _to_result(action: torch.Tensor, ent: tuple[torch.Tensor, ...], state) -> Uncertainty:
     total, aleatoric, epistemic = (t.cpu().numpy() for t in ent)
-    return Uncertainty(action.cpu().numpy().astype(np.int64), total, aleatoric, epistemic)
+    return Uncertainty(action.cpu().numpy().astype(np.int64), total, aleatoric, epistemic, state)
 
 
 def mc_dropout(
@@ -142,9 +144,11 @@ def mc_dropout(
     n_samples: int,
     generator: torch.Generator | None = None,
     masks: list[torch.Tensor] | None = None,
+    state: tuple | None = None,
 ) -> Uncertainty:
     """Batched MC dropout: one forward of B x N rows for the sampled passes (the layers before
     the first dropout run on the B rows only) plus the dropout-off pass for the PPO action.
+    `state`: a recurrent policy's actor LSTM state before this step (None: episode start).
 
     `masks` (from `draw_masks`) injects the dropout masks; otherwise they are drawn from
     `generator` (torch's default generator when None). Module train/eval modes are not touched:
@@ -152,7 +156,7 @@ def mc_dropout(
     pol = _policy(policy)
     n = _check_n(n_samples)
     with torch.inference_mode():
-        x, b, masks = _inputs(pol, obs, n, generator, masks)
+        x, b, masks, state = _inputs(pol, obs, n, generator, masks, state)
         det, mc, k = x, None, 0
         for layer in pol.mlp_extractor.policy_net:
             if isinstance(layer, nn.Dropout):
@@ -168,7 +172,7 @@ def mc_dropout(
                 det, mc = layer(det), layer(mc)
         action = pol.action_net(det).argmax(-1)
         ent = _entropies(pol.action_net(mc), b, n)
-    return _to_result(action, ent)
+    return _to_result(action, ent, state)
 
 
 def mc_dropout_sequential(
@@ -177,15 +181,17 @@ def mc_dropout_sequential(
     n_samples: int,
     generator: torch.Generator | None = None,
     masks: list[torch.Tensor] | None = None,
+    state: tuple | None = None,
 ) -> Uncertainty:
     """Reference: N separate passes over the B observations through the real SB3 modules
     (nn.Dropout outputs replaced by input x mask via forward hooks), and the PPO action from
-    `policy.predict(deterministic=True)`. Same masks as `mc_dropout` for the same generator."""
+    `policy.predict(deterministic=True)` (with the recurrent state, for a recurrent policy).
+    Same masks as `mc_dropout` for the same generator."""
     pol = _policy(policy)
     n = _check_n(n_samples)
     layers = _dropout_modules(pol)
     with torch.inference_mode():
-        x, b, masks = _inputs(pol, obs, n, generator, masks)
+        x, b, masks, next_state = _inputs(pol, obs, n, generator, masks, state)
         logits = []
         for i in range(n):
             hooks = [
@@ -202,10 +208,13 @@ def mc_dropout_sequential(
     was_training = pol.training
     pol.set_training_mode(False)
     try:
-        action, _ = pol.predict(obs, deterministic=True)
+        if state is None:
+            state = initial_state(pol, b)
+        as_numpy = None if state is None else tuple(s.detach().cpu().numpy() for s in state)
+        action, _ = pol.predict(obs, state=as_numpy, deterministic=True)
     finally:
         pol.set_training_mode(was_training)
-    return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent)
+    return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent, next_state)
 
 
 def _check_masks(masks: list[torch.Tensor], widths: list[int], b: int, n: int) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
+from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
@@ -238,8 +239,18 @@ def resolve(ckpt_dir: Path, name: str) -> Path:
     return path
 
 
+def _algorithm_of(path: Path) -> type[PPO] | type[RecurrentPPO]:
+    """RecurrentPPO for a zip whose saved policy kwargs have an LSTM, else PPO: the policy class
+    in the zip is a pickle, its kwargs are plain JSON."""
+    with zipfile.ZipFile(path) as zf:
+        data = json.loads(zf.read("data")) if "data" in zf.namelist() else {}
+    kwargs = data.get("policy_kwargs")
+    return RecurrentPPO if isinstance(kwargs, dict) and "lstm_hidden_size" in kwargs else PPO
+
+
 def load(path: str | Path, device: str = "cpu", task: Task | None = None) -> PPO:
-    """Load a PPO checkpoint for inference; with `task`, check its observation/action spaces."""
+    """Load a PPO (or RecurrentPPO) checkpoint for inference; with `task`, check its
+    observation/action spaces."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
@@ -247,7 +258,7 @@ def load(path: str | Path, device: str = "cpu", task: Task | None = None) -> PPO
         raise CheckpointError(f"{path} is not a valid zip (truncated or corrupt checkpoint)")
     try:
         # The schedules are only needed to keep training; skip unpickling them.
-        model = PPO.load(
+        model = _algorithm_of(path).load(
             path,
             device=device,
             custom_objects={"lr_schedule": ConstantSchedule(0.0), "learning_rate": 0.0},

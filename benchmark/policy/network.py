@@ -3,7 +3,11 @@ the policy and value MLPs, and nowhere else, so that keeping it on at inference 
 stochastic forward passes that `benchmark.uncertainty` turns into entropies.
 
 `policy=ppo_cnn` (the feedback paper's RL baseline) puts `MinigridFeaturesExtractor` in front of
-the same MLPs: a CNN over the 7x7x3 egocentric image instead of SB3's flatten."""
+the same MLPs: a CNN over the 7x7x3 egocentric image instead of SB3's flatten.
+
+`policy=ppo_lstm` (ASK+'s open question for HigherLower) is sb3-contrib's RecurrentPPO: an LSTM
+in front of the same dropout MLPs, so dropout acts in the head only and the N MC samples of a
+step share that step's recurrent state."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -19,6 +24,7 @@ from torch import nn
 from benchmark.envs.minigrid_nav import IMAGE_SCALE, VIEW
 
 EXTRACTORS = ("flat", "minigrid_cnn")
+ALGORITHMS = ("ppo", "recurrent_ppo")
 IMAGE_NORMALIZATIONS = ("sb3", "per_channel")
 
 
@@ -86,7 +92,19 @@ def policy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
             "features_dim": int(cfg.get("features_dim", 128)),
             "normalization": str(cfg.get("image_normalization", "sb3")),
         }
+    if algorithm(cfg) == "recurrent_ppo":
+        kwargs["lstm_hidden_size"] = int(cfg["lstm_hidden_size"])
+        kwargs["n_lstm_layers"] = int(cfg.get("n_lstm_layers", 1))
     return kwargs
+
+
+def algorithm(cfg: dict[str, Any]) -> str:
+    """`ppo` (SB3 PPO, the MLP policies) or `recurrent_ppo` (sb3-contrib's RecurrentPPO); configs
+    without the key are PPO, so their checkpoint hashes do not change."""
+    name = cfg.get("algorithm", "ppo")
+    if name not in ALGORITHMS:
+        raise ValueError(f"policy.algorithm={name!r}: allowed {ALGORITHMS}")
+    return name
 
 
 class DropoutMlpExtractor(nn.Module):
@@ -158,6 +176,77 @@ class DropoutActorCriticPolicy(ActorCriticPolicy):
         return data
 
 
+class RecurrentDropoutPolicy(RecurrentActorCriticPolicy):
+    """sb3-contrib's recurrent actor-critic with the MC-dropout MLP head after its LSTMs.
+
+    Dropout sits in the head only: the LSTM's state is a deterministic function of the episode's
+    observations, and the N dropout samples of a step all read the same state."""
+
+    def __init__(self, *args: Any, dropout: float = 0.2, **kwargs: Any) -> None:
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout={dropout!r} must be in [0, 1)")
+        self.dropout = float(dropout)
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = DropoutMlpExtractor(
+            self.lstm_output_dim,
+            net_arch=self.net_arch,
+            activation_fn=self.activation_fn,
+            dropout=self.dropout,
+            device=self.device,
+        )
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data["dropout"] = self.dropout
+        return data
+
+
+def is_recurrent(policy: ActorCriticPolicy) -> bool:
+    return isinstance(policy, RecurrentActorCriticPolicy)
+
+
+def initial_state(policy: ActorCriticPolicy, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The actor LSTM's (hidden, cell) state at the start of `n` episodes; None without LSTM."""
+    if not is_recurrent(policy):
+        return None
+    layers, _, hidden = policy.lstm_hidden_state_shape
+    zeros = torch.zeros((layers, n, hidden), device=policy.device)
+    return zeros, zeros.clone()
+
+
+def actor_input(
+    policy: ActorCriticPolicy, obs: np.ndarray, state: tuple | None = None
+) -> tuple[torch.Tensor, tuple | None]:
+    """What enters the actor's MLP head for a batch of observations, and the next recurrent
+    state: the features for an MLP policy (state stays None); the actor LSTM's output after one
+    step from `state` (zeros when None: the episodes' first step) for a recurrent one."""
+    obs_t, _ = policy.obs_to_tensor(obs)
+    features = policy.extract_features(obs_t, policy.pi_features_extractor)
+    if not is_recurrent(policy):
+        return features, None
+    if state is None:
+        state = initial_state(policy, features.shape[0])
+    starts = torch.zeros(features.shape[0], device=features.device)
+    return policy._process_sequence(features, state, starts, policy.lstm_actor)
+
+
 def dropout_layers(policy: ActorCriticPolicy) -> list[nn.Dropout]:
     """The dropout layers of the actor MLP, in forward order (those MC dropout samples)."""
     return [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Dropout)]
+
+
+def stack_states(policy: ActorCriticPolicy, states: list) -> tuple | None:
+    """One batch state from per-episode states (None entries: the episode's first step)."""
+    if not is_recurrent(policy):
+        return None
+    parts = [s if s is not None else initial_state(policy, 1) for s in states]
+    return tuple(torch.cat(layer, dim=1) for layer in zip(*parts, strict=True))
+
+
+def split_states(state: tuple | None, n: int) -> list:
+    """Per-episode states from a batch state (a list of n Nones without LSTM)."""
+    if state is None:
+        return [None] * n
+    return [tuple(s[:, i : i + 1] for s in state) for i in range(n)]

@@ -16,18 +16,29 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmark.envs.base import Task
-from benchmark.policy.network import DropoutActorCriticPolicy, policy_kwargs
+from benchmark.policy.network import (
+    DropoutActorCriticPolicy,
+    RecurrentDropoutPolicy,
+    algorithm,
+    policy_kwargs,
+)
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("linear", "constant")
+# policy.algorithm -> (SB3 algorithm, its MC-dropout policy class)
+ALGORITHMS = {
+    "ppo": (PPO, DropoutActorCriticPolicy),
+    "recurrent_ppo": (RecurrentPPO, RecurrentDropoutPolicy),
+}
 # PPO kwargs set from top-level policy keys; `seed` would make SB3 reset envs with seeds 0,1,..
 MANAGED_PPO_KWARGS = {"seed", "learning_rate", "policy_kwargs", "device", "env", "policy"}
 CURVE_FIELDS = ("timesteps", "eval_reward", "eval_success", "wall_seconds")
@@ -57,19 +68,23 @@ def as_dict(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
 
 def evaluate(model: PPO, task: Task, seeds: list[int]) -> dict[str, float]:
     """Deterministic, dropout-off episodes on `seeds`, all in lockstep (one batched predict per
-    step). Returns mean `reward` and mean `success` (the task's metric: success or accuracy)."""
+    step). Returns mean `reward` and mean `success` (the task's metric: success or accuracy).
+    A recurrent policy carries each episode's LSTM state from the episode's start."""
     policy = model.policy
     was_training = policy.training
     policy.set_training_mode(False)
     try:
         episodes = [task.episode(s) for s in seeds]
         live = [e for e in episodes if not e.done]
+        state = None  # the live episodes' recurrent states, (layers, len(live), hidden) arrays
         while live:
             obs = np.stack([np.asarray(e.obs) for e in live])
-            actions, _ = model.predict(obs, deterministic=True)
+            actions, state = model.predict(obs, state=state, deterministic=True)
             for e, a in zip(live, np.asarray(actions).reshape(len(live)), strict=True):
                 e.step(int(a))
-            live = [e for e in live if not e.done]
+            going = [k for k, e in enumerate(live) if not e.done]
+            live = [live[k] for k in going]
+            state = None if state is None else tuple(s[:, going] for s in state)
     finally:
         policy.set_training_mode(was_training)
     return {
@@ -215,6 +230,11 @@ def validate_policy(cfg: dict[str, Any]) -> None:
         )
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
+    if algorithm(cfg) == "recurrent_ppo":
+        for key in ("lstm_hidden_size", "n_lstm_layers"):
+            value = cfg.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"policy.{key}={value!r} is invalid: allowed an integer >= 1")
 
 
 def train(
@@ -243,8 +263,9 @@ def train(
         lr = float(cfg["learning_rate"])
         linear = cfg["lr_schedule"] == "linear"
         schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
-        model = PPO(
-            DropoutActorCriticPolicy,
+        algo, policy_class = ALGORITHMS[algorithm(cfg)]
+        model = algo(
+            policy_class,
             env,
             learning_rate=schedule,
             policy_kwargs=policy_kwargs(cfg),
