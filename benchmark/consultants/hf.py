@@ -16,11 +16,26 @@ padding. Positions come from the mask (transformers' cumsum), so each row sees e
 positions and keys of its unpadded prompt. A copy of the stored cache, repeated over the batch, is
 passed to `generate`, which computes only the suffixes. Greedy answers are token for token those
 of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batched and unbatched,
-thinking phases included). Only models whose cache is plain full attention use it: a recurrent
-(linear-attention) or sliding-window layer would see the padding between prefix and suffix, so
-those models take the plain path. Memory: an entry holds the prefix's keys and values (layers x
-kv heads x head dim x 2 x dtype bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16).
-`prefill_stats()` counts prompt positions computed, with and without reuse.
+thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
+full-attention layers takes the layout above ("padded"). A hybrid cache (Qwen3.5, Qwen3-Next:
+Gated-DeltaNet layers, whose cache is a recurrent state and a conv window, beside full attention)
+reuses a prefix only where no padding separates it from the suffix ("unpadded"): a batch of one
+(sequential evaluation, every step) or rows of equal length. Padding between the prefix and a
+suffix is not exact for a recurrent layer: transformers zeroes a padded position's input, but
+the state still decays there (the gate depends on a bias, not only on the input) and the conv
+window still mixes the prefix's last tokens into it; plain left padding is exact only because
+the state is zero before any real token. Such batches take the plain path, and so does a model
+with sliding-window layers. The stored batch-1 cache is expanded to the batch with transformers'
+`Cache.reorder_cache` (index 0 repeated), which every layer kind implements. Memory: an entry
+holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype bytes per token;
+about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one recurrent and one
+conv state per linear layer (independent of the prefix's length). `prefill_stats()` counts
+prompt positions computed, with and without reuse.
+
+Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
+and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
+transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
+reported by `make bench-gpu`.
 
 Sampling (Decoding.temperature > 0; temperature, top_p, top_k from `slm.decoding`): generation
 stays greedy on logits that a processor has already sampled from. The k-th new token of a query
@@ -45,8 +60,10 @@ import copy
 import hashlib
 import inspect
 import json
+import logging
 import os
 import secrets
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -62,6 +79,8 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
 _MB = 1 << 20
+GPU_EXTRA_HINT = "pip install -e '.[gpu]' on a CUDA machine"
+log = logging.getLogger(__name__)
 
 
 def strip_thinking(text: str) -> str:
@@ -213,7 +232,10 @@ class HFConsultant(Consultant):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
         self._logits_to_keep = "logits_to_keep" in params
-        self.reuses_prefixes = _full_attention_only(self.model)
+        self.reuse_mode = prefix_reuse_mode(self.model)
+        self.reuses_prefixes = self.reuse_mode is not None
+        self.kernels = kernel_report(self.model)
+        log.info("%s: %s", self.identity, describe_kernels(self.kernels))
         if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
             self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
         self._anchors: dict[tuple, list[int] | None] = {}
@@ -434,7 +456,8 @@ class HFConsultant(Consultant):
                 seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
                 kwargs["logits_processor"] = _row_sampler(d, seeds, offsets, width)
             if cache is not None:
-                cache.batch_repeat_interleave(n)
+                if n > 1:  # batch 1 -> n; linear-attention layers have no batch_repeat_interleave
+                    cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
                 kwargs[self._cache_arg] = cache
             out = self.model.generate(
                 input_ids=ids.to(self.device),
@@ -454,6 +477,8 @@ class HFConsultant(Consultant):
         of a batch of several); what the batch shares beyond it is computed on the copy."""
         if self.prefix_cache.capacity <= 0 or not self.reuses_prefixes:
             return 0, None
+        if self.reuse_mode == "unpadded" and len({len(s) for s in seqs}) > 1:
+            return 0, None  # padding between prefix and suffix: not exact for a recurrent state
         first = seqs[0]
         limit = min(len(s) for s in seqs) - 1  # every row keeps at least one token to prefill
         shared = min(len(os.path.commonprefix(seqs)), limit)  # works on any sequences
@@ -512,19 +537,73 @@ PREFILL_STATS = (
 )
 
 
-def _full_attention_only(model: Any) -> bool:
-    """True when every layer of the model's cache is a plain full-attention layer, the only kind
-    for which padding between a reused prefix and a suffix is masked out exactly."""
+def prefix_reuse_mode(model: Any) -> str | None:
+    """How the model's cache can take a reused prefix (module docstring): "padded" when every
+    layer is plain full attention (padding between prefix and suffix is masked out exactly),
+    "unpadded" when linear-attention layers (recurrent and conv states) stand beside full
+    attention (reuse only where no padding follows the prefix), None otherwise (sliding windows,
+    encoder-decoders, architectures transformers' DynamicCache cannot describe)."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import (
+        DynamicLayer,
+        LinearAttentionAndFullAttentionLayer,
+        LinearAttentionLayer,
+    )
 
     if getattr(model.config, "is_encoder_decoder", False):
-        return False
+        return None
     try:
         cache = DynamicCache(config=model.config)
     except Exception:  # noqa: BLE001 - an architecture transformers cannot describe: no reuse
-        return False
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+        return None
+    kinds = {type(layer) for layer in cache.layers}
+    if kinds == {DynamicLayer}:
+        return "padded"
+    linear = {LinearAttentionLayer, LinearAttentionAndFullAttentionLayer}
+    if kinds and kinds <= {DynamicLayer, *linear}:
+        return "unpadded"
+    return None
+
+
+def kernel_report(model: Any) -> dict[str, str]:
+    """Which implementation each optional fast kernel of the model resolved to, read from the
+    model's own modeling modules (not from a list of package names): transformers wraps each
+    such function (`use_kernel_func_from_hub_with_fallback`: chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule, causal_conv1d_fn, ...) at import, binding either the
+    package's kernel or its reference PyTorch code. Values: the package name (`fla`,
+    `causal_conv1d`) when its kernel is bound, "reference" otherwise; `attention` is the
+    attention implementation (sdpa, eager, flash_attention_2, ...), `prefix_reuse` the cache
+    mode (`prefix_reuse_mode`, or "off")."""
+    out: dict[str, str] = {
+        "attention": str(getattr(model.config, "_attn_implementation", None) or "default")
+    }
+    modules = {type(m).__module__ for m in model.modules()}
+    for name in sorted(modules):
+        for value in vars(sys.modules[name]).values() if name in sys.modules else ():
+            closure = getattr(value, "__closure__", None)
+            if not callable(value) or not closure:
+                continue
+            free = dict(
+                zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
+            )
+            if "is_new_implementation" in free and "func_name" in free and "package" in free:
+                fast = bool(free["is_new_implementation"])
+                out[str(free["func_name"])] = str(free["package"]) if fast else "reference"
+    out["prefix_reuse"] = prefix_reuse_mode(model) or "off"
+    return out
+
+
+def describe_kernels(report: dict[str, str]) -> str:
+    """One log line for `kernel_report`, with the install hint when a kernel falls back."""
+    parts = [f"{k}={v}" for k, v in report.items()]
+    slow = [k for k, v in report.items() if v == "reference"]
+    line = "kernels: " + ", ".join(parts)
+    if slow:
+        line += (
+            f" ({', '.join(slow)}: transformers' reference PyTorch code, much slower on a GPU; "
+            f"for the fast kernels: {GPU_EXTRA_HINT})"
+        )
+    return line
 
 
 def _uniform(seed: int, k: int) -> float:
