@@ -435,9 +435,15 @@ class HFConsultant(Consultant):
         import torch
 
         n = len(seqs)
+        width = max(len(s) for s in seqs)
         with torch.inference_mode():
             p, cache = self._shared_prefix(seqs, prompts)
-            width = p + max(len(s) - p for s in seqs)
+            computed = n * (width - p)
+            if cache is not None and self.reuse_mode == "unpadded" and min(map(len, seqs)) < width:
+                cache = self._stacked_cache(cache, seqs, p)  # plain left padding from here
+                p, computed = 0, n  # generate computes each row's last token
+            elif cache is not None and n > 1:  # batch 1 -> n (linear layers: no repeat_interleave)
+                cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
             ids = torch.full((n, width), self.pad_id, dtype=torch.long)
             mask = torch.zeros((n, width), dtype=torch.long)
             for r, s in enumerate(seqs):
@@ -447,8 +453,8 @@ class HFConsultant(Consultant):
                     ids[r, :p] = torch.tensor(s[:p], dtype=torch.long)
                     mask[r, :p] = 1
             self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
-            self._stats["prefill_tokens"] += n * (width - p)
-            self._stats["prefill_tokens_without_reuse"] += n * max(len(s) for s in seqs)
+            self._stats["prefill_tokens"] += computed
+            self._stats["prefill_tokens_without_reuse"] += n * width
             gc = copy.deepcopy(self._base_gc)
             gc.update(max_new_tokens=max_new, eos_token_id=stop)
             kwargs: dict[str, Any] = {}
@@ -456,8 +462,6 @@ class HFConsultant(Consultant):
                 seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
                 kwargs["logits_processor"] = _row_sampler(d, seeds, offsets, width)
             if cache is not None:
-                if n > 1:  # batch 1 -> n; linear-attention layers have no batch_repeat_interleave
-                    cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
                 kwargs[self._cache_arg] = cache
             out = self.model.generate(
                 input_ids=ids.to(self.device),
@@ -477,8 +481,6 @@ class HFConsultant(Consultant):
         of a batch of several); what the batch shares beyond it is computed on the copy."""
         if self.prefix_cache.capacity <= 0 or not self.reuses_prefixes:
             return 0, None
-        if self.reuse_mode == "unpadded" and len({len(s) for s in seqs}) > 1:
-            return 0, None  # padding between prefix and suffix: not exact for a recurrent state
         first = seqs[0]
         limit = min(len(s) for s in seqs) - 1  # every row keeps at least one token to prefill
         shared = min(len(os.path.commonprefix(seqs)), limit)  # works on any sequences
@@ -492,28 +494,70 @@ class HFConsultant(Consultant):
         self._stats["prefix_hits" if have >= store else "prefix_misses"] += 1
         cache = copy.deepcopy(cache) if cache is not None else self._new_cache()
         if store > have:
-            self._extend(cache, first[have:store])
+            self._extend(cache, [first[have:store]])
             self.prefix_cache.put(first[:store], copy.deepcopy(cache))
             have = store
         if target > have:
-            self._extend(cache, first[have:target])
+            self._extend(cache, [first[have:target]])
         return target, cache
+
+    def _stacked_cache(self, prefix: Any, seqs: list[list[int]], p: int) -> Any:
+        """A batch cache of every row but its last token, left-padded, from a batch-1 cache of
+        the shared `p` tokens, for a hybrid model whose rows differ in length (padding after the
+        prefix is not exact for a recurrent state; module docstring). Rows of equal length run
+        their own tokens together on a copy of the prefix, unpadded; the copies are then stacked:
+        attention keys and values padded on the left (masked out, as in the plain path),
+        recurrent and conv states as they are (they carry no positions)."""
+        import torch
+        import torch.nn.functional as F
+
+        n, width = len(seqs), max(len(s) for s in seqs)
+        groups: dict[int, list[int]] = {}
+        for r, s in enumerate(seqs):
+            groups.setdefault(len(s), []).append(r)
+        part: list[tuple[Any, int]] = [(None, 0)] * n  # row -> (its group's cache, index in it)
+        for rows in groups.values():
+            cache = copy.deepcopy(prefix)
+            if len(rows) > 1:
+                cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+            if len(seqs[rows[0]]) - 1 > p:
+                self._extend(cache, [seqs[r][p:-1] for r in rows])
+            for k, r in enumerate(rows):
+                part[r] = (cache, k)
+        out = copy.deepcopy(part[0][0])
+        for i, layer in enumerate(out.layers):
+            for name in ("conv_states", "recurrent_states"):
+                for j, state in getattr(layer, name, {}).items():
+                    if state is not None:
+                        rows = [getattr(c.layers[i], name)[j][k : k + 1] for c, k in part]
+                        getattr(layer, name)[j] = torch.cat(rows)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                for name in ("keys", "values"):
+                    rows = [getattr(c.layers[i], name)[k : k + 1] for c, k in part]
+                    pads = [(0, 0, width - 1 - t.shape[-2], 0) for t in rows]
+                    setattr(
+                        layer,
+                        name,
+                        torch.cat([F.pad(t, pad) for t, pad in zip(rows, pads, strict=True)]),
+                    )
+        return out
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
-    def _extend(self, cache: Any, ids: list[int]) -> None:
-        """Run `ids` (batch 1) through the model on top of `cache`, which grows in place."""
+    def _extend(self, cache: Any, rows: list[list[int]]) -> None:
+        """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
+        same batch size), which grows in place."""
         import torch
 
-        self._stats["prefill_tokens"] += len(ids)
+        self._stats["prefill_tokens"] += sum(len(r) for r in rows)
         kwargs = {self._cache_arg: cache}
         if self._logits_to_keep:
             kwargs["logits_to_keep"] = 1  # the prefix's logits are never read
         self.model(
-            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+            input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
             use_cache=True,
             **kwargs,
         )
