@@ -175,3 +175,17 @@ def test_padding_after_a_reused_prefix_would_change_answers(hybrid, tmp_path):
         on.reuse_mode = "unpadded"
     assert wrong != reference
     assert new_ids(on, queries) == reference
+
+
+def test_sampled_answers_identical_with_reuse(hybrid, tmp_path):
+    """Per-query sampling streams (hf module docstring) see the same logits with reuse."""
+    from dataclasses import replace
+
+    on, off = hybrid
+    queries = [
+        replace(q, decoding=replace(q.decoding, temperature=0.8, top_p=0.9, top_k=40, seed=5))
+        for q in ask_queries(tmp_path, "fourrooms", "basic", n=6)
+    ]
+    reference = new_ids(off, queries)
+    assert new_ids(on, queries) == reference
+    assert [new_ids(on, [q])[0] for q in queries] == reference

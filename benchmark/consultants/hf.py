@@ -19,18 +19,22 @@ of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batch
 thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
 full-attention layers takes the layout above ("padded"). A hybrid cache (Qwen3.5, Qwen3-Next:
 Gated-DeltaNet layers, whose cache is a recurrent state and a conv window, beside full attention)
-reuses a prefix only where no padding separates it from the suffix ("unpadded"): a batch of one
-(sequential evaluation, every step) or rows of equal length. Padding between the prefix and a
-suffix is not exact for a recurrent layer: transformers zeroes a padded position's input, but
-the state still decays there (the gate depends on a bias, not only on the input) and the conv
-window still mixes the prefix's last tokens into it; plain left padding is exact only because
-the state is zero before any real token. Such batches take the plain path, and so does a model
-with sliding-window layers. The stored batch-1 cache is expanded to the batch with transformers'
-`Cache.reorder_cache` (index 0 repeated), which every layer kind implements. Memory: an entry
-holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype bytes per token;
-about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one recurrent and one
-conv state per linear layer (independent of the prefix's length). `prefill_stats()` counts
-prompt positions computed, with and without reuse.
+cannot: padding after the prefix is not exact for a recurrent layer. transformers zeroes a padded
+position's input, but the state still decays there (the gate depends on a bias, not only on the
+input) and the conv window still mixes the prefix's last tokens into it; plain left padding is
+exact only because the state is zero before any real token. So ("unpadded") rows of equal length
+take `[prefix | suffix]` with no padding, and rows of different lengths (`_stacked_cache`) run
+their own tokens but the last on a copy of the prefix, each length group as one unpadded batch;
+the copies are stacked into one batch cache in the plain left-padded layout (attention keys and
+values padded on the left and masked; recurrent and conv states carry no positions), and
+`generate` computes each row's last token (tests/test_hybrid_prefix.py: a tiny Qwen3.5). Models
+with sliding-window layers take the plain path. The stored batch-1 cache is expanded to a batch
+with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer kind implements.
+Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
+bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
+recurrent and one conv state per linear layer (independent of the prefix's length).
+`prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
+path runs one forward per distinct row length instead of one for the batch (not measured yet).
 
 Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
 and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
@@ -585,7 +589,7 @@ def prefix_reuse_mode(model: Any) -> str | None:
     """How the model's cache can take a reused prefix (module docstring): "padded" when every
     layer is plain full attention (padding between prefix and suffix is masked out exactly),
     "unpadded" when linear-attention layers (recurrent and conv states) stand beside full
-    attention (reuse only where no padding follows the prefix), None otherwise (sliding windows,
+    attention (no padding may follow the prefix: `_stacked_cache`), None otherwise (sliding windows,
     encoder-decoders, architectures transformers' DynamicCache cannot describe)."""
     from transformers import DynamicCache
     from transformers.cache_utils import (
