@@ -538,12 +538,8 @@ class HFConsultant(Consultant):
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
                 for name in ("keys", "values"):
                     rows = [getattr(c.layers[i], name)[k : k + 1] for c, k in part]
-                    pads = [(0, 0, width - 1 - t.shape[-2], 0) for t in rows]
-                    setattr(
-                        layer,
-                        name,
-                        torch.cat([F.pad(t, pad) for t, pad in zip(rows, pads, strict=True)]),
-                    )
+                    padded = [F.pad(t, (0, 0, width - 1 - t.shape[-2], 0)) for t in rows]
+                    setattr(layer, name, torch.cat(padded))
         return out
 
     def _new_cache(self) -> Any:
