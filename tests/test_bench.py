@@ -75,6 +75,14 @@ def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
         assert all(r["queries_per_s"] > 0 for r in entry["throughput"].values())
     ask = data["models"]["qwen3.5-2b"]["ask"]
     assert ask["identical"] is True and ask["runs"]["lockstep"]["queries"] > 0
+    # the kernels beside the figures: transformers' reference code here (no CUDA, no fla)
+    kernels = data["kernels"]
+    assert kernels == data["models"]["qwen3.5-4b"]["kernels"]
+    assert kernels["chunk_gated_delta_rule"] == kernels["causal_conv1d_fn"] == "reference"
+    assert kernels["prefix_reuse"] == "unpadded"
+    assert "chunk_gated_delta_rule=reference" in proc.stdout and ".[gpu]" in proc.stdout
+    prefill = data["models"]["qwen3.5-2b"]["prefill"]
+    assert 0 < prefill["prefill_tokens"] < prefill["prefill_tokens_without_reuse"]
 
 
 def test_gpu_bench_without_cuda_exits_with_code_2(tmp_path):

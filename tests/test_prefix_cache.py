@@ -1,6 +1,6 @@
 """Prefix reuse in the hf backend: greedy answers are token for token those of the plain
 left-padded path (batched and unbatched, prompts of different lengths, thinking phases), a stored
-prefix serves later batches, the LRU stays bounded, and only full-attention models use it."""
+prefix serves later batches, the LRU stays bounded, and the reuse mode follows the cache's layers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmark.consultants.base import Decoding, Query
-from benchmark.consultants.hf import HFConsultant, PrefixCache, _full_attention_only
+from benchmark.consultants.hf import HFConsultant, PrefixCache, prefix_reuse_mode
 from benchmark.consultants.tiny import build_tiny
 from tests.conftest import compose_cfg
 
@@ -130,12 +130,20 @@ def test_lru_is_bounded():
     assert PrefixCache(0).put([1], object()) is None and not PrefixCache(0).entries
 
 
-def test_only_full_attention_models_reuse_prefixes(pair):
+def test_reuse_modes_follow_the_cache_layers(pair):
+    """Full attention: any padding layout; Qwen3.5's hybrid cache: only without padding after the
+    prefix (tests/test_hybrid_prefix.py); a sliding window: none."""
+    from transformers import Qwen2Config
+
     from benchmark.bench.qwen_shapes import text_config
 
-    assert pair[0].reuses_prefixes and _full_attention_only(pair[0].model)
+    assert pair[0].reuses_prefixes and prefix_reuse_mode(pair[0].model) == "padded"
     hybrid = SimpleNamespace(config=text_config("qwen3.5-2b", tiny_shapes=True))
-    assert not _full_attention_only(hybrid)  # Gated DeltaNet layers would see the padding
+    assert prefix_reuse_mode(hybrid) == "unpadded"  # Gated DeltaNet layers would see the padding
+    sliding = Qwen2Config(
+        num_hidden_layers=2, use_sliding_window=True, sliding_window=8, max_window_layers=0
+    )
+    assert prefix_reuse_mode(SimpleNamespace(config=sliding)) is None
 
 
 def test_negative_prefix_cache_fails(tmp_path_factory):

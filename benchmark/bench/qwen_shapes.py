@@ -11,6 +11,7 @@ same code path runs on a CPU."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 # text_config of the published checkpoints (the vision tower is not needed for text prompts)
@@ -131,3 +132,49 @@ def qwen35_tokenizer() -> Any:
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def save_tiny_hybrid(directory: str | os.PathLike, seed: int = 0) -> Path:
+    """Save a Qwen3.5-architecture model at toy widths (`TINY_OVERRIDES`: Gated-DeltaNet and
+    full-attention layers, random weights from `seed`) with the tiny model's small tokenizer to
+    `directory`, so that tests load it through `from_pretrained` like a real checkpoint: the
+    hybrid cache (recurrent and conv states beside keys and values) on a CPU, with no download.
+    Returns the directory (built only when missing)."""
+    import torch
+    from transformers import GenerationConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from benchmark.consultants.tiny import _train_tokenizer
+
+    target = Path(directory)
+    if (target / "config.json").exists():
+        return target
+    tokenizer = _train_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    values = {
+        **QWEN35_SHAPES["qwen3.5-2b"],
+        **TINY_OVERRIDES,
+        "vocab_size": len(tokenizer),
+        "eos_token_id": eos,
+        "pad_token_id": tokenizer.pad_token_id,
+        "initializer_range": 0.1,  # as the tiny model: greedy text is not one token repeated
+        "dtype": "float32",
+    }
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**values))
+        # Slow state decay (A in [1e-4, 1e-3] instead of [0.01, 16]): the random layers then
+        # carry the prompt across hundreds of tokens, as a trained model's slow heads do, so
+        # the answers depend on the whole prompt and a wrong recurrent state shows in them.
+        with torch.no_grad():
+            for layer in model.model.layers:
+                if getattr(layer, "linear_attn", None) is not None:
+                    a_log = layer.linear_attn.A_log
+                    a_log.copy_(torch.empty_like(a_log).uniform_(1e-4, 1e-3).log())
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
+    tmp = target.with_name(target.name + ".tmp")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)
+    return target

@@ -16,11 +16,30 @@ padding. Positions come from the mask (transformers' cumsum), so each row sees e
 positions and keys of its unpadded prompt. A copy of the stored cache, repeated over the batch, is
 passed to `generate`, which computes only the suffixes. Greedy answers are token for token those
 of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batched and unbatched,
-thinking phases included). Only models whose cache is plain full attention use it: a recurrent
-(linear-attention) or sliding-window layer would see the padding between prefix and suffix, so
-those models take the plain path. Memory: an entry holds the prefix's keys and values (layers x
-kv heads x head dim x 2 x dtype bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16).
-`prefill_stats()` counts prompt positions computed, with and without reuse.
+thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
+full-attention layers takes the layout above ("padded"). A hybrid cache (Qwen3.5, Qwen3-Next:
+Gated-DeltaNet layers, whose cache is a recurrent state and a conv window, beside full attention)
+cannot: padding after the prefix is not exact for a recurrent layer. transformers zeroes a padded
+position's input, but the state still decays there (the gate depends on a bias, not only on the
+input) and the conv window still mixes the prefix's last tokens into it; plain left padding is
+exact only because the state is zero before any real token. So ("unpadded") rows of equal length
+take `[prefix | suffix]` with no padding, and rows of different lengths (`_stacked_cache`) run
+their own tokens but the last on a copy of the prefix, each length group as one unpadded batch;
+the copies are stacked into one batch cache in the plain left-padded layout (attention keys and
+values padded on the left and masked; recurrent and conv states carry no positions), and
+`generate` computes each row's last token (tests/test_hybrid_prefix.py: a tiny Qwen3.5). Models
+with sliding-window layers take the plain path. The stored batch-1 cache is expanded to a batch
+with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer kind implements.
+Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
+bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
+recurrent and one conv state per linear layer (independent of the prefix's length).
+`prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
+path runs one forward per distinct row length instead of one for the batch (not measured yet).
+
+Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
+and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
+transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
+reported by `make bench-gpu`.
 
 Sampling (Decoding.temperature > 0; temperature, top_p, top_k from `slm.decoding`): generation
 stays greedy on logits that a processor has already sampled from. The k-th new token of a query
@@ -45,8 +64,10 @@ import copy
 import hashlib
 import inspect
 import json
+import logging
 import os
 import secrets
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -62,6 +83,8 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
 _MB = 1 << 20
+GPU_EXTRA_HINT = "pip install -e '.[gpu]' on a CUDA machine"
+log = logging.getLogger(__name__)
 
 
 def strip_thinking(text: str) -> str:
@@ -213,7 +236,10 @@ class HFConsultant(Consultant):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
         self._logits_to_keep = "logits_to_keep" in params
-        self.reuses_prefixes = _full_attention_only(self.model)
+        self.reuse_mode = prefix_reuse_mode(self.model)
+        self.reuses_prefixes = self.reuse_mode is not None
+        self.kernels = kernel_report(self.model)
+        log.info("%s: %s", self.identity, describe_kernels(self.kernels))
         if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
             self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
         self._anchors: dict[tuple, list[int] | None] = {}
@@ -413,9 +439,15 @@ class HFConsultant(Consultant):
         import torch
 
         n = len(seqs)
+        width = max(len(s) for s in seqs)
         with torch.inference_mode():
             p, cache = self._shared_prefix(seqs, prompts)
-            width = p + max(len(s) - p for s in seqs)
+            computed = n * (width - p)
+            if cache is not None and self.reuse_mode == "unpadded" and min(map(len, seqs)) < width:
+                cache = self._stacked_cache(cache, seqs, p)  # plain left padding from here
+                p, computed = 0, n  # generate computes each row's last token
+            elif cache is not None and n > 1:  # batch 1 -> n (linear layers: no repeat_interleave)
+                cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
             ids = torch.full((n, width), self.pad_id, dtype=torch.long)
             mask = torch.zeros((n, width), dtype=torch.long)
             for r, s in enumerate(seqs):
@@ -425,8 +457,8 @@ class HFConsultant(Consultant):
                     ids[r, :p] = torch.tensor(s[:p], dtype=torch.long)
                     mask[r, :p] = 1
             self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
-            self._stats["prefill_tokens"] += n * (width - p)
-            self._stats["prefill_tokens_without_reuse"] += n * max(len(s) for s in seqs)
+            self._stats["prefill_tokens"] += computed
+            self._stats["prefill_tokens_without_reuse"] += n * width
             gc = copy.deepcopy(self._base_gc)
             gc.update(max_new_tokens=max_new, eos_token_id=stop)
             kwargs: dict[str, Any] = {}
@@ -434,7 +466,6 @@ class HFConsultant(Consultant):
                 seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
                 kwargs["logits_processor"] = _row_sampler(d, seeds, offsets, width)
             if cache is not None:
-                cache.batch_repeat_interleave(n)
                 kwargs[self._cache_arg] = cache
             out = self.model.generate(
                 input_ids=ids.to(self.device),
@@ -467,28 +498,66 @@ class HFConsultant(Consultant):
         self._stats["prefix_hits" if have >= store else "prefix_misses"] += 1
         cache = copy.deepcopy(cache) if cache is not None else self._new_cache()
         if store > have:
-            self._extend(cache, first[have:store])
+            self._extend(cache, [first[have:store]])
             self.prefix_cache.put(first[:store], copy.deepcopy(cache))
             have = store
         if target > have:
-            self._extend(cache, first[have:target])
+            self._extend(cache, [first[have:target]])
         return target, cache
+
+    def _stacked_cache(self, prefix: Any, seqs: list[list[int]], p: int) -> Any:
+        """A batch cache of every row but its last token, left-padded, from a batch-1 cache of
+        the shared `p` tokens, for a hybrid model whose rows differ in length (padding after the
+        prefix is not exact for a recurrent state; module docstring). Rows of equal length run
+        their own tokens together on a copy of the prefix, unpadded; the copies are then stacked:
+        attention keys and values padded on the left (masked out, as in the plain path),
+        recurrent and conv states as they are (they carry no positions)."""
+        import torch
+        import torch.nn.functional as F
+
+        n, width = len(seqs), max(len(s) for s in seqs)
+        groups: dict[int, list[int]] = {}
+        for r, s in enumerate(seqs):
+            groups.setdefault(len(s), []).append(r)
+        part: list[tuple[Any, int]] = [(None, 0)] * n  # row -> (its group's cache, index in it)
+        for rows in groups.values():
+            cache = copy.deepcopy(prefix)
+            if len(rows) > 1:
+                cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+            if len(seqs[rows[0]]) - 1 > p:
+                self._extend(cache, [seqs[r][p:-1] for r in rows])
+            for k, r in enumerate(rows):
+                part[r] = (cache, k)
+        out = copy.deepcopy(part[0][0])
+        for i, layer in enumerate(out.layers):
+            for name in ("conv_states", "recurrent_states"):
+                for j, state in getattr(layer, name, {}).items():
+                    if state is not None:
+                        rows = [getattr(c.layers[i], name)[j][k : k + 1] for c, k in part]
+                        getattr(layer, name)[j] = torch.cat(rows)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                for name in ("keys", "values"):
+                    rows = [getattr(c.layers[i], name)[k : k + 1] for c, k in part]
+                    padded = [F.pad(t, (0, 0, width - 1 - t.shape[-2], 0)) for t in rows]
+                    setattr(layer, name, torch.cat(padded))
+        return out
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
-    def _extend(self, cache: Any, ids: list[int]) -> None:
-        """Run `ids` (batch 1) through the model on top of `cache`, which grows in place."""
+    def _extend(self, cache: Any, rows: list[list[int]]) -> None:
+        """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
+        same batch size), which grows in place."""
         import torch
 
-        self._stats["prefill_tokens"] += len(ids)
+        self._stats["prefill_tokens"] += sum(len(r) for r in rows)
         kwargs = {self._cache_arg: cache}
         if self._logits_to_keep:
             kwargs["logits_to_keep"] = 1  # the prefix's logits are never read
         self.model(
-            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+            input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
             use_cache=True,
             **kwargs,
         )
@@ -512,19 +581,73 @@ PREFILL_STATS = (
 )
 
 
-def _full_attention_only(model: Any) -> bool:
-    """True when every layer of the model's cache is a plain full-attention layer, the only kind
-    for which padding between a reused prefix and a suffix is masked out exactly."""
+def prefix_reuse_mode(model: Any) -> str | None:
+    """How the model's cache can take a reused prefix (module docstring): "padded" when every
+    layer is plain full attention (padding between prefix and suffix is masked out exactly),
+    "unpadded" when linear-attention layers (recurrent and conv states) stand beside full
+    attention (no padding may follow the prefix: `_stacked_cache`), None otherwise (sliding windows,
+    encoder-decoders, architectures transformers' DynamicCache cannot describe)."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import (
+        DynamicLayer,
+        LinearAttentionAndFullAttentionLayer,
+        LinearAttentionLayer,
+    )
 
     if getattr(model.config, "is_encoder_decoder", False):
-        return False
+        return None
     try:
         cache = DynamicCache(config=model.config)
     except Exception:  # noqa: BLE001 - an architecture transformers cannot describe: no reuse
-        return False
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+        return None
+    kinds = {type(layer) for layer in cache.layers}
+    if kinds == {DynamicLayer}:
+        return "padded"
+    linear = {LinearAttentionLayer, LinearAttentionAndFullAttentionLayer}
+    if kinds and kinds <= {DynamicLayer, *linear}:
+        return "unpadded"
+    return None
+
+
+def kernel_report(model: Any) -> dict[str, str]:
+    """Which implementation each optional fast kernel of the model resolved to, read from the
+    model's own modeling modules (not from a list of package names): transformers wraps each
+    such function (`use_kernel_func_from_hub_with_fallback`: chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule, causal_conv1d_fn, ...) at import, binding either the
+    package's kernel or its reference PyTorch code. Values: the package name (`fla`,
+    `causal_conv1d`) when its kernel is bound, "reference" otherwise; `attention` is the
+    attention implementation (sdpa, eager, flash_attention_2, ...), `prefix_reuse` the cache
+    mode (`prefix_reuse_mode`, or "off")."""
+    out: dict[str, str] = {
+        "attention": str(getattr(model.config, "_attn_implementation", None) or "default")
+    }
+    modules = {type(m).__module__ for m in model.modules()}
+    for name in sorted(modules):
+        for value in vars(sys.modules[name]).values() if name in sys.modules else ():
+            closure = getattr(value, "__closure__", None)
+            if not callable(value) or not closure:
+                continue
+            free = dict(
+                zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
+            )
+            if "is_new_implementation" in free and "func_name" in free and "package" in free:
+                fast = bool(free["is_new_implementation"])
+                out[str(free["func_name"])] = str(free["package"]) if fast else "reference"
+    out["prefix_reuse"] = prefix_reuse_mode(model) or "off"
+    return out
+
+
+def describe_kernels(report: dict[str, str]) -> str:
+    """One log line for `kernel_report`, with the install hint when a kernel falls back."""
+    parts = [f"{k}={v}" for k, v in report.items()]
+    slow = [k for k, v in report.items() if v == "reference"]
+    line = "kernels: " + ", ".join(parts)
+    if slow:
+        line += (
+            f" ({', '.join(slow)}: transformers' reference PyTorch code, much slower on a GPU; "
+            f"for the fast kernels: {GPU_EXTRA_HINT})"
+        )
+    return line
 
 
 def _uniform(seed: int, k: int) -> float:
