@@ -69,27 +69,13 @@ def server_command(
 ) -> list[str]:
     """The server's command line. vLLM always gets --enable-prefix-caching: every query of a
     sweep starts with the same system message."""
+    if engine not in ENGINES:
+        raise SystemExit(f"--engine {engine!r} is invalid: allowed {', '.join(ENGINES)}")
+    exe = binary or _sibling_or_path(engine)
+    common = [exe, "serve", model, "--host", host, "--port", str(port)]
     if engine == "transformers":
-        exe = binary or _sibling_or_path("transformers")
-        return [
-            exe,
-            "serve",
-            model,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--device",
-            device,
-            *extra,
-        ]
-    if engine == "vllm":
-        exe = binary or _sibling_or_path("vllm")
-        return [exe, "serve", model, "--host", host, "--port", str(port)] + [
-            "--enable-prefix-caching",
-            *extra,
-        ]
-    raise SystemExit(f"--engine {engine!r} is invalid: allowed {', '.join(ENGINES)}")
+        return [*common, "--device", device, *extra]
+    return [*common, "--enable-prefix-caching", *extra]
 
 
 def _sibling_or_path(name: str) -> str:

@@ -1,13 +1,19 @@
 """The OpenAI-compatible backend end to end against a real `transformers serve` process serving
-the tiny model, plus its start-up errors (missing API key variable, unreachable server)."""
+the tiny model, plus its start-up errors (missing API key variable, unreachable server), its wait
+for a server that comes up late (slm.backend.wait_timeout / url_file) and `python -m
+benchmark.serve`, the one server of a sweep."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -17,7 +23,9 @@ from benchmark.consultants import ConsultantError
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import build_tiny
+from benchmark.consultants.tiny import SPECIAL_TOKENS, build_tiny
+from tests.conftest import REPO, compose_cfg
+from tests.test_prefix_cache import ask_queries
 
 SERVE = Path(sys.executable).parent / "transformers"
 
@@ -59,6 +67,114 @@ def test_api_key_never_in_repr(monkeypatch) -> None:
             base_url=f"http://127.0.0.1:{free_port()}/v1", api_key_env="BENCH_TEST_KEY"
         )
     assert "sk-secret-123" not in str(err.value)
+
+
+class LateServer:
+    """A stdlib OpenAI-ish server that starts listening `delay` s after start() and then answers
+    /v1/models with HTTP 503 `loading` times (a model still loading) before 200."""
+
+    def __init__(self, delay: float, loading: int) -> None:
+        self.delay, self.loading, self.gets = delay, loading, 0
+        self.port = free_port()
+        self.httpd: ThreadingHTTPServer | None = None
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        def run() -> None:
+            time.sleep(self.delay)
+            late = self
+
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                    late.gets += 1
+                    up = late.gets > late.loading
+                    body = json.dumps({"data": [{"id": "late"}]} if up else {"error": "loading"})
+                    self.send_response(200 if up else 503)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body.encode())
+
+                def log_message(self, *args: object) -> None:
+                    pass
+
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+            self.ready.set()
+            self.httpd.serve_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+def test_waits_for_a_server_that_comes_up_late(tmp_path) -> None:
+    """The cell starts first; the URL file appears and the server answers 503 before it is up."""
+    late = LateServer(delay=1.5, loading=2)
+    url_file = tmp_path / "slm.url"
+    late.start()
+    threading.Timer(1.0, url_file.write_text, [f"http://127.0.0.1:{late.port}/v1\n"]).start()
+    t0 = time.monotonic()
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=30)
+    finally:
+        late.stop()
+    assert time.monotonic() - t0 >= 1.5
+    assert late.gets == 3  # two 503s, then the model list
+    assert remote.model == "late"
+    assert remote.base_url == f"http://127.0.0.1:{late.port}/v1"
+    assert remote.identity == f"openai:late@{url_file}"  # not the address: it moves per job
+
+
+def test_never_healthy_fails_after_the_timeout_naming_url_and_timeout() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    t0 = time.monotonic()
+    with pytest.raises(ConsultantError) as err:
+        OpenAIConsultant(base_url=url, wait_timeout=1.5)
+    waited = time.monotonic() - t0
+    assert 1.5 <= waited < 10
+    msg = str(err.value)
+    assert f"at {url} not healthy after slm.backend.wait_timeout=1.5 s" in msg
+    assert f"unreachable at {url}/models" in msg  # the last cause
+
+
+def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> None:
+    url_file = tmp_path / "never.url"
+    with pytest.raises(ConsultantError, match=rf"the URL in {url_file} not healthy after"):
+        OpenAIConsultant(url_file=str(url_file), wait_timeout=1)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("slm.backend.wait_timeout=-1", "slm.backend.wait_timeout=-1 is invalid"),
+        ("slm.backend.wait_timeout=soon", "slm.backend.wait_timeout='soon' is invalid"),
+        ("slm.backend.wait_timeout=true", "slm.backend.wait_timeout=True is invalid"),
+        ("slm.backend.url_file=''", "slm.backend.url_file='' is invalid"),
+    ],
+)
+def test_bad_wait_settings_are_refused(tmp_path, override, expected) -> None:
+    from benchmark.validate import validate
+
+    cfg = compose_cfg(tmp_path, "slm=openai", "gate=always", override)
+    with pytest.raises(ValueError, match="allowed") as err:
+        validate(cfg)
+    assert expected in str(err.value)
+
+
+def test_wait_settings_are_not_part_of_the_cell(tmp_path) -> None:
+    """How long a cell waits and where it reads the address do not change its answers."""
+    from benchmark.cell import CellSpec
+
+    def cell_hash(*overrides: str) -> str:
+        cfg = compose_cfg(tmp_path, "slm=openai", "method=slm_only", *overrides)
+        return CellSpec.from_config(cfg).with_inputs(model=None).hash
+
+    assert cell_hash() == cell_hash(
+        "slm.backend.wait_timeout=600", f"slm.backend.url_file={tmp_path / 'a.url'}"
+    )
+    assert cell_hash() != cell_hash("slm.backend.model=other")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +219,45 @@ def served(tmp_path_factory):
         log.close()
 
 
+LOCKSTEP_CASES = [  # (env, prompt variant, overrides): real prompts, no thinking
+    ("fourrooms", "basic", ()),
+    ("fourrooms", "stateful", ()),
+    ("higherlower", "enriched", ()),
+    ("doorkey8", "belief", ()),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("env", "prompt", "overrides"), LOCKSTEP_CASES)
+def test_lockstep_step_through_the_server_equals_the_hf_backend(
+    served, tmp_path, env, prompt, overrides
+) -> None:
+    """A lockstep step's queries (the first consultation of 8 episodes) sent concurrently to
+    `transformers serve` get, under greedy decoding, the in-process hf backend's answers: the same
+    prompt tokens (same chat template), generated tokens and text. One known difference, in the
+    server: for Qwen-type models it parses the raw decode (special tokens kept) with a response
+    template instead of decoding with skip_special_tokens, so a special token the random tiny
+    model emits mid-answer (`<|im_start|>`) stays in its text; a real model ends at `<|im_end|>`,
+    which that template cuts. docs/cluster.md, "One engine for a sweep"."""
+    base, model_dir, _ = served
+    queries = ask_queries(tmp_path, env, prompt, *overrides)
+    assert len(queries) == 8
+    remote = OpenAIConsultant(base_url=base, concurrency=8, max_retries=1, timeout=900)
+    local = HFConsultant(path=str(model_dir), num_threads=1)
+    got = remote.answer(queries)
+    want = local.answer(queries)
+    assert [a.prompt_tokens for a in got] == [a.prompt_tokens for a in want]
+    assert [a.generated_tokens for a in got] == [a.generated_tokens for a in want]
+    assert [without_special(a.text) for a in got] == [a.text for a in want]
+    remote.close()
+
+
+def without_special(text: str) -> str:
+    for token in SPECIAL_TOKENS:
+        text = text.replace(token, "")
+    return text
+
+
 @pytest.mark.slow
 def test_end_to_end_against_transformers_serve(served) -> None:
     base, model_dir, proc = served
@@ -118,8 +273,40 @@ def test_end_to_end_against_transformers_serve(served) -> None:
     # same weights, same template, greedy: the server's text equals the local backend's
     local_texts = [a.text for a in local.answer(queries[:3])]
     assert [a.text for a in answers[:3]] == local_texts
-    # the server dies mid-run: retries are exhausted, the error names the URL and the cause
+    # the server dies mid-run (so this test stays the last one on `served`): retries are exhausted, the error names the URL and the cause
     proc.terminate()
     proc.wait(timeout=15)
     with pytest.raises(ConsultantError, match=rf"POST {base}/chat/completions.*attempt"):
         remote.answer([q("Anyone there?")])
+
+
+@pytest.mark.slow
+def test_serve_started_after_the_cell_hands_it_the_url(tmp_path) -> None:
+    """`python -m benchmark.serve` started after the cell: the cell waits for the URL file, gets
+    the tiny model's answers; SIGTERM stops the server and removes the file."""
+    model_dir = build_tiny(tmp_path / "tiny", 0)
+    url_file = tmp_path / "serve" / "slm.url"
+    log = (tmp_path / "serve.log").open("w")
+    cmd = [sys.executable, "-m", "benchmark.serve", "--model", str(model_dir), "--device", "cpu"]
+    cmd += ["--url-file", str(url_file)]
+    procs: list[subprocess.Popen] = []
+
+    def start() -> None:
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+
+    threading.Timer(2.0, start).start()
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=120, max_retries=1)
+        assert remote.model == str(model_dir)
+        [answer] = remote.answer([q("Wall ahead.", max_new_tokens=8)])
+        assert answer.prompt_tokens > 0 and 0 < answer.generated_tokens <= 8
+        remote.close()
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+        log.close()
+    assert procs[0].returncode == 0
+    assert not url_file.exists()  # no cell may find a dead address
+    text = (tmp_path / "serve.log").read_text()
+    assert f"export BENCHMARK_SLM_URL={remote.base_url}" in text
