@@ -39,9 +39,22 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 def resolve_model(model: str) -> str:
     """A model directory or hub id for the server: `model` itself, or what the `conf/slm` option
-    of that name loads (built first for the tiny models)."""
+    of that name loads (built first for the tiny models), found in a child process: composing
+    the config and building a model import hydra, torch and transformers, about 350 MB this
+    process would otherwise hold for the whole sweep."""
     if Path(model).exists() or not (CONF / "slm" / f"{model}.yaml").is_file():
         return model
+    code = "import sys; from benchmark.serve import slm_model; print(slm_model(sys.argv[1]))"
+    out = subprocess.run(
+        [sys.executable, "-c", code, model], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"--model {model}: could not resolve conf/slm/{model}.yaml (see above)")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def slm_model(model: str) -> str:
+    """The model directory or hub id the `conf/slm` option `model` loads."""
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
@@ -67,16 +80,19 @@ def resolve_model(model: str) -> str:
 def server_command(
     engine: str, model: str, host: str, port: int, device: str, binary: str | None, extra: list[str]
 ) -> list[str]:
-    """The server's command line. Both engines batch concurrent requests (`transformers serve`
-    only with --continuous-batching: without it, it answers one request at a time, 4x slower on
-    8 concurrent tiny-model queries here); vLLM gets --enable-prefix-caching: every query of a
-    sweep starts with the same system message. `extra` comes last, so it can undo either."""
+    """The server's command line. vLLM batches concurrent requests (continuous batching) and gets
+    --enable-prefix-caching: every query of a sweep starts with the same system message.
+    `transformers serve` batches them only with --continuous-batching, given on an accelerator;
+    not on CPU, where its paged KV pool claims 90% of free RAM (9.2 GB for the tiny model here)
+    and a small --cb-max-memory-percent makes it fail, for at most 2x on 20 tiny-model queries.
+    `extra` comes last, so it can add or undo any of these."""
     if engine not in ENGINES:
         raise SystemExit(f"--engine {engine!r} is invalid: allowed {', '.join(ENGINES)}")
     exe = binary or _sibling_or_path(engine)
     common = [exe, "serve", model, "--host", host, "--port", str(port)]
     if engine == "transformers":
-        return [*common, "--device", device, "--continuous-batching", *extra]
+        batching = [] if device == "cpu" else ["--continuous-batching"]
+        return [*common, "--device", device, *batching, *extra]
     return [*common, "--enable-prefix-caching", *extra]
 
 
@@ -158,6 +174,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 on a cluster node)")
     p.add_argument("--port", type=int, default=0, help="0 = a free port")
     p.add_argument("--device", default="auto", help="transformers serve --device (cpu, cuda:0)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of the server's torch (OMP_NUM_THREADS); 1 on a busy shared CPU",
+    )
     p.add_argument("--bin", default=None, help="server executable (default: beside python)")
     p.add_argument("--url-file", type=Path, default=None, help="write the base URL here")
     p.add_argument("--start-timeout", type=float, default=1800.0, help="seconds to get healthy")
@@ -175,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         args.url_file.unlink(missing_ok=True)
     print(f"starting: {' '.join(cmd)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if args.threads is not None:  # like slm.backend.num_threads: idle threads spin on a busy CPU
+        if args.threads < 1:
+            raise SystemExit(f"--threads {args.threads} is invalid: allowed an integer >= 1")
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
     proc = subprocess.Popen(cmd, env=env)
 
     def stop(signum: int, _frame: object) -> None:

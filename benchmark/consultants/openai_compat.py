@@ -43,6 +43,7 @@ unchanged: `temperature: 0` and no other sampling field."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,10 @@ from benchmark.consultants.base import Answer, Consultant, Query, query_seed
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
+
+# httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
+# show (retry warnings, ConsultantError).
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class OpenAIConsultant(Consultant):
