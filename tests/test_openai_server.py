@@ -305,3 +305,40 @@ def test_serve_started_after_the_cell_hands_it_the_url(tmp_path) -> None:
     assert not url_file.exists()  # no cell may find a dead address
     text = (tmp_path / "serve.log").read_text()
     assert f"export BENCHMARK_SLM_URL={remote.base_url}" in text
+
+
+@pytest.mark.slow
+def test_sbatch_recipe_serves_the_sweep(tmp_path) -> None:
+    """launchers/serve/serve.sbatch run as its batch script would be (bash, no SLURM needed):
+    it binds 0.0.0.0, writes this node's URL to $BENCHMARK_ROOT/serve/<job name>.url, and SIGTERM
+    (scancel) stops the server and removes the file."""
+    env = {
+        **os.environ,
+        "BENCHMARK_ROOT": str(tmp_path),
+        "ENGINE": "transformers",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    env.pop("URL_FILE", None)
+    url_file = tmp_path / "serve" / "ask-serve.url"
+    script = REPO / "launchers" / "serve" / "serve.sbatch"
+    log = (tmp_path / "sbatch.log").open("w")
+    proc = subprocess.Popen(
+        ["bash", str(script), "tiny", "--device", "cpu", "--threads", "1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=120, max_retries=1)
+        assert remote.base_url.startswith(f"http://{socket.gethostname()}:")
+        assert remote.model == str(tmp_path / "models" / "tiny-qwen3-s0")  # the slm option
+        [answer] = remote.answer([q("Goal north.", max_new_tokens=4)])
+        assert 0 < answer.generated_tokens <= 4
+        remote.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "sbatch.log").read_text()[-2000:]
+    assert not url_file.exists()

@@ -10,11 +10,12 @@ start before the server is up, so with `wait_timeout` > 0 the probe is repeated 
 until the server lists its models or the timeout passes, then fails naming the URL, the timeout
 and the last error. With `url_file` the base URL is read from that file (written by
 `python -m benchmark.serve` once the server is healthy, wherever SLURM placed it); a missing or
-empty file counts as "not up yet". 401/403 and a reply that is not a model list fail at once:
-waiting would not fix them. A batch's queries run
-concurrently in a thread pool; each request retries with exponential backoff (shared helper,
-benchmark.consultants.retry) and a request that keeps failing raises ConsultantError with the URL
-and the cause.
+empty file counts as "not up yet". The file is read at start-up only: a cell keeps the server it
+found. 401/403 and a reply that is not a model list fail at once: waiting would not fix them.
+
+A batch's queries run concurrently in a thread pool; each request retries with exponential
+backoff (shared helper, benchmark.consultants.retry) and a request that keeps failing raises
+ConsultantError with the URL and the cause.
 
 Faulty replies (HTTP 200 that is not an answer) are failures, retried like a 5xx and then raised
 as ConsultantError naming the URL, so a cell never completes on a broken server's replies and
@@ -140,7 +141,7 @@ class OpenAIConsultant(Consultant):
         if self.wait_timeout <= 0:
             raise ConsultantError(
                 f"OpenAI-compatible server {last}; start it first, fix slm.backend.base_url (it "
-                "should end in /v1), or set slm.backend.wait_timeout to wait for it"
+                "should end in /v1) or url_file, or set slm.backend.wait_timeout to wait for it"
             )
         raise ConsultantError(
             f"OpenAI-compatible server at {where} not healthy after "
