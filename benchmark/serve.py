@@ -7,9 +7,9 @@ on a CPU) the model is loaded once and the queries of all concurrent cells batch
 cells themselves need no GPU (`slm=openai`, `hydra/launcher=slurm_cpu`). docs/cluster.md, "One
 engine for a sweep", has the recipe.
 
-    python -m benchmark.serve --model tiny --url-file /tmp/slm.url          # this machine
+    python -m benchmark.serve --model tiny --device cpu --threads 1 --url-file /tmp/slm.url
     python -m benchmark.serve --engine vllm --host 0.0.0.0 --model Qwen/Qwen3.5-2B \\
-        --url-file $BENCHMARK_ROOT/serve/qwen2b.url -- --max-model-len 8192   # a GPU node
+        --url-file $BENCHMARK_ROOT/serve/qwen2b.url -- --max-model-len 8192
 
 `--model` is a model directory, a hub id, or a `conf/slm` option (`tiny`, `qwen3.5-2b`, ...: its
 backend's path or hub id; the tiny models are built first). Once `GET <url>/models` answers, the
@@ -82,16 +82,16 @@ def server_command(
 ) -> list[str]:
     """The server's command line. vLLM batches concurrent requests (continuous batching) and gets
     --enable-prefix-caching: every query of a sweep starts with the same system message.
-    `transformers serve` batches them only with --continuous-batching, given on an accelerator;
-    not on CPU, where its paged KV pool claims 90% of free RAM (9.2 GB for the tiny model here)
-    and a small --cb-max-memory-percent makes it fail, for at most 2x on 20 tiny-model queries.
-    `extra` comes last, so it can add or undo any of these."""
+    `transformers serve` batches them only with --continuous-batching, given on a CUDA --device;
+    not on CPU (nor `auto`, which may be CPU), where its paged KV pool claims 90% of free RAM
+    (9.2 GB for the tiny model here), a small --cb-max-memory-percent makes it fail, and it gained
+    at most 2x on 20 tiny-model queries. `extra` comes last, so it can add or undo any of these."""
     if engine not in ENGINES:
         raise SystemExit(f"--engine {engine!r} is invalid: allowed {', '.join(ENGINES)}")
     exe = binary or _sibling_or_path(engine)
     common = [exe, "serve", model, "--host", host, "--port", str(port)]
     if engine == "transformers":
-        batching = [] if device == "cpu" else ["--continuous-batching"]
+        batching = ["--continuous-batching"] if device.startswith("cuda") else []
         return [*common, "--device", device, *batching, *extra]
     return [*common, "--enable-prefix-caching", *extra]
 
@@ -173,7 +173,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--engine", choices=ENGINES, default="transformers")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 on a cluster node)")
     p.add_argument("--port", type=int, default=0, help="0 = a free port")
-    p.add_argument("--device", default="auto", help="transformers serve --device (cpu, cuda:0)")
+    p.add_argument(
+        "--device", default="auto", help="transformers serve --device (cpu, cuda: batched)"
+    )
     p.add_argument(
         "--threads",
         type=int,

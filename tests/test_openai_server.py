@@ -342,3 +342,21 @@ def test_sbatch_recipe_serves_the_sweep(tmp_path) -> None:
         log.close()
     assert proc.returncode == 0, (tmp_path / "sbatch.log").read_text()[-2000:]
     assert not url_file.exists()
+
+
+def test_server_command_per_engine() -> None:
+    from benchmark.serve import advertised_url, server_command
+
+    base = ["/x", "serve", "m", "--host", "0.0.0.0", "--port", "9"]
+    cpu = server_command("transformers", "m", "0.0.0.0", 9, "cpu", "/x", ["--dtype", "float32"])
+    assert cpu == [*base, "--device", "cpu", "--dtype", "float32"]  # no 90%-of-RAM KV pool
+    gpu = server_command("transformers", "m", "0.0.0.0", 9, "cuda:0", "/x", [])
+    assert gpu == [*base, "--device", "cuda:0", "--continuous-batching"]
+    vllm = server_command("vllm", "m", "0.0.0.0", 9, "auto", "/x", ["--max-model-len", "8192"])
+    assert vllm == [*base, "--enable-prefix-caching", "--max-model-len", "8192"]
+    with pytest.raises(
+        SystemExit, match="--engine 'sglang' is invalid: allowed transformers, vllm"
+    ):
+        server_command("sglang", "m", "0.0.0.0", 9, "auto", "/x", [])
+    assert advertised_url("0.0.0.0", 9) == f"http://{socket.gethostname()}:9/v1"
+    assert advertised_url("127.0.0.1", 9) == "http://127.0.0.1:9/v1"
