@@ -140,8 +140,14 @@ def test_never_healthy_fails_after_the_timeout_naming_url_and_timeout() -> None:
 
 def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> None:
     url_file = tmp_path / "never.url"
-    with pytest.raises(ConsultantError, match=rf"the URL in {url_file} not healthy after"):
-        OpenAIConsultant(url_file=str(url_file), wait_timeout=1)
+    with pytest.raises(ConsultantError) as err:  # the config's base_url is not what it waits for
+        OpenAIConsultant(
+            base_url="http://127.0.0.1:8000/v1", url_file=str(url_file), wait_timeout=1
+        )
+    assert str(err.value).startswith(
+        f"OpenAI-compatible server at (no URL yet) from url_file {url_file} not healthy after "
+        f"slm.backend.wait_timeout=1 s (last: not up yet: url_file {url_file} does not exist)"
+    )
 
 
 @pytest.mark.parametrize(

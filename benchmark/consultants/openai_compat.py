@@ -82,7 +82,8 @@ class OpenAIConsultant(Consultant):
             raise ConsultantError(f"slm.backend.concurrency={concurrency} must be >= 1")
         if base_url is None and url_file is None:
             raise ConsultantError("slm.backend: set base_url or url_file (the server's address)")
-        self.base_url = None if base_url is None else str(base_url).rstrip("/")
+        # with url_file, base_url is what the file says (read while waiting), not the config's
+        self.base_url = None if base_url is None or url_file else str(base_url).rstrip("/")
         self.url_file = url_file
         self.wait_timeout = float(wait_timeout)
         self.timeout = float(timeout)
@@ -137,7 +138,9 @@ class OpenAIConsultant(Consultant):
             if time.monotonic() >= deadline:
                 break
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        where = self.base_url or f"the URL in {self.url_file}"
+        where = self.base_url or "(no URL yet)"
+        if self.url_file is not None:
+            where += f" from url_file {self.url_file}"
         if self.wait_timeout <= 0:
             raise ConsultantError(
                 f"OpenAI-compatible server {last}; start it first, fix slm.backend.base_url (it "
