@@ -26,8 +26,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
 
-# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py)
-BACKEND_EXECUTION_KEYS = ("prefix_cache",)
+# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py);
+# how long the openai backend waits for its server, and the file its address is read from, do
+# not change an answer
+BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),

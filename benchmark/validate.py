@@ -113,6 +113,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         raise ValueError(
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
+    _check_server_wait(cfg)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     ckpt = str(cfg.policy.checkpoint)
@@ -122,6 +123,24 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"(reward threshold x100, one of {[checkpoint_name(t) for t in cfg.env.thresholds]})"
         )
     return splits
+
+
+def _check_server_wait(cfg: DictConfig) -> None:
+    """slm.backend.wait_timeout / url_file (openai backend): how a cell finds a shared server."""
+    wait = OmegaConf.select(cfg, "slm.backend.wait_timeout")
+    if wait is not None and (
+        not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < math.inf
+    ):
+        raise ValueError(
+            f"slm.backend.wait_timeout={wait!r} is invalid: allowed a number of seconds >= 0 "
+            "(0 = probe the server once)"
+        )
+    url_file = OmegaConf.select(cfg, "slm.backend.url_file")
+    if url_file is not None and (not isinstance(url_file, str) or not url_file.strip()):
+        raise ValueError(
+            f"slm.backend.url_file={url_file!r} is invalid: allowed null or the path of the file "
+            "python -m benchmark.serve --url-file writes"
+        )
 
 
 def _check_tuning_scope(cfg: DictConfig) -> None:

@@ -1,23 +1,30 @@
 """The OpenAI-compatible backend end to end against a real `transformers serve` process serving
-the tiny model, plus its start-up errors (missing API key variable, unreachable server)."""
+the tiny model, plus its start-up errors (missing API key variable, unreachable server), its wait
+for a server that comes up late (slm.backend.wait_timeout / url_file) and `python -m
+benchmark.serve`, the one server of a sweep."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from benchmark.consultants import ConsultantError
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import build_tiny
+from benchmark.consultants.tiny import SPECIAL_TOKENS, build_tiny
+from tests.conftest import REPO, compose_cfg
+from tests.test_prefix_cache import ask_queries
 
 SERVE = Path(sys.executable).parent / "transformers"
 
@@ -61,46 +68,197 @@ def test_api_key_never_in_repr(monkeypatch) -> None:
     assert "sk-secret-123" not in str(err.value)
 
 
+class LateServer:
+    """A stdlib OpenAI-ish server that starts listening `delay` s after start() and then answers
+    /v1/models with HTTP 503 `loading` times (a model still loading) before 200."""
+
+    def __init__(self, delay: float, loading: int) -> None:
+        self.delay, self.loading, self.gets = delay, loading, 0
+        self.port = free_port()
+        self.httpd: ThreadingHTTPServer | None = None
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        def run() -> None:
+            time.sleep(self.delay)
+            late = self
+
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                    late.gets += 1
+                    up = late.gets > late.loading
+                    body = json.dumps({"data": [{"id": "late"}]} if up else {"error": "loading"})
+                    self.send_response(200 if up else 503)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body.encode())
+
+                def log_message(self, *args: object) -> None:
+                    pass
+
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+            self.ready.set()
+            self.httpd.serve_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+def test_waits_for_a_server_that_comes_up_late(tmp_path) -> None:
+    """The cell starts first; the URL file appears and the server answers 503 before it is up."""
+    late = LateServer(delay=1.5, loading=2)
+    url_file = tmp_path / "slm.url"
+    late.start()
+    threading.Timer(1.0, url_file.write_text, [f"http://127.0.0.1:{late.port}/v1\n"]).start()
+    t0 = time.monotonic()
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=30)
+    finally:
+        late.stop()
+    assert time.monotonic() - t0 >= 1.5
+    assert late.gets == 3  # two 503s, then the model list
+    assert remote.model == "late"
+    assert remote.base_url == f"http://127.0.0.1:{late.port}/v1"
+    assert remote.identity == f"openai:late@{url_file}"  # not the address: it moves per job
+
+
+def test_never_healthy_fails_after_the_timeout_naming_url_and_timeout() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    t0 = time.monotonic()
+    with pytest.raises(ConsultantError) as err:
+        OpenAIConsultant(base_url=url, wait_timeout=1.5)
+    waited = time.monotonic() - t0
+    assert 1.5 <= waited < 10
+    msg = str(err.value)
+    assert f"at {url} not healthy after slm.backend.wait_timeout=1.5 s" in msg
+    assert f"unreachable at {url}/models" in msg  # the last cause
+
+
+def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> None:
+    url_file = tmp_path / "never.url"
+    with pytest.raises(ConsultantError) as err:  # the config's base_url is not what it waits for
+        OpenAIConsultant(
+            base_url="http://127.0.0.1:8000/v1", url_file=str(url_file), wait_timeout=1
+        )
+    assert str(err.value).startswith(
+        f"OpenAI-compatible server at (no URL yet) from url_file {url_file} not healthy after "
+        f"slm.backend.wait_timeout=1 s (last: not up yet: url_file {url_file} does not exist)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("slm.backend.wait_timeout=-1", "slm.backend.wait_timeout=-1 is invalid"),
+        ("slm.backend.wait_timeout=soon", "slm.backend.wait_timeout='soon' is invalid"),
+        ("slm.backend.wait_timeout=true", "slm.backend.wait_timeout=True is invalid"),
+        ("slm.backend.url_file=''", "slm.backend.url_file='' is invalid"),
+    ],
+)
+def test_bad_wait_settings_are_refused(tmp_path, override, expected) -> None:
+    from benchmark.validate import validate
+
+    cfg = compose_cfg(tmp_path, "slm=openai", "gate=always", override)
+    with pytest.raises(ValueError, match="allowed") as err:
+        validate(cfg)
+    assert expected in str(err.value)
+
+
+def test_wait_settings_are_not_part_of_the_cell(tmp_path) -> None:
+    """How long a cell waits and where it reads the address do not change its answers."""
+    from benchmark.cell import CellSpec
+
+    def cell_hash(*overrides: str) -> str:
+        cfg = compose_cfg(tmp_path, "slm=openai", "method=slm_only", *overrides)
+        return CellSpec.from_config(cfg).with_inputs(model=None).hash
+
+    assert cell_hash() == cell_hash(
+        "slm.backend.wait_timeout=600", f"slm.backend.url_file={tmp_path / 'a.url'}"
+    )
+    assert cell_hash() != cell_hash("slm.backend.model=other")
+
+
+def start_serve(model_dir: Path, url_file: Path, log) -> subprocess.Popen:
+    """`python -m benchmark.serve` (the sweep recipe's server: `transformers serve` with
+    continuous batching) on a free 127.0.0.1 port."""
+    cmd = [sys.executable, "-m", "benchmark.serve", "--model", str(model_dir), "--device", "cpu"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        [*cmd, "--url-file", str(url_file)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """`transformers serve` on a free 127.0.0.1 port, pinned to the tiny model directory."""
+    """The tiny model behind `python -m benchmark.serve`; yields its URL, model dir and process."""
     if not SERVE.exists():
         pytest.skip(f"{SERVE} missing: install the [serving] extra (transformers[serving])")
-    model_dir = build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0)
-    port = free_port()
-    log = (tmp_path_factory.getbasetemp() / "serve.log").open("w")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [str(SERVE), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
-        + ["--device", "cpu"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
+    base_dir = tmp_path_factory.getbasetemp()
+    model_dir = build_tiny(base_dir / "tiny-qwen3-s0", 0)
+    url_file = base_dir / "served.url"
+    log = (base_dir / "serve.log").open("w")
+    proc = start_serve(model_dir, url_file, log)
     try:
-        deadline = time.time() + 90
-        while True:
+        deadline = time.time() + 120
+        while not url_file.exists():
             if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited with {proc.returncode}; see {log.name}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+                pytest.fail(f"benchmark.serve exited with {proc.returncode}; see {log.name}")
             if time.time() > deadline:
-                pytest.fail(f"transformers serve not ready after 90 s; see {log.name}")
+                pytest.fail(f"benchmark.serve not ready after 120 s; see {log.name}")
             time.sleep(0.25)
-        yield base, model_dir, proc
+        yield url_file.read_text().strip(), model_dir, proc
     finally:
         if proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         log.close()
+
+
+LOCKSTEP_CASES = [  # (env, prompt variant, overrides): real prompts, no thinking
+    ("fourrooms", "basic", ()),
+    ("fourrooms", "stateful", ()),
+    ("higherlower", "enriched", ()),
+    ("doorkey8", "belief", ("prompt.belief_max_new_tokens=48",)),  # 192: minutes on this CPU
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("env", "prompt", "overrides"), LOCKSTEP_CASES)
+def test_lockstep_step_through_the_server_equals_the_hf_backend(
+    served, tmp_path, env, prompt, overrides
+) -> None:
+    """A lockstep step's queries (the first consultation of 8 episodes) sent concurrently to
+    `transformers serve` get, under greedy decoding, the in-process hf backend's answers: the same
+    prompt tokens (same chat template), generated tokens and text. One known difference, in the
+    server: for Qwen-type models it parses the raw decode (special tokens kept) with a response
+    template instead of decoding with skip_special_tokens, so a special token the random tiny
+    model emits mid-answer (`<|im_start|>`) stays in its text; a real model ends at `<|im_end|>`,
+    which that template cuts. docs/cluster.md, "One engine for a sweep"."""
+    base, model_dir, _ = served
+    queries = ask_queries(tmp_path, env, prompt, *overrides)
+    assert len(queries) == 8
+    remote = OpenAIConsultant(base_url=base, concurrency=8, max_retries=1, timeout=900)
+    local = HFConsultant(path=str(model_dir), num_threads=1)
+    got = remote.answer(queries)
+    want = local.answer(queries)
+    assert [a.prompt_tokens for a in got] == [a.prompt_tokens for a in want]
+    assert [a.generated_tokens for a in got] == [a.generated_tokens for a in want]
+    assert [without_special(a.text) for a in got] == [a.text for a in want]
+    remote.close()
+
+
+def without_special(text: str) -> str:
+    for token in SPECIAL_TOKENS:
+        text = text.replace(token, "")
+    return text
 
 
 @pytest.mark.slow
@@ -118,8 +276,93 @@ def test_end_to_end_against_transformers_serve(served) -> None:
     # same weights, same template, greedy: the server's text equals the local backend's
     local_texts = [a.text for a in local.answer(queries[:3])]
     assert [a.text for a in answers[:3]] == local_texts
-    # the server dies mid-run: retries are exhausted, the error names the URL and the cause
+    # the server dies mid-run (so this test stays the last one on `served`): retries are exhausted, the error names the URL and the cause
     proc.terminate()
     proc.wait(timeout=15)
     with pytest.raises(ConsultantError, match=rf"POST {base}/chat/completions.*attempt"):
         remote.answer([q("Anyone there?")])
+
+
+@pytest.mark.slow
+def test_serve_started_after_the_cell_hands_it_the_url(tmp_path) -> None:
+    """`python -m benchmark.serve` started after the cell: the cell waits for the URL file, gets
+    the tiny model's answers; SIGTERM stops the server and removes the file."""
+    model_dir = build_tiny(tmp_path / "tiny", 0)
+    url_file = tmp_path / "serve" / "slm.url"
+    log = (tmp_path / "serve.log").open("w")
+    procs: list[subprocess.Popen] = []
+
+    def start() -> None:
+        procs.append(start_serve(model_dir, url_file, log))
+
+    threading.Timer(2.0, start).start()
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=120, max_retries=1)
+        assert remote.model == str(model_dir)
+        [answer] = remote.answer([q("Wall ahead.", max_new_tokens=8)])
+        assert answer.prompt_tokens > 0 and 0 < answer.generated_tokens <= 8
+        remote.close()
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+        log.close()
+    assert procs[0].returncode == 0
+    assert not url_file.exists()  # no cell may find a dead address
+    text = (tmp_path / "serve.log").read_text()
+    assert f"export BENCHMARK_SLM_URL={remote.base_url}" in text
+
+
+@pytest.mark.slow
+def test_sbatch_recipe_serves_the_sweep(tmp_path) -> None:
+    """launchers/serve/serve.sbatch run as its batch script would be (bash, no SLURM needed):
+    it binds 0.0.0.0, writes this node's URL to $BENCHMARK_ROOT/serve/<job name>.url, and SIGTERM
+    (scancel) stops the server and removes the file."""
+    env = {
+        **os.environ,
+        "BENCHMARK_ROOT": str(tmp_path),
+        "ENGINE": "transformers",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    env.pop("URL_FILE", None)
+    url_file = tmp_path / "serve" / "ask-serve.url"
+    script = REPO / "launchers" / "serve" / "serve.sbatch"
+    log = (tmp_path / "sbatch.log").open("w")
+    proc = subprocess.Popen(
+        ["bash", str(script), "tiny", "--device", "cpu", "--threads", "1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=120, max_retries=1)
+        assert remote.base_url.startswith(f"http://{socket.gethostname()}:")
+        assert remote.model == str(tmp_path / "models" / "tiny-qwen3-s0")  # the slm option
+        [answer] = remote.answer([q("Goal north.", max_new_tokens=4)])
+        assert 0 < answer.generated_tokens <= 4
+        remote.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "sbatch.log").read_text()[-2000:]
+    assert not url_file.exists()
+
+
+def test_server_command_per_engine() -> None:
+    from benchmark.serve import advertised_url, server_command
+
+    base = ["/x", "serve", "m", "--host", "0.0.0.0", "--port", "9"]
+    cpu = server_command("transformers", "m", "0.0.0.0", 9, "cpu", "/x", ["--dtype", "float32"])
+    assert cpu == [*base, "--device", "cpu", "--dtype", "float32"]  # no 90%-of-RAM KV pool
+    gpu = server_command("transformers", "m", "0.0.0.0", 9, "cuda:0", "/x", [])
+    assert gpu == [*base, "--device", "cuda:0", "--continuous-batching"]
+    vllm = server_command("vllm", "m", "0.0.0.0", 9, "auto", "/x", ["--max-model-len", "8192"])
+    assert vllm == [*base, "--enable-prefix-caching", "--max-model-len", "8192"]
+    with pytest.raises(
+        SystemExit, match="--engine 'sglang' is invalid: allowed transformers, vllm"
+    ):
+        server_command("sglang", "m", "0.0.0.0", 9, "auto", "/x", [])
+    assert advertised_url("0.0.0.0", 9) == f"http://{socket.gethostname()}:9/v1"
+    assert advertised_url("127.0.0.1", 9) == "http://127.0.0.1:9/v1"

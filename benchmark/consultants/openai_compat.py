@@ -3,10 +3,19 @@ hosted API), over plain httpx: no `openai` package needed.
 
 The API key is read once, at construction, from the environment variable named by `api_key_env`;
 it is never stored in the config, logged or shown by repr. The server is probed (GET /models) at
-construction so a wrong URL fails at start-up, not after training. A batch's queries run
-concurrently in a thread pool; each request retries with exponential backoff (shared helper,
-benchmark.consultants.retry) and a request that keeps failing raises ConsultantError with the URL
-and the cause.
+construction so a wrong URL fails at start-up, not after training.
+
+One server for a whole sweep (docs/cluster.md, "One engine for a sweep"): the cells of a sweep may
+start before the server is up, so with `wait_timeout` > 0 the probe is repeated (every second)
+until the server lists its models or the timeout passes, then fails naming the URL, the timeout
+and the last error. With `url_file` the base URL is read from that file (written by
+`python -m benchmark.serve` once the server is healthy, wherever SLURM placed it); a missing or
+empty file counts as "not up yet". The file is read at start-up only: a cell keeps the server it
+found. 401/403 and a reply that is not a model list fail at once: waiting would not fix them.
+
+A batch's queries run concurrently in a thread pool; each request retries with exponential
+backoff (shared helper, benchmark.consultants.retry) and a request that keeps failing raises
+ConsultantError with the URL and the cause.
 
 Faulty replies (HTTP 200 that is not an answer) are failures, retried like a 5xx and then raised
 as ConsultantError naming the URL, so a cell never completes on a broken server's replies and
@@ -35,6 +44,7 @@ unchanged: `temperature: 0` and no other sampling field."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,13 +55,17 @@ from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
 
+# httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
+# show (retry warnings, ConsultantError).
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
 
 class OpenAIConsultant(Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         model: str | None = None,
         api_key_env: str | None = None,
         timeout: float = 60.0,
@@ -59,12 +73,20 @@ class OpenAIConsultant(Consultant):
         concurrency: int = 8,
         extra_body: dict[str, Any] | None = None,
         identity: str | None = None,
+        wait_timeout: float = 0.0,
+        url_file: str | None = None,
     ) -> None:
         import httpx
 
         if concurrency < 1:
             raise ConsultantError(f"slm.backend.concurrency={concurrency} must be >= 1")
-        self.base_url = str(base_url).rstrip("/")
+        if base_url is None and url_file is None:
+            raise ConsultantError("slm.backend: set base_url or url_file (the server's address)")
+        # with url_file, base_url is what the file says (read while waiting), not the config's
+        self.base_url = None if base_url is None or url_file else str(base_url).rstrip("/")
+        self.url_file = url_file
+        self.wait_timeout = float(wait_timeout)
+        self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.concurrency = int(concurrency)
         self.extra_body = dict(extra_body or {})
@@ -84,7 +106,7 @@ class OpenAIConsultant(Consultant):
             limits=httpx.Limits(max_connections=self.concurrency),
             trust_env=False,  # a local server must not be routed through an HTTP(S)_PROXY
         )
-        models = self._probe()
+        models = self._wait_healthy()
         if model is None:
             if not models:
                 raise ConsultantError(
@@ -92,7 +114,8 @@ class OpenAIConsultant(Consultant):
                 )
             model = models[0]
         self.model = model
-        self._identity = identity or f"openai:{model}@{self.base_url}"
+        # with url_file the address changes with every server job; the file names the deployment
+        self._identity = identity or f"openai:{model}@{url_file or self.base_url}"
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIConsultant(base_url={self.base_url!r}, model={self.model!r})"
@@ -101,21 +124,47 @@ class OpenAIConsultant(Consultant):
     def identity(self) -> str:
         return self._identity
 
+    def _wait_healthy(self) -> list[str]:
+        """Probe until the server lists its models, for at most `wait_timeout` seconds (one
+        probe when 0); sets base_url from `url_file` when given."""
+        deadline = time.monotonic() + self.wait_timeout
+        while True:
+            try:
+                if self.url_file is not None:
+                    self.base_url = read_url_file(self.url_file)
+                return self._probe()
+            except Retryable as exc:
+                last = str(exc)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        where = self.base_url or "(no URL yet)"
+        if self.url_file is not None:
+            where += f" from url_file {self.url_file}"
+        if self.wait_timeout <= 0:
+            raise ConsultantError(
+                f"OpenAI-compatible server {last}; start it first, fix slm.backend.base_url (it "
+                "should end in /v1) or url_file, or set slm.backend.wait_timeout to wait for it"
+            )
+        raise ConsultantError(
+            f"OpenAI-compatible server at {where} not healthy after "
+            f"slm.backend.wait_timeout={self.wait_timeout:g} s (last: {last}); start it "
+            "(python -m benchmark.serve), check its log, or raise the timeout"
+        )
+
     def _probe(self) -> list[str]:
+        """GET /models once: the model ids, Retryable while the server is not (yet) up."""
         import httpx
 
         url = f"{self.base_url}/models"
         try:
-            r = self._client.get(url)
+            r = self._client.get(url, timeout=min(self.timeout, 10.0))
         except httpx.HTTPError as exc:
-            raise ConsultantError(
-                f"OpenAI-compatible server unreachable at {url} ({type(exc).__name__}: {exc}); "
-                "start it first or fix slm.backend.base_url (it should end in /v1)"
-            ) from exc
+            raise Retryable(f"unreachable at {url} ({type(exc).__name__}: {exc})") from exc
         if r.status_code in (401, 403):
             raise ConsultantError(f"{url} refused the API key (HTTP {r.status_code})")
         if r.status_code != 200:
-            raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:200]}")
+            raise Retryable(f"at {url} answered HTTP {r.status_code}: {r.text[:200]}")
         try:
             return [m["id"] for m in r.json().get("data", [])]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -210,3 +259,14 @@ class OpenAIConsultant(Consultant):
 
     def close(self) -> None:
         self._client.close()
+
+
+def read_url_file(path: str) -> str:
+    """The base URL a server launcher wrote; Retryable while the file is missing or empty."""
+    try:
+        url = open(path, encoding="utf-8").read().strip()
+    except FileNotFoundError:
+        raise Retryable(f"not up yet: url_file {path} does not exist") from None
+    if not url:
+        raise Retryable(f"not up yet: url_file {path} is empty")
+    return url.rstrip("/")

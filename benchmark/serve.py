@@ -1,0 +1,234 @@
+"""One OpenAI-compatible server for a whole sweep: start it, wait until it is healthy, hand its URL
+to the cells, stop it cleanly.
+
+Why: with `slm=hf` every cell (every SLURM array task) loads its own copy of the model and batches
+only its own queries. Against one server (vLLM with prefix caching on a GPU, `transformers serve`
+on a CPU) the model is loaded once and the queries of all concurrent cells batch together; the
+cells themselves need no GPU (`slm=openai`, `hydra/launcher=slurm_cpu`). docs/cluster.md, "One
+engine for a sweep", has the recipe.
+
+    python -m benchmark.serve --model tiny --device cpu --threads 1 --url-file /tmp/slm.url
+    python -m benchmark.serve --engine vllm --host 0.0.0.0 --model Qwen/Qwen3.5-2B \\
+        --url-file $BENCHMARK_ROOT/serve/qwen2b.url -- --max-model-len 8192
+
+`--model` is a model directory, a hub id, or a `conf/slm` option (`tiny`, `qwen3.5-2b`, ...: its
+backend's path or hub id; the tiny models are built first). Once `GET <url>/models` answers, the
+URL is written to `--url-file` (atomically; cells read it with `slm.backend.url_file` and wait for
+it with `slm.backend.wait_timeout`) and printed as `export BENCHMARK_SLM_URL=<url>`. The process
+then stays in the foreground with the server; SIGTERM or SIGINT (scancel, Ctrl-C, the end of the
+SLURM job) stops the server and removes the URL file, so no cell finds a dead address there."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmark.consultants.errors import ConsultantError
+
+ENGINES = ("transformers", "vllm")
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def resolve_model(model: str) -> str:
+    """A model directory or hub id for the server: `model` itself, or what the `conf/slm` option
+    of that name loads (built first for the tiny models), found in a child process: composing
+    the config and building a model import hydra, torch and transformers, about 350 MB this
+    process would otherwise hold for the whole sweep."""
+    if Path(model).exists() or not (CONF / "slm" / f"{model}.yaml").is_file():
+        return model
+    code = "import sys; from benchmark.serve import slm_model; print(slm_model(sys.argv[1]))"
+    out = subprocess.run(
+        [sys.executable, "-c", code, model], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"--model {model}: could not resolve conf/slm/{model}.yaml (see above)")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def slm_model(model: str) -> str:
+    """The model directory or hub id the `conf/slm` option `model` loads."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from benchmark.policy.__main__ import _compose  # the app's config, as a job composes it
+
+    cfg = _compose([f"slm={model}"])
+    backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
+    target = get_class(str(backend.get("_target_")))
+    from benchmark.consultants.tiny import TinyConsultant, build_tiny
+
+    if issubclass(target, TinyConsultant):
+        build_tiny(backend["path"], backend.get("seed", 0), backend.get("size", "tiny"))
+        return str(backend["path"])
+    found = backend.get("path") or backend.get("model")
+    if not found:
+        raise SystemExit(
+            f"--model {model}: conf/slm/{model}.yaml names no model directory or hub id "
+            "(slm.backend.path / slm.backend.model); pass one directly"
+        )
+    return str(found)
+
+
+def server_command(
+    engine: str, model: str, host: str, port: int, device: str, binary: str | None, extra: list[str]
+) -> list[str]:
+    """The server's command line. vLLM batches concurrent requests (continuous batching) and gets
+    --enable-prefix-caching: every query of a sweep starts with the same system message.
+    `transformers serve` batches them only with --continuous-batching, given on a CUDA --device;
+    not on CPU (nor `auto`, which may be CPU), where its paged KV pool claims 90% of free RAM
+    (9.2 GB for the tiny model here), a small --cb-max-memory-percent makes it fail, and it gained
+    at most 2x on 20 tiny-model queries. `extra` comes last, so it can add or undo any of these."""
+    if engine not in ENGINES:
+        raise SystemExit(f"--engine {engine!r} is invalid: allowed {', '.join(ENGINES)}")
+    exe = binary or _sibling_or_path(engine)
+    common = [exe, "serve", model, "--host", host, "--port", str(port)]
+    if engine == "transformers":
+        batching = ["--continuous-batching"] if device.startswith("cuda") else []
+        return [*common, "--device", device, *batching, *extra]
+    return [*common, "--enable-prefix-caching", *extra]
+
+
+def _sibling_or_path(name: str) -> str:
+    """The executable installed beside this Python (the venv's), else the one on PATH."""
+    sibling = Path(sys.executable).parent / name
+    if sibling.exists():
+        return str(sibling)
+    found = shutil.which(name)
+    if found is None:
+        hint = {
+            "transformers": "pip install -e '.[serving]'",
+            "vllm": "install vLLM in the server's own environment (it pins its own torch) and "
+            "pass --bin /path/to/that/venv/bin/vllm",
+        }[name]
+        raise SystemExit(
+            f"`{name}` executable not found beside {sys.executable} or on PATH: {hint}"
+        )
+    return found
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def advertised_url(host: str, port: int) -> str:
+    """The base URL cells use: a wildcard bind address is replaced by this node's host name."""
+    name = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    return f"http://{name}:{port}/v1"
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
+    """Probe `url` as a cell would (OpenAIConsultant's start-up probe) until the server lists its
+    models; returns the first model id. Fails if the server exits or `timeout` passes."""
+    from benchmark.consultants.openai_compat import OpenAIConsultant
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with code {proc.returncode} before it was healthy")
+        try:
+            client = OpenAIConsultant(base_url=url, timeout=5.0)
+        except ConsultantError as exc:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"server at {url} not healthy after {timeout:g} s: {exc}") from exc
+            time.sleep(0.5)
+            continue
+        client.close()
+        return client.model
+
+
+def write_url_file(path: Path, url: str) -> None:
+    """Atomically: a cell never reads half a URL."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(url + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def remove_url_file(path: Path, url: str) -> None:
+    """Only our own URL: a newer server may have written the file since."""
+    try:
+        if path.read_text(encoding="utf-8").strip() == url:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmark.serve",
+        description=__doc__.split("\n\n")[0],
+        epilog="Arguments after `--` go to the server unchanged.",
+    )
+    p.add_argument("--model", required=True, help="model dir, hub id or conf/slm option")
+    p.add_argument("--engine", choices=ENGINES, default="transformers")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 on a cluster node)")
+    p.add_argument("--port", type=int, default=0, help="0 = a free port")
+    p.add_argument(
+        "--device", default="auto", help="transformers serve --device (cpu, cuda: batched)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of the server's torch (OMP_NUM_THREADS); 1 on a busy shared CPU",
+    )
+    p.add_argument("--bin", default=None, help="server executable (default: beside python)")
+    p.add_argument("--url-file", type=Path, default=None, help="write the base URL here")
+    p.add_argument("--start-timeout", type=float, default=1800.0, help="seconds to get healthy")
+    p.add_argument("extra", nargs="*", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    model = resolve_model(args.model)
+    port = args.port or free_port(args.host)
+    cmd = server_command(args.engine, model, args.host, port, args.device, args.bin, args.extra)
+    url = advertised_url(args.host, port)
+    if args.url_file is not None:  # a stale file from a killed server must not be read
+        args.url_file.unlink(missing_ok=True)
+    print(f"starting: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if args.threads is not None:  # like slm.backend.num_threads: idle threads spin on a busy CPU
+        if args.threads < 1:
+            raise SystemExit(f"--threads {args.threads} is invalid: allowed an integer >= 1")
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
+    proc = subprocess.Popen(cmd, env=env)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        served = wait_healthy(url, proc, args.start_timeout)
+        if args.url_file is not None:
+            write_url_file(args.url_file, url)
+        print(f"# serving {served} ({args.engine})", flush=True)
+        print(f"export BENCHMARK_SLM_URL={url}", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if args.url_file is not None:
+            remove_url_file(args.url_file, url)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
