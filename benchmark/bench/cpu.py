@@ -87,6 +87,7 @@ class CpuBench:
         self.sections: dict[str, dict[str, Any]] = {}
         self.policy = None  # short-trained fourrooms policy (training section)
         self.eval_rss: int | None = None
+        self.within: Any = lambda fraction, text: None  # progress inside the running section
 
     # -------------------------------------------------------------------------------- helpers
     def check(
@@ -123,7 +124,15 @@ class CpuBench:
         done = 0.0
         with Progress("bench", round(sum(weight.values())), unit, interval_s=0.0) as progress:
             for k, name in enumerate(todo, 1):
-                progress.update(round(done), f"running {name} ({k}/{len(todo)})")
+                label = f"running {name} ({k}/{len(todo)})"
+                progress.update(round(done), label)
+
+                def within(fraction: float, text: str, start=done, share=weight[name], label=label):
+                    # floor: the count reaches the section's end only when the section is done
+                    done_now = math.floor(start + min(fraction, 1.0) * share)
+                    progress.update(min(done_now, round(start + share) - 1), f"{label}: {text}")
+
+                self.within = within  # a long section reports how far it is (a few lines)
                 t0 = time.perf_counter()
                 data = getattr(self, f"section_{name}")()
                 data["seconds"] = time.perf_counter() - t0
@@ -403,10 +412,20 @@ class CpuBench:
         prepared = prepare(paths["default"][1])
         policy = self._policy(paths["default"][1], prepared[0])
         runs: dict[str, TimedRun] = {}
-        for key, (mode, cfg) in paths.items():
+        steps = z.ir1_episodes * z.ir1_max_steps  # decisions of one path at most
+        for k, (key, (mode, cfg)) in enumerate(paths.items()):
             evaluation = build(cfg, prepared=prepared, policy=policy)
+
+            def report(fraction: float, rate: float, k: int = k, key: str = key) -> None:
+                self.within(
+                    (k + fraction) / len(paths),
+                    f"{key} path {fraction:.0%}, {rate:.1f} decisions/s",
+                )
+
             try:
-                runs[key] = timed_run(evaluation, evaluation.test_seeds(), mode, 0.0, record=True)
+                runs[key] = timed_run(
+                    evaluation, evaluation.test_seeds(), mode, 0.0, True, every(steps, report)
+                )
             finally:
                 evaluation.close()
         default, batch1 = runs["default"], runs["batch1"]
@@ -709,6 +728,21 @@ def calibrate_tau(
     }
 
 
+def every(total: int, report: Any, share: float = 0.2) -> Any:
+    """A step counter: `report(fraction done, steps/s)` at every `share` of `total` steps, so a
+    long run shows a few progress lines."""
+    t0, state = time.perf_counter(), {"n": 0, "next": share}
+
+    def tick() -> None:
+        state["n"] += 1
+        fraction = state["n"] / max(1, total)
+        if fraction >= state["next"]:
+            state["next"] += share
+            report(fraction, state["n"] / max(time.perf_counter() - t0, 1e-9))
+
+    return tick
+
+
 @dataclass
 class TimedRun:
     """One timed evaluation: speed figures, the deterministic episode rows, the consultant's
@@ -725,9 +759,15 @@ class TimedRun:
 
 
 def timed_run(
-    evaluation: Any, seeds: list[int], mode: str, tau: float, record: bool = False
+    evaluation: Any,
+    seeds: list[int],
+    mode: str,
+    tau: float,
+    record: bool = False,
+    tick: Any = None,
 ) -> TimedRun:
-    """`evaluation`'s episodes on `seeds` in `mode` with the gate's tau set to `tau`, timed."""
+    """`evaluation`'s episodes on `seeds` in `mode` with the gate's tau set to `tau`, timed;
+    `record`: keep every step's actions; `tick()`: called at every step of every episode."""
     from benchmark import results
 
     counts = getattr(evaluation.consultant, "prefill_stats", None)  # hf backend only
@@ -735,12 +775,15 @@ def timed_run(
     actions: dict[int, list[tuple]] | None = {s: [] for s in seeds} if record else None
 
     def on_step(event: Any) -> None:
-        consulted = event.decision.action if event.decision is not None else None
-        actions[event.episode.seed].append((event.action, event.ppo_action, consulted))
+        if actions is not None:
+            consulted = event.decision.action if event.decision is not None else None
+            actions[event.episode.seed].append((event.action, event.ppo_action, consulted))
+        if tick is not None:
+            tick()
 
     evaluator = evaluation.evaluator(tau=tau)
     t0 = time.perf_counter()
-    rows = evaluator.run(seeds, mode=mode, on_step=on_step if record else None)
+    rows = evaluator.run(seeds, mode=mode, on_step=on_step if record or tick else None)
     wall = time.perf_counter() - t0
     prefill = {k: v - before[k] for k, v in counts().items()} if counts else None
     return TimedRun(_run_stats(rows, wall), results.split_runtime(rows)[0], prefill, actions)
