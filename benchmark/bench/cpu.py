@@ -40,7 +40,8 @@ IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much work each section does. FULL fits `make bench` in about 5 minutes on 2 cores."""
+    """How much work each section does. FULL: `make bench` in about 8 minutes on 2 loaded cores
+    (the IR-1 section, 2 x 4 episodes x 500 steps, about half of it)."""
 
     gate_batch: int = 100
     gate_repeats: int = 25
