@@ -63,6 +63,42 @@ def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
     assert "lockstep vs sequential" in proc.stdout and ">= 2 x" in proc.stdout
 
 
+def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
+    """ASK at IR 1 with the stateful prompt, on a tiny budget: the default path (lockstep, prefix
+    reuse) and batch-1 sequential without reuse play the same episodes, action for action."""
+    proc = _bench(tmp_path, "--quick", "--sections", "ir1")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    data = _report(tmp_path, "*[0-9].json")
+    assert set(data["sections"]) == {"ir1"}
+    ir1 = data["sections"]["ir1"]
+    params = ir1["params"]
+    assert params["prompt"] == "stateful" and params["max_steps"] < params["paper_max_steps"]
+    assert "capped at" in proc.stdout  # a shortened episode is said, never silent
+    assert params["paths"] == {
+        "default": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
+        "batch1": {"mode": "sequential", "prefix_cache": 0, "max_batch_size": 32},
+    }
+    default, batch1 = ir1["default"], ir1["batch1"]
+    assert ir1["identical"] is True and default["episodes"] == batch1["episodes"]
+    assert len(default["episodes"]) == params["episodes"]
+    for run in (default, batch1):
+        stats = run["stats"]
+        assert stats["ir"] == 1.0 and stats["queries"] == stats["decisions"] > 0
+        assert stats["decisions_per_s"] > 0 and stats["consultant_ms_per_query"] > 0
+    # prefix reuse computes fewer prompt positions; without it every position is computed
+    assert batch1["prefill"]["prefill_tokens"] == batch1["prefill"]["prefill_tokens_without_reuse"]
+    assert default["prefill"]["prefill_tokens"] < batch1["prefill"]["prefill_tokens"]
+    assert ir1["ratio"] == pytest.approx(
+        default["stats"]["decisions_per_s"] / batch1["stats"]["decisions_per_s"]
+    )
+    table = {c["name"]: c for c in ir1["checks"]}
+    ratio = table["default path vs batch-1 sequential, no reuse (decisions/s)"]
+    assert ratio["target"] == TARGETS["ir1"] and ratio["value"] == pytest.approx(ir1["ratio"])
+    assert table["identical per-episode results and actions"]["status"] == "PASS"
+    assert "default path vs batch-1 sequential" in proc.stdout
+    assert "running ir1 (1/1): batch1 path" in proc.stdout  # progress inside the long section
+
+
 @pytest.mark.slow
 def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
     proc = _bench(tmp_path, "gpu", "--device", "cpu", "--tiny-shapes", "--quick")

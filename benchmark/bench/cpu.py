@@ -3,6 +3,8 @@
 gate        batched MC dropout vs the N-pass reference (and the evaluator's per-episode masks)
 training    PPO steps/s: the default DummyVecEnv with 4 envs vs a single env
 evaluation  ASK with the tiny model: lockstep vs sequential, identical per-episode results
+ir1         ASK at IR 1 (every step asks), stateful prompt: the suite's default path (lockstep,
+            batched, prefix reuse) vs the naive batch-1 loop (sequential, no prefix reuse)
 tuning      a tau study with and without the response cache (both from an empty cache)
 threads     tiny-model generation with 1 torch thread vs the default thread count
 memory      peak RSS, RSS during the lockstep evaluation, the response cache's cap and size
@@ -24,13 +26,22 @@ import torch
 
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
 
-SECTIONS = ("gate", "training", "evaluation", "tuning", "threads", "memory")
-TARGETS = {"gate": 5.0, "evaluation": 2.0, "tuning": 3.0, "training": 1.0, "memory_gib": 2.0}
+SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
+TARGETS = {
+    "gate": 5.0,
+    "evaluation": 2.0,
+    "ir1": 3.0,
+    "tuning": 3.0,
+    "training": 1.0,
+    "memory_gib": 2.0,
+}
+IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 14: 4 x 500)
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much work each section does. FULL fits `make bench` in about 5 minutes on 2 cores."""
+    """How much work each section does. FULL: `make bench` in about 8 minutes on 2 loaded cores
+    (the IR-1 section, 2 x 4 episodes x 500 steps, about half of it)."""
 
     gate_batch: int = 100
     gate_repeats: int = 25
@@ -44,6 +55,8 @@ class Sizes:
     tune_trials: int = 15
     tune_episodes: int = 10
     thread_repeats: int = 3
+    ir1_episodes: int = 4
+    ir1_max_steps: int = IR1_PAPER_MAX_STEPS
 
 
 FULL = Sizes()
@@ -59,6 +72,8 @@ QUICK = Sizes(
     tune_trials=3,
     tune_episodes=3,
     thread_repeats=1,
+    ir1_episodes=2,
+    ir1_max_steps=6,
 )
 
 
@@ -73,6 +88,7 @@ class CpuBench:
         self.sections: dict[str, dict[str, Any]] = {}
         self.policy = None  # short-trained fourrooms policy (training section)
         self.eval_rss: int | None = None
+        self.within: Any = lambda fraction, text: None  # progress inside the running section
 
     # -------------------------------------------------------------------------------- helpers
     def check(
@@ -109,7 +125,15 @@ class CpuBench:
         done = 0.0
         with Progress("bench", round(sum(weight.values())), unit, interval_s=0.0) as progress:
             for k, name in enumerate(todo, 1):
-                progress.update(round(done), f"running {name} ({k}/{len(todo)})")
+                label = f"running {name} ({k}/{len(todo)})"
+                progress.update(round(done), label)
+
+                def within(fraction: float, text: str, start=done, share=weight[name], label=label):
+                    # floor: the count reaches the section's end only when the section is done
+                    done_now = math.floor(start + min(fraction, 1.0) * share)
+                    progress.update(min(done_now, round(start + share) - 1), f"{label}: {text}")
+
+                self.within = within  # a long section reports how far it is (a few lines)
                 t0 = time.perf_counter()
                 data = getattr(self, f"section_{name}")()
                 data["seconds"] = time.perf_counter() - t0
@@ -275,7 +299,6 @@ class CpuBench:
         ]
 
     def section_evaluation(self) -> dict[str, Any]:
-        from benchmark import results
         from benchmark.build import build, prepare
 
         z = self.sizes
@@ -294,21 +317,17 @@ class CpuBench:
             runs: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
             outcomes: dict[str, list] = {"lockstep": [], "sequential": []}
             prefill: dict[str, list[dict]] = {"lockstep": [], "sequential": []}
-            counts = getattr(evaluation.consultant, "prefill_stats", None)  # hf backend only
             for _ in range(z.eval_repeats):
                 for mode in ("lockstep", "sequential"):
-                    before = counts() if counts else {}
                     sampler = RssSampler()
                     with sampler:
-                        t0 = time.perf_counter()
-                        rows = evaluation.run(seeds, mode=mode, tau=tau)
-                        wall = time.perf_counter() - t0
+                        run = timed_run(evaluation, seeds, mode, tau)
                     if mode == "lockstep":
                         self.eval_rss = max(self.eval_rss or 0, sampler.max_bytes)
-                    runs[mode].append(_run_stats(rows, wall))
-                    outcomes[mode].append(results.split_runtime(rows)[0])
-                    if counts:
-                        prefill[mode].append({k: v - before[k] for k, v in counts().items()})
+                    runs[mode].append(run.stats)
+                    outcomes[mode].append(run.outcome)
+                    if run.prefill is not None:
+                        prefill[mode].append(run.prefill)
         finally:
             evaluation.close()
         med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
@@ -317,7 +336,7 @@ class CpuBench:
         s = "evaluation"
         self.check(
             s,
-            "lockstep vs sequential (wall time)",
+            "lockstep vs sequential (wall time, prefix reuse on in both)",
             seq["wall_s"] / lock["wall_s"],
             target=TARGETS["evaluation"],
         )
@@ -346,6 +365,7 @@ class CpuBench:
                 "slm": "tiny",
                 "prompt": "basic",
                 "cache": False,
+                "prefix_cache": int(cfg.slm.backend.get("prefix_cache", 0)),  # the same in both
                 "mc_samples": n,
                 "tau": tau,
                 "target_ir": z.target_ir,
@@ -358,6 +378,104 @@ class CpuBench:
             "runs": runs,
             "identical": identical,
             "prefill": prefill_med,  # hf backend: prefill tokens with and without prefix reuse
+        }
+
+    # -------------------------------------------------------------------------------- ir1
+    def section_ir1(self) -> dict[str, Any]:
+        """ASK at interaction rate 1 (the entropy gate with tau=0 asks at every step, and the
+        PPO suggestion stays in the prompt; gate=always would drop the policy), `stateful`
+        prompt, tiny LM, greedy, response cache off. The like-for-like figure of the suite's
+        default path (lockstep, batched, prefix reuse) against the naive loop of the official
+        ASK+ code (one episode, one query at a time, no prefix reuse): same policy, same seeds,
+        same config otherwise, and the same episodes step for step."""
+        from benchmark.build import build, prepare
+
+        z = self.sizes
+        if z.ir1_max_steps < IR1_PAPER_MAX_STEPS:
+            print(
+                f"bench ir1: episodes capped at {z.ir1_max_steps} steps "
+                f"(the paper setting is {IR1_PAPER_MAX_STEPS})",
+                flush=True,
+            )
+        base = [
+            "env=fourrooms",
+            f"env.task.max_steps={z.ir1_max_steps}",
+            "slm=tiny",
+            "slm.cache=false",
+            "method=ask_stateful",
+            "gate.tau=0",
+            f"eval.n_episodes={z.ir1_episodes}",
+        ]
+        paths = {  # path -> (eval mode, config)
+            "default": ("lockstep", self.cfg(*base)),
+            "batch1": ("sequential", self.cfg(*base, "slm.backend.prefix_cache=0")),
+        }
+        prepared = prepare(paths["default"][1])
+        policy = self._policy(paths["default"][1], prepared[0])
+        runs: dict[str, TimedRun] = {}
+        steps = z.ir1_episodes * z.ir1_max_steps  # decisions of one path at most
+        for k, (key, (mode, cfg)) in enumerate(paths.items()):
+            evaluation = build(cfg, prepared=prepared, policy=policy)
+
+            def report(fraction: float, rate: float, k: int = k, key: str = key) -> None:
+                self.within(
+                    (k + fraction) / len(paths),
+                    f"{key} path {fraction:.0%}, {rate:.1f} decisions/s",
+                )
+
+            try:
+                runs[key] = timed_run(
+                    evaluation, evaluation.test_seeds(), mode, 0.0, True, every(steps, report)
+                )
+            finally:
+                evaluation.close()
+        default, batch1 = runs["default"], runs["batch1"]
+        identical = default.outcome == batch1.outcome and default.actions == batch1.actions
+        s = "ir1"
+        self.check(
+            s,
+            "default path vs batch-1 sequential, no reuse (decisions/s)",
+            default.stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
+            target=TARGETS["ir1"],
+        )
+        self.check(s, "identical per-episode results and actions", float(identical), "", target=1.0)
+        for key, label in (("default", "default path"), ("batch1", "batch-1 sequential")):
+            run = runs[key]
+            self.check(s, f"{label} decisions/s", run.stats["decisions_per_s"], "1/s")
+            self.check(
+                s, f"{label} consultant ms/query", run.stats["consultant_ms_per_query"], "ms"
+            )
+            if run.prefill is not None:
+                self.check(s, f"{label} prefill tokens", run.prefill["prefill_tokens"], "tokens")
+        self.check(s, "interaction rate (IR)", default.stats["ir"], "")
+        cfg = paths["default"][1]
+        return {
+            "params": {
+                "env": "fourrooms",
+                "max_steps": z.ir1_max_steps,
+                "paper_max_steps": IR1_PAPER_MAX_STEPS,
+                "episodes": z.ir1_episodes,
+                "split": str(cfg.eval.split),
+                "slm": "tiny",
+                "prompt": str(cfg.prompt.name),
+                "gate": f"{cfg.gate.name}, tau=0 (asks at every step)",
+                "mc_samples": int(cfg.gate.mc_samples),
+                "decoding": "greedy",
+                "cache": False,
+                "paths": {
+                    key: {
+                        "mode": mode,
+                        "prefix_cache": int(c.slm.backend.get("prefix_cache", 0)),
+                        "max_batch_size": int(c.slm.backend.max_batch_size),
+                    }
+                    for key, (mode, c) in paths.items()
+                },
+                "torch_threads": torch.get_num_threads(),
+                "policy": f"PPO short-trained for {z.train_steps} steps (the same in both paths)",
+            },
+            **{key: run.summary() for key, run in runs.items()},
+            "ratio": default.stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
+            "identical": identical,
         }
 
     # -------------------------------------------------------------------------------- 3. tuning
@@ -611,6 +729,67 @@ def calibrate_tau(
     }
 
 
+def every(total: int, report: Any, share: float = 0.2) -> Any:
+    """A step counter: `report(fraction done, steps/s)` at every `share` of `total` steps, so a
+    long run shows a few progress lines."""
+    t0, state = time.perf_counter(), {"n": 0, "next": share}
+
+    def tick() -> None:
+        state["n"] += 1
+        fraction = state["n"] / max(1, total)
+        if fraction >= state["next"]:
+            state["next"] += share
+            report(fraction, state["n"] / max(time.perf_counter() - t0, 1e-9))
+
+    return tick
+
+
+@dataclass
+class TimedRun:
+    """One timed evaluation: speed figures, the deterministic episode rows, the consultant's
+    prefill counts over the run (None for a backend without them) and, when recorded, every
+    episode's (action, PPO action, consultant's action) per step."""
+
+    stats: dict[str, float]
+    outcome: list[dict]
+    prefill: dict[str, int] | None
+    actions: dict[int, list[tuple]] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"stats": self.stats, "prefill": self.prefill, "episodes": self.outcome}
+
+
+def timed_run(
+    evaluation: Any,
+    seeds: list[int],
+    mode: str,
+    tau: float,
+    record: bool = False,
+    tick: Any = None,
+) -> TimedRun:
+    """`evaluation`'s episodes on `seeds` in `mode` with the gate's tau set to `tau`, timed;
+    `record`: keep every step's actions; `tick()`: called at every step of every episode."""
+    from benchmark import results
+
+    counts = getattr(evaluation.consultant, "prefill_stats", None)  # hf backend only
+    before = counts() if counts else {}
+    actions: dict[int, list[tuple]] | None = {s: [] for s in seeds} if record else None
+
+    def on_step(event: Any) -> None:
+        if actions is not None:
+            consulted = event.decision.action if event.decision is not None else None
+            actions[event.episode.seed].append((event.action, event.ppo_action, consulted))
+        if tick is not None:
+            tick()
+
+    evaluator = evaluation.evaluator(tau=tau)
+    t0 = time.perf_counter()
+    rows = evaluator.run(seeds, mode=mode, on_step=on_step if record or tick else None)
+    wall = time.perf_counter() - t0
+    prefill = {k: v - before[k] for k, v in counts().items()} if counts else None
+    return TimedRun(_run_stats(rows, wall), results.split_runtime(rows)[0], prefill, actions)
+
+
 def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:
     decisions = sum(r["length"] for r in rows)
     queries = sum(r["queries"] for r in rows)
@@ -621,6 +800,10 @@ def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:
         "decisions_per_s": decisions / wall,
         "queries_per_s": queries / wall,
         "ir": queries / max(1, decisions),
+        # the consultant's share of the wall time, per query (its batches' time split over rows)
+        "consultant_ms_per_query": 1e3
+        * sum(r["consultant_seconds"] for r in rows)
+        / max(1, queries),
     }
 
 
