@@ -149,11 +149,12 @@ def _mlp(in_dim: int, dims: list[int], activation_fn: type[nn.Module], p: float)
     return nn.Sequential(*layers)
 
 
-class DropoutActorCriticPolicy(ActorCriticPolicy):
-    """SB3 ActorCriticPolicy whose MLP extractor carries MC dropout with probability `dropout`.
+class MCDropoutHead:
+    """Mixin for an SB3 actor-critic policy: its MLP extractor (the heads after the features, or
+    after the LSTMs) carries MC dropout with probability `dropout`.
 
-    `dropout` is part of the constructor parameters, so PPO.save / PPO.load rebuild the same
-    network. SB3 switches dropout on for gradient updates and off for rollouts and `predict`."""
+    `dropout` is part of the constructor parameters, so save / load rebuild the same network.
+    SB3 switches dropout on for gradient updates and off for rollouts and `predict`."""
 
     def __init__(self, *args: Any, dropout: float = 0.2, **kwargs: Any) -> None:
         if not 0.0 <= float(dropout) < 1.0:
@@ -163,7 +164,7 @@ class DropoutActorCriticPolicy(ActorCriticPolicy):
 
     def _build_mlp_extractor(self) -> None:
         self.mlp_extractor = DropoutMlpExtractor(
-            self.features_dim,
+            getattr(self, "lstm_output_dim", self.features_dim),
             net_arch=self.net_arch,
             activation_fn=self.activation_fn,
             dropout=self.dropout,
@@ -176,31 +177,15 @@ class DropoutActorCriticPolicy(ActorCriticPolicy):
         return data
 
 
-class RecurrentDropoutPolicy(RecurrentActorCriticPolicy):
-    """sb3-contrib's recurrent actor-critic with the MC-dropout MLP head after its LSTMs.
+class DropoutActorCriticPolicy(MCDropoutHead, ActorCriticPolicy):
+    """SB3 ActorCriticPolicy with MC dropout in its actor and critic MLPs (ASK / ASK+)."""
 
-    Dropout sits in the head only: the LSTM's state is a deterministic function of the episode's
+
+class RecurrentDropoutPolicy(MCDropoutHead, RecurrentActorCriticPolicy):
+    """sb3-contrib's recurrent actor-critic with the MC-dropout MLP heads after its LSTMs.
+
+    Dropout sits in the heads only: the LSTM's state is a deterministic function of the episode's
     observations, and the N dropout samples of a step all read the same state."""
-
-    def __init__(self, *args: Any, dropout: float = 0.2, **kwargs: Any) -> None:
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout={dropout!r} must be in [0, 1)")
-        self.dropout = float(dropout)
-        super().__init__(*args, **kwargs)
-
-    def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = DropoutMlpExtractor(
-            self.lstm_output_dim,
-            net_arch=self.net_arch,
-            activation_fn=self.activation_fn,
-            dropout=self.dropout,
-            device=self.device,
-        )
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()
-        data["dropout"] = self.dropout
-        return data
 
 
 def is_recurrent(policy: ActorCriticPolicy) -> bool:
