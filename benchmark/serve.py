@@ -221,13 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.url_file is not None:
             remove_url_file(args.url_file, url)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM a still-running server, then SIGKILL it if it has not exited within `grace` s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
 from benchmark.consultants.tiny import SPECIAL_TOKENS, build_tiny
+from benchmark.serve import stop_process
 from tests.conftest import REPO, compose_cfg
 from tests.test_prefix_cache import ask_queries
 
@@ -212,13 +213,7 @@ def served(tmp_path_factory):
             time.sleep(0.25)
         yield url_file.read_text().strip(), model_dir, proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
         log.close()
 
 
