@@ -241,10 +241,17 @@ def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
         multirun=False,
     )
     assert again["wall_seconds"] == first["wall_seconds"]  # reused, not recomputed
+    import wandb
+
+    # wandb's service may still be writing a finished run's log (CI read one half-written);
+    # shutting the service down closes every log, as a job process's exit does.
+    wandb.teardown()
     runs = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 2
     light = [read_run(r) for r in runs]
     reused = [r for r in light if r.get("group") == "second"]
-    assert len(reused) == 1 and reused[0]["summary"]["reused"] is True
+    seen = [(r.get("group"), p.stat().st_size) for r, p in zip(light, runs)]
+    assert len(reused) == 1, f"(group, log bytes) of the runs: {seen}"
+    assert reused[0]["summary"]["reused"] is True
     assert reused[0]["summary"]["reward_mean"] == first["reward_mean"]
     assert reused[0]["config"]["method"] == "Oracle"
