@@ -250,7 +250,7 @@ def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
     assert len(runs) == 2
     light = [read_run(r) for r in runs]
     reused = [r for r in light if r.get("group") == "second"]
-    seen = [(r.get("group"), p.stat().st_size) for r, p in zip(light, runs)]
+    seen = [(r.get("group"), p.stat().st_size) for r, p in zip(light, runs, strict=True)]
     assert len(reused) == 1, f"(group, log bytes) of the runs: {seen}"
     assert reused[0]["summary"]["reused"] is True
     assert reused[0]["summary"]["reward_mean"] == first["reward_mean"]
