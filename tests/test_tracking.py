@@ -112,11 +112,12 @@ def read_run(path: Path) -> dict:
             partial += chunk
         elif kind == 4:
             records.append(partial + chunk)
-    out: dict = {"config": {}, "summary": {}, "history": []}
+    out: dict = {"config": {}, "summary": {}, "history": [], "kinds": []}
     for raw in records:
         rec = pb.Record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
+        out["kinds"].append(kind)
         if kind == "run":
             for item in rec.run.config.update:
                 out["config"][item.key] = json.loads(item.value_json)
@@ -250,8 +251,10 @@ def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
     assert len(runs) == 2
     light = [read_run(r) for r in runs]
     reused = [r for r in light if r.get("group") == "second"]
-    seen = [(r.get("group"), p.stat().st_size) for r, p in zip(light, runs, strict=True)]
-    assert len(reused) == 1, f"(group, log bytes) of the runs: {seen}"
+    seen = [
+        (r.get("group"), p.stat().st_size, r["kinds"]) for r, p in zip(light, runs, strict=True)
+    ]
+    assert len(reused) == 1, f"(group, log bytes, records) of the runs: {seen}"
     assert reused[0]["summary"]["reused"] is True
     assert reused[0]["summary"]["reward_mean"] == first["reward_mean"]
     assert reused[0]["config"]["method"] == "Oracle"
