@@ -449,3 +449,26 @@ def test_report_has_the_gate_quality_table_roc_curves_and_where_figures(tmp_path
     assert {"gate_roc.png", "where_empty5x5_random.png", "where_higherlower.png"} <= names
     assert "## Gate quality against the expert" in report.markdown
     assert "AUROC H" in (sweep / "report" / "gate_quality.csv").read_text()
+
+
+def test_report_titles_tell_cells_apart_by_checkpoint_and_policy_seed():
+    """Three training seeds of one method share a method label: the gate-quality rows and the
+    figures' panel titles add the seed (and the checkpoint) only where the shown cells differ."""
+    from benchmark.report.analysis import _label
+    from benchmark.report.model import Cell
+
+    def cell(seed, checkpoint="best"):
+        return Cell(
+            job=str(seed),
+            status="ok",
+            env="higherlower",
+            gate="never",
+            checkpoint=checkpoint,
+            policy_seed=seed,
+        )
+
+    seeds = [cell(0), cell(1), cell(2)]
+    assert [_label(c, seeds) for c in seeds] == ["PPO s0", "PPO s1", "PPO s2"]
+    assert _label(seeds[0], seeds[:1]) == "PPO"
+    mixed = [cell(0, "best"), cell(0, "final")]
+    assert [_label(c, mixed) for c in mixed] == ["PPO @best", "PPO @final"]

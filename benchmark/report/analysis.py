@@ -85,10 +85,15 @@ def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
     )
 
 
-def _label(c: Cell, many_checkpoints: bool) -> str:
+def _label(c: Cell, cells: list[Cell]) -> str:
+    """The cell's method, with its checkpoint and policy seed where the shown cells differ in
+    them (cells that differ only in a training seed would otherwise share a title)."""
     label = method_label(c)
-    if many_checkpoints and c.checkpoint is not None:
+    if c.checkpoint is not None and len({x.checkpoint for x in cells if x.checkpoint}) > 1:
         label += f" @{c.checkpoint_name or c.checkpoint}"
+    seeds = {x.policy_seed for x in cells if x.policy_seed is not None}
+    if c.policy_seed is not None and len(seeds) > 1:
+        label += f" s{c.policy_seed}"
     return label
 
 
@@ -109,7 +114,6 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
     cells = _cells(sweep, steps)
     if not cells:
         return None
-    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
     table = Table(
         TABLE,
         "Gate quality against the expert (test seeds, pooled over steps, 95% bootstrap CI over "
@@ -134,7 +138,7 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
         queried = q.get(f"{gq.PREFIX}queried") or 0
         table.rows.append(
             (
-                [c.job, env_label(c.env), _label(c, many)],
+                [c.job, env_label(c.env), _label(c, cells)],
                 [
                     str(c.checkpoint_name or c.checkpoint or DASH),
                     DASH if c.tau is None else f"{c.tau:.3f}",
@@ -158,7 +162,6 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
 
     cells = [c for c in _cells(sweep, steps) if c.job in steps]
     curves: dict[str, list[tuple[Cell, str, np.ndarray, np.ndarray, float]]] = {}
-    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
     for c in cells:
         for entropy in ("total", "epistemic"):
             scores, wrong = gq.entropy_detection(steps[c.job], entropy)
@@ -174,7 +177,7 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
         ax = axes[0][j]
         colours: dict[str, Any] = {}
         for c, entropy, fpr, tpr, area in curves[env]:
-            label = _label(c, many)
+            label = _label(c, cells)
             colour = colours.setdefault(label, f"C{len(colours) % 10}")
             name = "H" if entropy == "total" else "epistemic"
             ax.plot(
@@ -236,7 +239,6 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
 
     wall_map = LinearSegmentedColormap.from_list("walls", ["white", "#5a5a5a"])  # 0..1 of seeds
 
-    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
     task = _task_of(sweep, cells[0])
     seeds = sorted({r["seed"] for c in cells for r in steps[c.job]})
     walls = where.wall_frequency(task, seeds) if task is not None else None
@@ -263,7 +265,7 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
                 np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest"
             )
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-            ax.set_title(f"{_label(c, many)}\n{name}", fontsize=9)
+            ax.set_title(f"{_label(c, cells)}\n{name}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
             ax.grid(False)
@@ -279,7 +281,6 @@ def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
     from benchmark.envs.higherlower import RANK_NAMES
     from benchmark.report.figures import _panels, _save
 
-    many = len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1
     fig, axes = _panels(len(cells), 2, w=5.0, h=3.0)
     for i, c in enumerate(cells):
         records = steps[c.job]
@@ -298,7 +299,7 @@ def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
                 ax.set_xticks(x, ticks)
             ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel(xlabel)
-            ax.set_title(_label(c, many), fontsize=9)
+            ax.set_title(_label(c, cells), fontsize=9)
             ax.legend(loc="best")
     fig.suptitle(f"{env_label(env)}: query and PPO error rates by card and by decision", y=1.0)
     return _save(fig, out / f"where_{env}.png")
