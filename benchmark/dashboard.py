@@ -139,6 +139,13 @@ PRESETS: dict[str, Question | None] = {
         "per env; the gate-quality table and ROC curves are in the local report.",
         metrics=("reward", "metric", "ir", "or"),
     ),
+    "recurrent": Question(
+        "Recurrent policy in HigherLower",
+        "Does a recurrent PPO (LSTM) close HigherLower's gap to card counting (accuracy 0.738), "
+        "and what does ASK add on top? Reward and accuracy per training seed, PPO-only against "
+        "ASK with the oracle, at the IR the gate spends.",
+        metrics=("reward", "metric", "ir"),
+    ),
     "train": None,  # trains checkpoints only: no evaluation to compare
     "demo": None,  # a walkthrough at toy size: its report is the view
     "smoke": None,  # the machinery at toy size: nothing to compare
