@@ -455,7 +455,7 @@ def test_report_titles_tell_cells_apart_by_checkpoint_and_policy_seed():
     """Three training seeds of one method share a method label: the gate-quality rows and the
     figures' panel titles add the seed (and the checkpoint) only where the shown cells differ."""
     from benchmark.report.analysis import _label
-    from benchmark.report.model import Cell
+    from benchmark.report.model import Cell, Layout
 
     def cell(seed, checkpoint="best"):
         return Cell(
@@ -468,7 +468,7 @@ def test_report_titles_tell_cells_apart_by_checkpoint_and_policy_seed():
         )
 
     seeds = [cell(0), cell(1), cell(2)]
-    assert [_label(c, seeds) for c in seeds] == ["PPO s0", "PPO s1", "PPO s2"]
-    assert _label(seeds[0], seeds[:1]) == "PPO"
+    assert [_label(c, Layout.of_cells(seeds)) for c in seeds] == ["PPO s0", "PPO s1", "PPO s2"]
+    assert _label(seeds[0], Layout.of_cells(seeds[:1])) == "PPO"
     mixed = [cell(0, "best"), cell(0, "final")]
-    assert [_label(c, mixed) for c in mixed] == ["PPO @best", "PPO @final"]
+    assert [_label(c, Layout.of_cells(mixed)) for c in mixed] == ["PPO @best", "PPO @final"]

@@ -19,6 +19,7 @@ from benchmark.analysis import where
 from benchmark.analysis.steps import STEPS_FILE, read_steps
 from benchmark.report.model import (
     Cell,
+    Layout,
     Sweep,
     checkpoint_order,
     env_label,
@@ -85,14 +86,14 @@ def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
     )
 
 
-def _label(c: Cell, cells: list[Cell]) -> str:
+def _label(c: Cell, lay: Layout) -> str:
     """The cell's method, with its checkpoint and policy seed where the shown cells differ in
-    them (cells that differ only in a training seed would otherwise share a title)."""
+    them (`Layout.of_cells`; cells that differ only in a training seed would otherwise share a
+    title)."""
     label = method_label(c)
-    if c.checkpoint is not None and len({x.checkpoint for x in cells if x.checkpoint}) > 1:
+    if lay.checkpoint and c.checkpoint is not None:
         label += f" @{c.checkpoint_name or c.checkpoint}"
-    seeds = {x.policy_seed for x in cells if x.policy_seed is not None}
-    if c.policy_seed is not None and len(seeds) > 1:
+    if lay.policy_seed and c.policy_seed is not None:
         label += f" s{c.policy_seed}"
     return label
 
@@ -114,6 +115,7 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
     cells = _cells(sweep, steps)
     if not cells:
         return None
+    lay = Layout.of_cells(cells)
     table = Table(
         TABLE,
         "Gate quality against the expert (test seeds, pooled over steps, 95% bootstrap CI over "
@@ -138,7 +140,7 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
         queried = q.get(f"{gq.PREFIX}queried") or 0
         table.rows.append(
             (
-                [c.job, env_label(c.env), _label(c, cells)],
+                [c.job, env_label(c.env), _label(c, lay)],
                 [
                     str(c.checkpoint_name or c.checkpoint or DASH),
                     DASH if c.tau is None else f"{c.tau:.3f}",
@@ -162,6 +164,7 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
 
     cells = [c for c in _cells(sweep, steps) if c.job in steps]
     curves: dict[str, list[tuple[Cell, str, np.ndarray, np.ndarray, float]]] = {}
+    lay = Layout.of_cells(cells)
     for c in cells:
         for entropy in ("total", "epistemic"):
             scores, wrong = gq.entropy_detection(steps[c.job], entropy)
@@ -177,7 +180,7 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
         ax = axes[0][j]
         colours: dict[str, Any] = {}
         for c, entropy, fpr, tpr, area in curves[env]:
-            label = _label(c, cells)
+            label = _label(c, lay)
             colour = colours.setdefault(label, f"C{len(colours) % 10}")
             name = "H" if entropy == "total" else "epistemic"
             ax.plot(
@@ -239,6 +242,7 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
 
     wall_map = LinearSegmentedColormap.from_list("walls", ["white", "#5a5a5a"])  # 0..1 of seeds
 
+    lay = Layout.of_cells(cells)
     task = _task_of(sweep, cells[0])
     seeds = sorted({r["seed"] for c in cells for r in steps[c.job]})
     walls = where.wall_frequency(task, seeds) if task is not None else None
@@ -265,7 +269,7 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
                 np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest"
             )
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-            ax.set_title(f"{_label(c, cells)}\n{name}", fontsize=9)
+            ax.set_title(f"{_label(c, lay)}\n{name}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
             ax.grid(False)
@@ -281,6 +285,7 @@ def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
     from benchmark.envs.higherlower import RANK_NAMES
     from benchmark.report.figures import _panels, _save
 
+    lay = Layout.of_cells(cells)
     fig, axes = _panels(len(cells), 2, w=5.0, h=3.0)
     for i, c in enumerate(cells):
         records = steps[c.job]
@@ -299,7 +304,7 @@ def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
                 ax.set_xticks(x, ticks)
             ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel(xlabel)
-            ax.set_title(_label(c, cells), fontsize=9)
+            ax.set_title(_label(c, lay), fontsize=9)
             ax.legend(loc="best")
     fig.suptitle(f"{env_label(env)}: query and PPO error rates by card and by decision", y=1.0)
     return _save(fig, out / f"where_{env}.png")

@@ -279,7 +279,11 @@ class Layout:
 
     @classmethod
     def of(cls, sweep: Sweep) -> Layout:
-        cells = sweep.cells
+        return cls.of_cells(sweep.cells)
+
+    @classmethod
+    def of_cells(cls, cells: list[Cell]) -> Layout:
+        """The layout of these cells alone (a figure's panels, a table's rows)."""
         prompts = {(c.prompt, bool(c.rationale)) for c in cells if c.prompt is not None}
         return cls(
             checkpoint=len({c.checkpoint for c in cells if c.checkpoint is not None}) > 1,
