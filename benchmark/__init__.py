@@ -12,3 +12,8 @@ if not OmegaConf.has_resolver("uid"):
 # abspath: paths.root is made absolute once, so SLURM jobs and subprocesses agree on it.
 if not OmegaConf.has_resolver("abspath"):
     OmegaConf.register_new_resolver("abspath", lambda p: os.path.abspath(os.path.expanduser(p)))
+# recipe: a key of the chosen PPO training recipe (policy.recipe; benchmark/recipes.py).
+if not OmegaConf.has_resolver("recipe"):
+    from benchmark.recipes import recipe_value
+
+    OmegaConf.register_new_resolver("recipe", recipe_value)

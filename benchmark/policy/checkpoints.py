@@ -36,8 +36,17 @@ log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
-# keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path", "source", "revision")
+# keys that do not change the trained weights (path, source, revision: a policy from elsewhere;
+# recipe: only a name, the values it resolves to are hashed)
+UNHASHED_POLICY_KEYS = (
+    "checkpoint",
+    "device",
+    "progress_bar",
+    "path",
+    "source",
+    "revision",
+    "recipe",
+)
 
 
 class CheckpointError(RuntimeError):

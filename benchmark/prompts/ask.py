@@ -19,6 +19,7 @@ from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import CardView, Episode, Task
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.navfeatures import PLANNER_HINTS
 from benchmark.prompts.parse import parse_action, parse_reason
 
 
@@ -57,9 +58,11 @@ class AskPrompt(PromptVariant):
         rationale_max_new_tokens: int = 64,
         autopilot: bool = True,
         sampling: Mapping[str, Any] | None = None,
+        planner_hint: str = "frontier",
     ):
         """`sampling`: the SLM's sampling settings (`slm.decoding`: temperature, top_p, top_k,
-        seed), part of every query's Decoding; None = greedy."""
+        seed), part of every query's Decoding; None = greedy. `planner_hint`: what the stateful
+        levels' `Planner hint:` searches for (seen_target | frontier | none, navfeatures)."""
         if level not in blocks.LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
         if int(map_radius) < 1:
@@ -71,6 +74,11 @@ class AskPrompt(PromptVariant):
         if not isinstance(autopilot, bool):
             raise ValueError(f"autopilot must be true or false, got {autopilot!r}")
         self.autopilot = autopilot
+        if planner_hint not in PLANNER_HINTS:
+            raise ValueError(
+                f"prompt.planner_hint={planner_hint!r} is unknown: allowed {list(PLANNER_HINTS)}"
+            )
+        self.planner_hint = planner_hint
         sample = sampling_fields(sampling)
         self.decoding = (
             Decoding(
@@ -113,7 +121,9 @@ class AskSession(PromptSession):
             system = blocks.grid_system(
                 self.task, actions, v.level, v.rationale, autopilot is not None
             )
-            state = blocks.grid_state(view, ep.memory, actions, v.level, autopilot, v.map_radius)
+            state = blocks.grid_state(
+                view, ep.memory, actions, v.level, autopilot, v.map_radius, v.planner_hint
+            )
             examples = blocks.grid_examples(actions, v.level)
         user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]

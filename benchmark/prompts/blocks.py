@@ -147,8 +147,11 @@ def grid_state(
     level: str,
     autopilot: str | None,
     map_radius: int = 5,
+    planner_hint: str = "frontier",
 ) -> str:
-    """Block (iv) for navigation, cumulative over the levels."""
+    """Block (iv) for navigation, cumulative over the levels. `planner_hint`: what the
+    `Planner hint:` line searches for (navfeatures.PLANNER_HINTS); no line when it finds none
+    under seen_target, or with none."""
     world = nf.World(view, memory)
     doorkey = is_doorkey(actions)
     ahead = "BLOCKED" if view.front in nf.BLOCKING else "clear"
@@ -200,12 +203,14 @@ def grid_state(
     history = " ".join(memory.actions[-8:]) or "(none)"
     goal = memory.goal_pos
     goal_txt = "not seen yet" if goal is None else f"{goal}, {nf.compass_words(view, goal)}"
-    hint = nf.planner_hint(view, memory, actions)
-    hint_txt = (
-        f"{hint.action} (known-map path to {hint.target}, {hint.length} actions)"
-        if hint.action
-        else f"(none: {hint.target})"
-    )
+    hint = nf.planner_hint(view, memory, actions, planner_hint)
+    hint_lines = []
+    if hint is not None:
+        hint_lines.append(
+            f"Planner hint: {hint.action} (known-map path to {hint.target}, {hint.length} actions)"
+            if hint.action
+            else f"Planner hint: (none: {hint.target})"
+        )
     lines += [
         f"MEMORY: Pos={view.pos}  Room={nf.quadrant(view)}  Visits@here={here}"
         f"  Cells seen={len(memory.known_map)}",
@@ -213,7 +218,7 @@ def grid_state(
         f"Recent actions (last 8): {history}",
         f"Loop warning: {nf.loop_warning(memory, view.pos) or 'none'}",
         f"Goal (cached): {goal_txt}",
-        f"Planner hint: {hint_txt}",
+        *hint_lines,
     ]
     if level == "stateful_min":
         return "\n".join(lines)

@@ -281,10 +281,54 @@ def _bfs(
     return None
 
 
-def planner_hint(view: NavView, memory: Memory, actions: Sequence[str]) -> Hint:
-    """BFS shortest path on the KNOWN map: to the cached goal; in DoorKey first to the key
-    (then PICKUP) and the door (then TOGGLE); with no known target, to the nearest frontier
-    (a known free cell next to an unseen one)."""
+# prompt.planner_hint: what the stateful prompts' `Planner hint:` line searches for
+PLANNER_HINTS = ("seen_target", "frontier", "none")
+
+
+def planner_hint(
+    view: NavView, memory: Memory, actions: Sequence[str], mode: str = "frontier"
+) -> Hint | None:
+    """The `Planner hint:` of the stateful prompts, a BFS shortest path on the KNOWN map.
+
+    frontier (the suite's): to the cached goal; in DoorKey first to the key (then PICKUP) and the
+    door (then TOGGLE); with no known target, to the nearest frontier (a known free cell next to
+    an unseen one), so the hint also guides exploration.
+    seen_target (the authors' released code, `_bfs_hint_to_goal` / `_bfs_hint_to_target`): only
+    toward the current target once it has been seen (FourRooms: the cached goal; DoorKey: the
+    key without it, the door with it, the goal once the door is open); None (no line) otherwise.
+    none: no hint (None)."""
+    if mode not in PLANNER_HINTS:
+        raise ValueError(f"prompt.planner_hint={mode!r} is unknown: allowed {list(PLANNER_HINTS)}")
+    if mode == "none":
+        return None
+    if mode == "seen_target":
+        return _seen_target_hint(view, World(view, memory), memory, actions)
+    return _frontier_hint(view, memory, actions)
+
+
+def _seen_target_hint(
+    view: NavView, world: World, memory: Memory, actions: Sequence[str]
+) -> Hint | None:
+    """The current subtask's target, only once seen; None before that or when unreachable on the
+    known map (the released code then shows no hint line)."""
+    goal = memory.goal_pos or view.goal_pos
+    cells = world.cells
+    if is_doorkey(actions) and door_state(world) != "OPEN":
+        if view.carrying is None:
+            target, final, words = {p for p, c in cells.items() if c == "k"}, "PICKUP", "the key"
+        else:
+            target = {p for p, c in cells.items() if c in "LD"}
+            final, words = "TOGGLE", "the door"
+        found = _bfs(world, actions, set(), target, final) if target else None
+        return Hint(found[0], found[1], f"{words}, then {final}") if found else None
+    if goal is None or goal == view.pos:
+        return None
+    found = _bfs(world, actions, {goal}, set(), None)
+    return Hint(found[0], found[1], "the cached goal") if found else None
+
+
+def _frontier_hint(view: NavView, memory: Memory, actions: Sequence[str]) -> Hint:
+    """planner_hint's `frontier` mode (see there)."""
     world = World(view, memory)
     goal = memory.goal_pos or view.goal_pos
     cells = world.cells
