@@ -194,8 +194,11 @@ class Evaluation:
         return self.splits.seeds(str(self.cfg.eval.split), int(self.cfg.eval.n_episodes))
 
     def tau_range(self) -> tuple[float, float]:
-        """gate.tau_range clipped to log2|A|, the largest total entropy a policy can have."""
+        """gate.tau_range, clipped to log2|A| (the largest total entropy a policy can have) with
+        tuning.clip_tau (the suite's); searched as written without it (the paper's [0.1, 2.0])."""
         low, high = self.spec.gate.tau_range
+        if not self.cfg.tuning.get("clip_tau", True):
+            return float(low), float(high)
         return float(low), min(float(high), math.log2(len(self.task.action_names)))
 
     def tuning_source(self) -> Evaluation:

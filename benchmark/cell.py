@@ -31,6 +31,13 @@ from benchmark.gates import GateSettings
 # not change an answer
 BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
+# Keys added after IDENTITY_VERSION 2, at the value that reproduces what every cell computed
+# before they existed: at that value they stay out of the identity, so those cells keep their
+# hash (another value is a different cell). The protocols (conf/protocol) set them.
+LEGACY_VALUES = {
+    "prompt": {"planner_hint": "frontier"},
+    "tuning": {"clip_tau": True},
+}
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
     "policy": ("device", "progress_bar", "path", "torch_threads"),
@@ -130,7 +137,9 @@ class CellSpec:
         missing = self.needed_inputs() - set(self.inputs)
         if missing:
             raise RuntimeError(f"cell identity needs {sorted(missing)} first (with_inputs)")
-        out = {k: _drop(v, EXECUTION_KEYS.get(k, ())) for k, v in self.config.items()}
+        out = {
+            k: _drop_legacy(k, _drop(v, EXECUTION_KEYS.get(k, ()))) for k, v in self.config.items()
+        }
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "policy" in out:  # the weights by content; the recipe that made them is in them
             out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
@@ -204,6 +213,14 @@ class CellSpec:
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
         }
+
+
+def _drop_legacy(node: str, value: Any) -> Any:
+    """`value` (the config node `node`) without the LEGACY_VALUES keys that hold their legacy value."""
+    legacy = LEGACY_VALUES.get(node)
+    if not legacy or not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if not (k in legacy and v == legacy[k])}
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

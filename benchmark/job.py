@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from benchmark import results
+from benchmark import protocol, results
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
@@ -197,7 +197,7 @@ def _tracker(cfg: DictConfig, spec: CellSpec) -> Tracker:
         name=spec.name,
         group=cfg.experiment_name,
         job_type=spec.gate.name,
-        config=spec.config,
+        config={**spec.config, "protocol": protocol.record(cfg, set(spec.config))},
     )
 
 
@@ -244,6 +244,8 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     if recorder is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
         summary.update(gate_quality(recorder.records))
     summary.update(spec.labels())
+    ran = protocol.record(cfg, set(spec.config)) or {}
+    summary.update(protocol=ran.get("name"), protocol_overrides=ran.get("overrides", {}))
     summary.update(
         complete=True,
         cell_hash=cell_dir.name,

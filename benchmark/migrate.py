@@ -32,10 +32,10 @@ V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "
 V2_KEYS = {
     "env": ("label", "kind"),
     "eval": ("step_records",),
-    "tuning": ("scope", "shared"),
+    "tuning": ("scope", "shared", "clip_tau"),
     "slm": ("decoding",),
-    "prompt": ("autopilot", "sampling"),
-    "policy": ("source", "revision"),
+    "prompt": ("autopilot", "sampling", "planner_hint"),
+    "policy": ("source", "revision", "recipe"),
 }
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 

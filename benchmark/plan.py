@@ -123,6 +123,7 @@ class Plan:
     root: str
     jobs: int
     cells: list[CellPlan] = field(default_factory=list)
+    protocols: list[str] = field(default_factory=list)  # conf/protocol names the jobs use
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.cells)
@@ -220,6 +221,9 @@ def plan_sweep(
                 key, cell = f"job{number}", _invalid(number, job, str(job), exc)
             else:
                 key, cell = plan_cell(cfg, number, job, stored, studies)
+                name = str(OmegaConf.select(cfg, "protocol.name", default="none"))
+                if name not in plan.protocols:
+                    plan.protocols.append(name)
             if key in seen:
                 seen[key].jobs.append(number)
                 continue
@@ -645,8 +649,10 @@ def format_plan(plan: Plan) -> str:
         rows.append((c.status, c.hash or "-", c.name, *numbers, note))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     right = {3, 4, 5, 6, 7, 8, 9}
+    protocol = ", ".join(plan.protocols) + (" (mixed)" if len(plan.protocols) > 1 else "")
     lines = [
-        f"plan: {plan.experiment}, {plan.jobs} jobs = {len(plan.cells)} cells under {plan.root}"
+        f"plan: {plan.experiment}, protocol {protocol or '-'}, {plan.jobs} jobs = "
+        f"{len(plan.cells)} cells under {plan.root}"
     ]
     for r in rows:
         cols = [

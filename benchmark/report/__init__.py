@@ -17,7 +17,7 @@ from pathlib import Path
 from benchmark import results
 from benchmark.report import analysis
 from benchmark.report.loading import load_sweep, policy_runs
-from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows
+from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
 from benchmark.report.tables import (
     cells_csv,
@@ -37,6 +37,7 @@ class Report:
     sweep: Sweep
     out: Path
     tables: list[Table] = field(default_factory=list)
+    protocol: str = ""  # model.protocol_caption of the sweep's cells
     plots: list[Path] = field(default_factory=list)
     markdown: str = ""
 
@@ -84,7 +85,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
     rows = build_rows(sweep, lay)
     runs = policy_runs(sweep)
     steps = analysis.load_steps(sweep)  # per-step records of the cells that have them
-    report = Report(sweep=sweep, out=out)
+    report = Report(sweep=sweep, out=out, protocol=protocol_caption(sweep.cells))
     for table in (
         main_table(sweep, rows, lay),
         paired_table(sweep, rows, lay),
@@ -95,6 +96,8 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         analysis.gate_quality_table(sweep, steps),
     ):
         if table is not None and table.rows:
+            if report.protocol:  # every caption names the protocol (and keys cells override)
+                table.title = f"{table.title}; {report.protocol}"
             report.tables.append(table)
     for draw in (
         lambda: ir_figure.reward_ir_plot(sweep, lay, out),
@@ -133,7 +136,8 @@ def _markdown(report: Report) -> str:
         "",
         f"Sweep: `{sweep.root}`  ",
         f"Jobs: {len(sweep.cells)} ({counts[OK]} finished, {counts[FAILED]} failed, "
-        f"{counts[MISSING]} missing)",
+        f"{counts[MISSING]} missing)" + ("  " if report.protocol else ""),
+        *([f"Protocol: {report.protocol} (docs/protocol.md)"] if report.protocol else []),
         "",
     ]
     for t in report.tables:

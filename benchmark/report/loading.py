@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import benchmark  # noqa: F401 - registers the config resolvers (abspath, uid) CellSpec resolves
-from benchmark import results
+from benchmark import protocol, results
 from benchmark.cell import CellSpec
 from benchmark.gates import TAU_AUTO
 from benchmark.report.model import FAILED, LABELS, MISSING, OK, Cell, Sweep, is_number
@@ -174,6 +174,7 @@ def _label_from_config(cell: Cell, cfg: DictConfig) -> None:
     """What the job was asked to run: CellSpec.labels() (None for the parts the cell does not
     use), the gate's tau and p settings; or, with no spec, the config's values as they stand."""
     spec = cell_spec(cfg)
+    _protocol_from_config(cell, cfg, set(spec.config) if spec is not None else None)
     if spec is not None:
         labels, args = spec.labels(), spec.gate.args
         cell.uses_policy = spec.uses_policy
@@ -194,6 +195,18 @@ def _label_from_config(cell: Cell, cfg: DictConfig) -> None:
     cell.set_labels(labels, args)
 
 
+def _protocol_from_config(cell: Cell, cfg: DictConfig, used: set[str] | None) -> None:
+    """The protocol this sweep asked the job to run (its .hydra config; a cell reused from
+    another sweep may have been computed under another protocol with the same values)."""
+    try:
+        ran = protocol.record(cfg, used)
+    except Exception as exc:  # noqa: BLE001 - then the summary's record, if any
+        log.debug("no protocol from the job config (%s)", exc)
+        return
+    if ran is not None:
+        cell.protocol, cell.protocol_overrides = ran["name"], ran["overrides"]
+
+
 def _label_from_summary(cell: Cell, s: dict) -> None:
     """What the job actually ran: the summary's labels win over the config's, but for the
     checkpoint, which stays as configured (t2; the job recorded the r030 it stands for and
@@ -205,6 +218,8 @@ def _label_from_summary(cell: Cell, s: dict) -> None:
     if cell.uses_policy is None and "checkpoint" in s:
         cell.uses_policy = s["checkpoint"] is not None
     cell.name = s.get("cell", cell.name)
+    if cell.protocol is None and s.get("protocol"):
+        cell.protocol, cell.protocol_overrides = s["protocol"], s.get("protocol_overrides") or {}
     tau = s.get("tau")
     cell.tau = float(tau) if is_number(tau) else None
     if cell.tau_setting is None and tau is not None:

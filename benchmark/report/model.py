@@ -74,6 +74,8 @@ class Cell:
     error: dict | None = None
     trials: list[dict] | None = None
     note: str = ""
+    protocol: str | None = None  # conf/protocol the job ran under (paper, official, suite)
+    protocol_overrides: dict = field(default_factory=dict)  # protocol keys the job overrides
 
     @classmethod
     def of_spec(cls, spec: Any, job: str = "", status: str = "ok") -> Cell:
@@ -116,6 +118,18 @@ class Cell:
             float(s.get(f"{metric}_ci95_low", mean)),
             float(s.get(f"{metric}_ci95_high", mean)),
         )
+
+
+def protocol_caption(cells: list[Cell]) -> str:
+    """`protocol NAME` (or the protocols of a mixed sweep) and the protocol keys cells override,
+    for the table captions; empty for cells run before protocols existed."""
+    from collections import Counter
+
+    from benchmark.protocol import caption
+
+    names = Counter(c.protocol for c in cells if c.protocol)
+    overrides = Counter(f"{k}={v}" for c in cells for k, v in sorted(c.protocol_overrides.items()))
+    return caption(dict(names), dict(overrides))
 
 
 @dataclass

@@ -1,0 +1,74 @@
+"""Which protocol a job ran (conf/protocol: paper | official | suite) and which of the protocol's
+keys the job overrides, for summary.json, the W&B run config, the plan and the report captions.
+
+A protocol is a set of values that config keys read through `${protocol.*}`; the values enter a
+cell's identity through those keys, the protocol's name does not (two protocols that agree on
+everything a cell uses share the cell)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+PROTOCOLS = ("paper", "official", "suite")
+# protocol field -> (the config key that reads it, the cell config part that must be in use)
+KEYS = {
+    "policy_recipe": ("policy.recipe", "policy"),
+    "planner_hint": ("prompt.planner_hint", "prompt"),
+    "mc_samples": ("gate.mc_samples", "gate"),
+    "clip_tau": ("tuning.clip_tau", "tuning"),
+    "n_trials": ("tuning.n_trials", "tuning"),
+}
+# experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
+PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
+
+
+def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:
+    """{"name": protocol, "overrides": {config key: value}}: the protocol's keys whose value in
+    this job differs from the protocol's (a key set on the command line or by a preset), among
+    the config parts the cell uses (`used`: CellSpec.config's keys; None: all). None without a
+    protocol node."""
+    node = cfg.get("protocol")
+    if not isinstance(node, DictConfig):
+        return None
+    expected: dict[str, Any] = {}
+    for field, (key, part) in KEYS.items():
+        if field in node and (used is None or part in used):
+            expected[key] = node[field]
+    table = PRESET_TUNING.get(str(cfg.get("experiment_name")))
+    if table in node and (used is None or "tuning" in used):
+        for sub, value in node[table].items():
+            expected[f"tuning.{sub}"] = value
+    overrides = {}
+    for key, want in expected.items():
+        have = OmegaConf.select(cfg, key, default=None)
+        if have is None:  # the job has no such key (a policy or prompt without it)
+            continue
+        if _plain(have) != _plain(want):
+            overrides[key] = _plain(have)
+    return {"name": str(node.get("name")), "overrides": overrides}
+
+
+def _plain(value: Any) -> Any:
+    return (
+        OmegaConf.to_container(value, resolve=True)
+        if isinstance(value, (DictConfig, ListConfig))
+        else value
+    )
+
+
+def caption(protocols: dict[str, int], overrides: dict[str, int]) -> str:
+    """The caption text naming the protocol(s) of the shown cells and the keys cells override:
+    `protocols` and `overrides` ("key=value") count cells."""
+    if not protocols:
+        return ""
+    names = sorted(protocols)
+    text = (
+        f"protocol {names[0]}" if len(names) == 1 else f"protocols {', '.join(names)} (mixed sweep)"
+    )
+    if overrides:
+        text += "; cells override " + ", ".join(
+            f"{k} ({n} cell{'s' if n > 1 else ''})" for k, n in sorted(overrides.items())
+        )
+    return text
