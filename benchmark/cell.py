@@ -141,6 +141,8 @@ class CellSpec:
             k: _drop_legacy(k, _drop(v, EXECUTION_KEYS.get(k, ()))) for k, v in self.config.items()
         }
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
+        if "prompt" in out and not _shows_planner_hint(self.config):
+            out["prompt"] = _drop(out["prompt"], ("planner_hint",))
         if "policy" in out:  # the weights by content; the recipe that made them is in them
             out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
         if "slm" in out:
@@ -213,6 +215,13 @@ class CellSpec:
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
         }
+
+
+def _shows_planner_hint(config: dict[str, Any]) -> bool:
+    """Whether the prompt has a `Planner hint:` line at all (the stateful levels on a grid env):
+    elsewhere prompt.planner_hint changes no prompt and stays out of the identity."""
+    prompt, env = config.get("prompt") or {}, config.get("env") or {}
+    return prompt.get("level") in ("stateful_min", "stateful") and env.get("family") == "grid"
 
 
 def _drop_legacy(node: str, value: Any) -> Any:
