@@ -713,3 +713,16 @@ def test_details_say_where_a_shared_tau_came_from():
         " (from fourrooms/entropy/q/stateful+r/final-s0)"
     )
     assert tau_source({}, True) == " (tuned)" and tau_source({}, False) == ""
+
+
+def test_captions_name_the_protocol(sweep):
+    """Every table caption names the protocol the jobs ran under (the synthetic jobs are composed
+    with the default, paper) and the protocol key the entropy cells override (gate.mc_samples);
+    report.md says it once more under the title."""
+    report = sweep["report"]
+    assert report.tables
+    for table in report.tables:
+        assert "; protocol paper; cells override gate.mc_samples=10" in table.title, table.title
+    md = (sweep["dir"] / "report" / "report.md").read_text()
+    assert "Protocol paper; cells override gate.mc_samples=10" in md
+    assert "protocol paper" in (sweep["dir"] / "report" / "main.tex").read_text()

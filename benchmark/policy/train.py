@@ -237,6 +237,28 @@ def validate_policy(cfg: dict[str, Any]) -> None:
                 raise ValueError(f"policy.{key}={value!r} is invalid: allowed an integer >= 1")
 
 
+def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
+    """The untrained PPO of a validated policy config on its training envs: SB3's defaults but
+    for what the config sets (policy.ppo, the LR and its schedule, the network)."""
+    seed = int(cfg["seed"])
+    env = training_vec_env(task, seed, int(cfg["n_envs"]))
+    lr = float(cfg["learning_rate"])
+    linear = cfg["lr_schedule"] == "linear"
+    schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
+    algo, policy_class = ALGORITHMS[algorithm(cfg)]
+    model = algo(
+        policy_class,
+        env,
+        learning_rate=schedule,
+        policy_kwargs=policy_kwargs(cfg),
+        device=cfg.get("device", "cpu"),
+        verbose=0,
+        **(cfg.get("ppo") or {}),
+    )
+    model.action_space.seed(seed)
+    return model
+
+
 def train(
     task: Task,
     policy_cfg: Mapping[str, Any] | DictConfig,
@@ -258,22 +280,8 @@ def train(
         # Seed torch/numpy/random ourselves: PPO(seed=...) would also seed the VecEnv, whose
         # resets would then pass seeds 0,1,2,... (evaluation seeds) to the envs.
         set_random_seed(seed)
-        n_envs = int(cfg["n_envs"])
-        env = training_vec_env(task, seed, n_envs)
-        lr = float(cfg["learning_rate"])
-        linear = cfg["lr_schedule"] == "linear"
-        schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
-        algo, policy_class = ALGORITHMS[algorithm(cfg)]
-        model = algo(
-            policy_class,
-            env,
-            learning_rate=schedule,
-            policy_kwargs=policy_kwargs(cfg),
-            device=cfg.get("device", "cpu"),
-            verbose=0,
-            **(cfg.get("ppo") or {}),
-        )
-        model.action_space.seed(seed)
+        model = build_model(task, cfg)
+        env = model.get_env()
         callback = ThresholdCheckpoints(
             task,
             out,

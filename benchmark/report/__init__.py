@@ -137,7 +137,7 @@ def _markdown(report: Report) -> str:
         f"Sweep: `{sweep.root}`  ",
         f"Jobs: {len(sweep.cells)} ({counts[OK]} finished, {counts[FAILED]} failed, "
         f"{counts[MISSING]} missing)" + ("  " if report.protocol else ""),
-        *([f"Protocol: {report.protocol} (docs/protocol.md)"] if report.protocol else []),
+        *([f"{report.protocol.capitalize()} (docs/protocol.md)"] if report.protocol else []),
         "",
     ]
     for t in report.tables:

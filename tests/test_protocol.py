@@ -1,0 +1,307 @@
+"""The three protocols (conf/protocol: paper | official | suite), the PPO recipes they name
+(policy.recipe) and the planner hint (prompt.planner_hint): what each sets on every preset, that
+`suite` keeps today's checkpoints and cells, the SB3 models the recipes build, the seen_target
+hint, Table 1's shared tau study under `paper`, and the report captions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from stable_baselines3 import PPO
+
+from benchmark.cell import CellSpec
+from benchmark.envs import load_env_cfg, make_task
+from benchmark.policy.checkpoints import config_hash
+from benchmark.policy.train import as_dict, build_model, validate_policy
+from benchmark.prompts import navfeatures as nf
+from benchmark.protocol import PROTOCOLS, record
+from benchmark.report.model import Cell, protocol_caption
+from tests.conftest import CONF, compose_cfg
+
+ROOT = Path("/tmp/protocol-test-root")
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# what each protocol sets (conf/protocol/<name>.yaml), as the composed job sees it
+EXPECTED = {
+    "paper": {
+        "policy.recipe": "paper",
+        "policy.checkpoint": "final",
+        "policy.total_timesteps": 2_000_000,
+        "policy.lr_schedule": "linear",
+        "prompt.planner_hint": "seen_target",
+        "gate.mc_samples": 30,
+        "tuning.clip_tau": False,
+        "tuning.n_trials": 15,
+    },
+    "official": {
+        "policy.recipe": "official",
+        "policy.checkpoint": "final",
+        "policy.total_timesteps": 2_000_000,
+        "policy.lr_schedule": "constant",
+        "prompt.planner_hint": "seen_target",
+        "gate.mc_samples": 30,
+        "tuning.clip_tau": False,
+        "tuning.n_trials": 15,
+    },
+    "suite": {
+        "policy.recipe": "suite",
+        "policy.checkpoint": "best",
+        "policy.total_timesteps": 3_000_000,
+        "policy.lr_schedule": "linear",
+        "prompt.planner_hint": "frontier",
+        "gate.mc_samples": 50,
+        "tuning.clip_tau": True,
+        "tuning.n_trials": 15,
+    },
+}
+# keys a preset sets on purpose (its own subject), which the protocol must not undo
+PRESET_OWN = {
+    "demo": {"policy.checkpoint", "policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
+    "smoke": {"policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
+    # their own policy configs (ppo_cnn, ppo_lstm), which have no recipe key
+    "feedback": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
+    "recurrent": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
+}
+# preset -> its tuning (scope, n_trials) under each protocol
+PRESET_TUNING = {
+    "table1": {"paper": ("shared", 15), "official": ("cell", 15), "suite": ("cell", 15)},
+    "table2": {"paper": ("shared", 15), "official": ("cell", 15), "suite": ("shared", 15)},
+    "table3": {"paper": ("shared", 15), "official": ("cell", 10), "suite": ("shared", 15)},
+}
+
+
+def compose(*overrides: str):
+    return compose_cfg(ROOT, "slm=tiny", *overrides)
+
+
+# the paper tables in the fast suite, every other preset in the slow one (a composition a second)
+PRESET_CASES = [
+    pytest.param(p, marks=() if p in PRESET_TUNING else pytest.mark.slow) for p in PRESETS
+]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("preset", PRESET_CASES)
+def test_every_preset_composes_under_every_protocol(preset, protocol):
+    """`+experiment=<preset> protocol=<p>` (the protocol given after the preset, as a user types
+    it) carries the protocol's values on every key the preset does not own, whatever the preset
+    sets elsewhere; and the report record names no override but the preset's own keys."""
+    cfg = compose(f"+experiment={preset}", "env=fourrooms", f"protocol={protocol}")
+    assert cfg.protocol.name == protocol
+    own = PRESET_OWN.get(preset, set())
+    if preset in PRESET_TUNING:  # the preset's tuning is the protocol's for that table
+        own = own | {"tuning.n_trials"}
+    for key, want in EXPECTED[protocol].items():
+        have = OmegaConf.select(cfg, key, default=None)
+        if have is None or key in own:  # a prompt or policy without that key (ppo_cnn, belief)
+            continue
+        assert have == want, f"{preset} under {protocol}: {key}={have!r}, expected {want!r}"
+    if preset in PRESET_TUNING:
+        scope, n_trials = PRESET_TUNING[preset][protocol]
+        assert (cfg.tuning.scope, cfg.tuning.n_trials) == (scope, n_trials)
+    overridden = set(record(cfg)["overrides"])
+    assert overridden <= own - {"tuning.n_trials"} | PRESET_OWN.get(preset, set()), overridden
+
+
+@pytest.mark.parametrize("preset", ["demo", "smoke"])
+def test_toy_presets_default_to_the_suite_protocol(preset):
+    """demo and smoke run the machinery at toy size, not a paper table: the suite's protocol,
+    unless the command line says otherwise."""
+    assert compose(f"+experiment={preset}").protocol.name == "suite"
+    assert compose(f"+experiment={preset}", "protocol=paper").policy.recipe == "paper"
+
+
+def test_protocol_keys_switch_alone_and_default_is_paper():
+    """The presets default to `paper`; one key switched on the command line wins over the
+    protocol and is the one override the record names."""
+    cfg = compose("+experiment=table1", "method=ask_plus", "prompt.planner_hint=frontier")
+    assert cfg.protocol.name == "paper" and cfg.prompt.planner_hint == "frontier"
+    assert cfg.policy.recipe == "paper"
+    assert record(cfg)["overrides"] == {"prompt.planner_hint": "frontier"}
+    with pytest.raises(Exception, match="protocol"):
+        compose("protocol=nonsense")
+
+
+def test_suite_protocol_keeps_todays_checkpoint_hashes():
+    """The hashes of the checkpoints trained before protocols existed (README, docs): the suite
+    recipe still finds them; the paper and official recipes are other checkpoints."""
+    known = {"fourrooms": "40a6974a11", "doorkey8": "c9c342e6a4", "higherlower": "15db27c8e9"}
+    for env, digest in known.items():
+        assert config_hash(compose(f"env={env}", "protocol=suite")) == digest
+        hashes = {config_hash(compose(f"env={env}", f"protocol={p}")) for p in PROTOCOLS}
+        assert len(hashes) == 3, env
+    assert config_hash(compose("env=doorkey8", "policy.recipe=suite")) == known["doorkey8"]
+
+
+def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
+    """policy.recipe=paper: PPO exactly as SB3 builds it by default (one env, n_steps 2048,
+    batch 64, 10 epochs, gamma 0.99, GAE 0.95, clip 0.2, no entropy bonus, LR 3e-4) but for the
+    LR decayed linearly to 0, and DoorKey trained on 8x8 itself (no curriculum)."""
+    cfg = compose("env=doorkey8", "policy.recipe=paper")
+    assert cfg.env.task.train_gym_ids is None
+    policy = as_dict(cfg.policy)
+    validate_policy(policy)
+    task = make_task(cfg.env)
+    model = build_model(task, policy)
+    default = PPO("MlpPolicy", model.get_env(), device="cpu")
+    for attr in ("n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "ent_coef", "vf_coef"):
+        assert getattr(model, attr) == getattr(default, attr), attr
+    assert model.n_envs == 1 and model.clip_range(1.0) == default.clip_range(1.0) == 0.2
+    assert model.max_grad_norm == default.max_grad_norm
+    assert model.lr_schedule(1.0) == pytest.approx(3e-4) == default.lr_schedule(1.0)
+    assert model.lr_schedule(0.5) == pytest.approx(1.5e-4)
+    assert model.lr_schedule(0.0) == pytest.approx(0.0)
+    assert default.lr_schedule(0.0) == pytest.approx(3e-4)  # SB3's own default: constant
+    official = build_model(task, as_dict(compose("env=doorkey8", "protocol=official").policy))
+    assert official.lr_schedule(0.0) == pytest.approx(3e-4) and official.n_steps == 2048
+    suite = compose("env=doorkey8", "protocol=suite")
+    assert len(suite.env.task.train_gym_ids) == 4 and suite.policy.n_envs == 8
+
+
+def test_an_env_config_alone_reads_the_suite_recipe():
+    """benchmark.envs.load_env_cfg (no job config around it) still builds the DoorKey task with
+    the suite's training curriculum."""
+    task = make_task(load_env_cfg("doorkey8"))
+    assert len(task.train_gym_ids) == 4
+
+
+def _walk_until(episode, seen, limit=400):
+    """Step the expert until `seen(view, memory)` holds; the hint checks run on every state."""
+    states = []
+    for _ in range(limit):
+        view, memory = episode.view(), episode.memory
+        states.append(seen(view, memory))
+        if states[-1] or episode.done:
+            return states
+        episode.step(episode.expert_action())
+    return states
+
+
+def test_seen_target_hint_absent_until_the_goal_is_seen_then_a_known_map_search():
+    task = make_task(load_env_cfg("fourrooms"))
+    actions = task.action_names
+    for seed in (101, 102, 103):
+        episode = task.episode(seed)
+        hints_before: list = []
+
+        def goal_known(view, memory, hints_before=hints_before):
+            known = (memory.goal_pos or view.goal_pos) is not None
+            if not known:
+                hints_before.append(nf.planner_hint(view, memory, actions, "seen_target"))
+                frontier = nf.planner_hint(view, memory, actions, "frontier")
+                assert frontier is not None  # the suite's hint guides exploration meanwhile
+            return known
+
+        states = _walk_until(episode, goal_known)
+        assert hints_before and all(h is None for h in hints_before), seed
+        if not states[-1]:
+            continue
+        view, memory = episode.view(), episode.memory
+        goal = memory.goal_pos or view.goal_pos
+        hint = nf.planner_hint(view, memory, actions, "seen_target")
+        found = nf._bfs(nf.World(view, memory), actions, {goal}, set(), None)
+        if goal == view.pos or found is None:
+            assert hint is None
+        else:
+            assert (hint.action, hint.length, hint.target) == (*found, "the cached goal")
+            # the same search the frontier hint makes once the goal is known
+            same = nf.planner_hint(view, memory, actions, "frontier")
+            assert (same.action, same.length) == found
+        assert nf.planner_hint(view, memory, actions, "none") is None
+    with pytest.raises(ValueError, match="planner_hint"):
+        nf.planner_hint(view, memory, actions, "everywhere")
+
+
+def test_seen_target_hint_in_doorkey_follows_the_subtask():
+    """DoorKey: nothing until the key is seen, then a search to face the key and PICKUP."""
+    task = make_task(load_env_cfg("doorkey8"))
+    actions = task.action_names
+    episode = task.episode(104)
+
+    def key_known(view, memory):
+        keys = [p for p, c in nf.World(view, memory).cells.items() if c == "k"]
+        if not keys:
+            assert nf.planner_hint(view, memory, actions, "seen_target") is None
+        return bool(keys)
+
+    assert _walk_until(episode, key_known)[-1]
+    view, memory = episode.view(), episode.memory
+    world = nf.World(view, memory)
+    keys = {p for p, c in world.cells.items() if c == "k"}
+    hint = nf.planner_hint(view, memory, actions, "seen_target")
+    found = nf._bfs(world, actions, set(), keys, "PICKUP")
+    assert found is not None and (hint.action, hint.length) == found
+    assert hint.target == "the key, then PICKUP"
+
+
+def test_prompt_shows_the_hint_line_only_when_there_is_one():
+    from benchmark.prompts import showcase
+
+    variant, task = showcase.variant_for("fourrooms", "stateful")
+    variant.planner_hint = "seen_target"
+    episode = task.episode(101)
+    user = variant.session(episode, with_expert=False).messages(0)[1]["content"]
+    assert "Goal (cached): not seen yet" in user and "Planner hint:" not in user
+    variant.planner_hint = "frontier"
+    user = variant.session(episode, with_expert=False).messages(0)[1]["content"]
+    assert "Planner hint:" in user
+
+
+def _spec(cfg) -> CellSpec:
+    return CellSpec.from_config(cfg).with_inputs(checkpoint_sha256="c" * 64, model="m")
+
+
+@pytest.mark.parametrize("env", ["fourrooms", "higherlower"])
+def test_table1_under_paper_runs_one_study_per_slm_and_env(env):
+    """Table 1 under `paper`: ASK and ASK+ of one (SLM, env) take their tau from one study, the
+    one ASK+'s own config (stateful + rationale) runs; a second SLM has its own. Under `suite`
+    ASK and ASK+ each tune their own (two studies)."""
+    from benchmark.build import shared_tuning_config
+
+    def study(protocol: str, method: str, slm: str = "tiny") -> str:
+        cfg = compose(
+            "+experiment=table1", f"env={env}", f"method={method}", f"slm={slm}",
+            f"protocol={protocol}",
+        )  # fmt: skip
+        source = shared_tuning_config(cfg)
+        return _spec(source if source is not None else cfg).tuning_key()
+
+    assert study("paper", "ask") == study("paper", "ask_plus")
+    assert study("paper", "ask_plus") != study("paper", "ask_plus", "tiny_small")
+    assert study("suite", "ask") != study("suite", "ask_plus")
+    assert study("official", "ask") != study("official", "ask_plus")
+
+
+def test_suite_protocol_keeps_the_cells_of_todays_defaults():
+    """Keys added with the protocols stay out of the identity at today's values, and the
+    planner hint stays out of it where no prompt shows one (HigherLower, basic)."""
+    ask_plus = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", "protocol=suite")
+    assert "planner_hint" not in _spec(ask_plus).with_inputs(tau_study="s").identity["prompt"]
+    assert "clip_tau" not in _spec(ask_plus).with_inputs(tau_study="s").identity["tuning"]
+    paper = compose("+experiment=table1", "env=fourrooms", "method=ask_plus")
+    assert (
+        _spec(paper).with_inputs(tau_study="s").identity["prompt"]["planner_hint"] == "seen_target"
+    )
+    assert _spec(paper).with_inputs(tau_study="s").identity["tuning"]["clip_tau"] is False
+    hl = [
+        compose("env=higherlower", "method=slm_only", f"prompt.planner_hint={h}").prompt
+        for h in ("seen_target", "none")
+    ]
+    cards = [
+        _spec(compose("env=higherlower", "method=slm_only", f"prompt.planner_hint={h}")).hash
+        for h in ("seen_target", "none")
+    ]
+    assert hl[0].planner_hint != hl[1].planner_hint and cards[0] == cards[1]
+
+
+def test_caption_names_the_protocol_and_the_overrides():
+    cells = [Cell(job=str(i), status="ok", protocol="paper") for i in range(3)]
+    assert protocol_caption(cells) == "protocol paper"
+    cells[0].protocol_overrides = {"prompt.planner_hint": "frontier"}
+    assert protocol_caption(cells) == (
+        "protocol paper; cells override prompt.planner_hint=frontier (1 cell)"
+    )
+    cells[1].protocol = "suite"
+    assert protocol_caption(cells).startswith("protocols paper, suite (mixed sweep)")
+    assert protocol_caption([Cell(job="0", status="ok")]) == ""
