@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 # a PPO recipe small enough for tests (about 20 s on one core)
 SMALL_POLICY = [
+    "policy.recipe=suite",  # the env's recipe (4 envs on Empty-Random-5x5), `best` checkpoint
     "policy.total_timesteps=20000",
     "++policy.ppo.n_steps=128",
     "policy.eval_freq=5000",
