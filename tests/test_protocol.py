@@ -305,3 +305,21 @@ def test_caption_names_the_protocol_and_the_overrides():
     cells[1].protocol = "suite"
     assert protocol_caption(cells).startswith("protocols paper, suite (mixed sweep)")
     assert protocol_caption([Cell(job="0", status="ok")]) == ""
+
+
+def test_wandb_run_config_and_summary_carry_the_protocol(monkeypatch):
+    """The cell's W&B run config names the protocol and the keys the job overrides."""
+    from benchmark import job
+
+    seen = {}
+
+    class Capture:
+        def __init__(self, cfg, **kw):
+            seen.update(kw)
+
+    monkeypatch.setattr(job, "Tracker", Capture)
+    cfg = compose("+experiment=table1", "method=ask_plus", "gate.mc_samples=10")
+    spec = CellSpec.from_config(cfg)
+    job._tracker(cfg, spec)
+    assert seen["config"]["protocol"] == {"name": "paper", "overrides": {"gate.mc_samples": 10}}
+    assert seen["config"]["env"] == spec.config["env"]
