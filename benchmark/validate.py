@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import P_MATCH, TAU_AUTO
 from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
+from benchmark.prompts.navfeatures import PLANNER_HINTS
 from benchmark.seeds import Splits
 
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
@@ -21,7 +22,7 @@ CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
-OPTION_GROUPS = ("gate", "slm", "prompt")
+OPTION_GROUPS = ("gate", "slm", "prompt", "protocol")
 ROOT_NODES = ("eval", "tuning", "splits")
 
 
@@ -68,6 +69,12 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
     _check_tuning_scope(cfg)
+    hint = OmegaConf.select(cfg, "prompt.planner_hint")
+    if hint is not None and hint not in PLANNER_HINTS:
+        raise ValueError(f"prompt.planner_hint={hint!r} is invalid: allowed {list(PLANNER_HINTS)}")
+    clip = cfg.tuning.get("clip_tau", True)
+    if not isinstance(clip, bool):
+        raise ValueError(f"tuning.clip_tau={clip!r} is invalid: allowed true or false")
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
@@ -90,7 +97,8 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         if low < 0 or high <= low or low >= max_h:
             raise ValueError(
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed "
-                f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
+                f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it "
+                "with tuning.clip_tau)"
             )
     p = gate.get("p")
     if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):

@@ -323,3 +323,16 @@ def test_wandb_run_config_and_summary_carry_the_protocol(monkeypatch):
     job._tracker(cfg, spec)
     assert seen["config"]["protocol"] == {"name": "paper", "overrides": {"gate.mc_samples": 10}}
     assert seen["config"]["env"] == spec.config["env"]
+
+
+def test_bad_protocol_values_name_what_is_allowed():
+    from benchmark.validate import validate
+
+    with pytest.raises(ValueError, match=r"prompt.planner_hint='everywhere' is invalid: allowed"):
+        validate(compose("method=ask_plus", "prompt.planner_hint=everywhere"))
+    with pytest.raises(ValueError, match="tuning.clip_tau='maybe' is invalid"):
+        validate(compose("tuning.clip_tau=maybe"))
+    with pytest.raises(Exception, match=r"policy.recipe='papers' is unknown: allowed \['official'"):
+        validate(compose("policy.recipe=papers"))
+    with pytest.raises(ValueError, match="unknown key protocol.hint"):
+        validate(compose("+protocol.hint=frontier"))
