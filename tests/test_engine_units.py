@@ -42,7 +42,7 @@ def test_gate_settings_read_the_class_not_the_yaml(tmp_path):
     ones the class declares; tau=auto is a setting, not an argument value."""
     from benchmark.gates import AlwaysGate, GateSettings
 
-    cfg = compose_cfg(tmp_path, "gate=entropy")
+    cfg = compose_cfg(tmp_path, "gate=entropy", "protocol=suite")  # the suite's N = 50
     gate = GateSettings.from_config(cfg.gate)
     assert gate.cls is EntropyGate and gate.tunes_tau and gate.mc_samples == 50
     assert gate.args == {"tau": "auto"} and gate.build(tau=0.4).tau == 0.4
