@@ -196,3 +196,54 @@ def test_killed_process_resumes_through_the_cache(tmp_path):
     a, _ = ensure_dir(job_cfg(tmp_path / "a", **policy))
     _same_checkpoints(a, d)
     assert json.loads((d / "final.json").read_text())["timesteps"] == 4096
+
+
+class PreemptedTraining:
+    """A submitit job that trains through the checkpoint cache and, on its first run only, is
+    preempted (USR2, submitit's signal) at 1024 steps; `checkpoint` resubmits it unchanged, as
+    Hydra's submitit launcher does."""
+
+    def __init__(self, root: str, policy: dict):
+        self.root, self.policy = root, policy
+
+    def __call__(self) -> tuple[str, bool]:
+        import logging
+
+        logging.basicConfig(level=logging.INFO)
+        root = Path(self.root)
+        first = not (root / "preempted").exists()
+
+        def preempt(row: dict) -> None:
+            if first and row["timesteps"] == 1024:
+                (root / "preempted").touch()
+                os.kill(os.getpid(), signal.SIGUSR2)
+
+        d, trained = ensure_dir(job_cfg(root, **self.policy), log_fn=preempt)
+        return str(d), trained
+
+    def checkpoint(self):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self)
+
+
+@pytest.mark.slow
+def test_preempted_submitit_job_requeues_and_resumes(tmp_path, monkeypatch):
+    """submitit's own preemption handling (local executor: the SLURM job environment's signal
+    handler, requeue by restarting the job): the state is saved before submitit requeues and
+    exits, the requeued job resumes from it and ends with the uninterrupted weights."""
+    import submitit
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    policy = {**SMALL, "total_timesteps": 2048, "eval_freq": 512}
+    executor = submitit.LocalExecutor(tmp_path / "submitit")
+    executor.update_parameters(timeout_min=60)
+    job = executor.submit(PreemptedTraining(str(tmp_path / "b"), policy))
+    d, trained = job.result()
+    log = Path(job.paths.stderr).read_text() + Path(job.paths.stdout).read_text()
+    assert (tmp_path / "b" / "preempted").exists() and trained
+    assert "this job is preempted" in log and "Requeued job" in log, log[-3000:]
+    assert "resuming PPO training at 1024 steps" in log, log[-3000:]
+    assert not resume.state_path(Path(d)).exists()
+    a, _ = ensure_dir(job_cfg(tmp_path / "a", **policy))
+    _same_checkpoints(a, Path(d))
