@@ -127,6 +127,16 @@ def test_state_file_round_trip(task, tmp_path):
     assert np.random.get_state()[1].tolist() == saved["rng"]["numpy"][1].tolist()
 
 
+def test_a_state_that_cannot_be_saved_costs_only_resumability(task, tmp_path, caplog):
+    import logging
+
+    cfg = job_cfg(tmp_path, **{**SMALL, "total_timesteps": 512, "resume_every_steps": 256}).policy
+    with caplog.at_level(logging.WARNING, logger="benchmark.policy.resume"):
+        final = train(task, cfg, tmp_path / "out", resume_path=tmp_path / "no-dir" / "state")
+    assert final.is_file()
+    assert "could not save the training state at 256 steps" in caplog.text
+
+
 def test_unreadable_state_is_set_aside_and_bad_settings_refused(tmp_path):
     state = tmp_path / ".x.resume"
     assert resume.read(state) is None

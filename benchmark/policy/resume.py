@@ -79,8 +79,8 @@ class Interrupted(BaseException):
         self.signum, self.timesteps, self.path = signum, timesteps, path
         name = signal.Signals(signum).name
         super().__init__(
-            f"PPO training stopped by {name} at {timesteps} steps; its state is in {path}: "
-            "the next run of this job resumes from it"
+            f"PPO training stopped by {name} at {timesteps} steps; the training state saved "
+            f"last is in {path}: the next run of this job resumes from it"
         )
 
     def deliver(self) -> None:
@@ -157,11 +157,15 @@ def capture(model: Any, checkpoints: Any, out_dir: Path) -> dict[str, Any]:
 def write(state: dict[str, Any], path: Path) -> None:
     """Atomically: temp file, fsync, rename."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        cloudpickle.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            cloudpickle.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read(path: Path) -> dict[str, Any] | None:
@@ -295,9 +299,22 @@ class Saver(BaseCallback):
         return True
 
     def save(self) -> None:
+        """Never fails the training: a state that cannot be saved (a full disk, an env that does
+        not pickle) costs only the resumability, and says so."""
         start = time.monotonic()
-        write(capture(self.model, self.checkpoints, self.out_dir), self.path)
         self.saved_at = int(self.model.num_timesteps)
+        try:
+            write(capture(self.model, self.checkpoints, self.out_dir), self.path)
+        except Exception as e:  # noqa: BLE001
+            log.warning(
+                "could not save the training state at %d steps to %s (%s: %s): a kill now "
+                "restarts from the last saved state",
+                self.saved_at,
+                self.path,
+                type(e).__name__,
+                e,
+            )
+            return
         log.info(
             "training state at %d steps saved to %s (%.2f s)",
             self.saved_at,
