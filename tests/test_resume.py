@@ -255,5 +255,6 @@ def test_preempted_submitit_job_requeues_and_resumes(tmp_path, monkeypatch):
     assert "this job is preempted" in log and "Requeued job" in log, log[-3000:]
     assert "resuming PPO training at 1024 steps" in log, log[-3000:]
     assert not resume.state_path(Path(d)).exists()
+    assert not list(Path(d).parent.glob(".*.train-*"))  # the stopped run's directory is gone
     a, _ = ensure_dir(job_cfg(tmp_path / "a", **policy))
     _same_checkpoints(a, Path(d))

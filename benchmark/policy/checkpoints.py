@@ -202,10 +202,11 @@ def ensure_dir(
         state = resume.state_path(ckpt_dir)
         try:
             train(task, cfg.policy, work, log_fn=log_fn, splits=splits, resume_path=state)
-        except resume.Interrupted as stop:  # its files are in the saved state
+        except BaseException as e:  # stopped or failed: what it wrote is in the saved state
             shutil.rmtree(work, ignore_errors=True)
-            log.warning("%s", stop)
-            stop.deliver()
+            if isinstance(e, resume.Interrupted):  # end the process as the signal would have
+                log.warning("%s", e)
+                e.deliver()
             raise
         files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
