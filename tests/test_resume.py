@@ -61,13 +61,19 @@ def _same_checkpoints(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "policy_file", ["ppo_dropout", pytest.param("ppo_lstm", marks=pytest.mark.slow)]
+    "policy_file",
+    [
+        "ppo_dropout",
+        pytest.param("ppo_lstm", marks=pytest.mark.slow),
+        pytest.param("ppo_cnn", marks=pytest.mark.slow),
+    ],
 )
 def test_sigterm_then_resume_gives_the_uninterrupted_weights(task, tmp_path, policy_file):
     """A SIGTERM whose previous handler is Python code (submitit's: requeue, then exit) saves
     the state at the next rollout boundary and hands the signal on; a second train() with the
     same state file continues at that step and ends bit-identical to a training never stopped.
-    The LSTM policy checks the recurrent states that model.save leaves out."""
+    The LSTM policy checks the recurrent states that model.save leaves out, the CNN the image
+    envs that SB3 wraps (VecTransposeImage)."""
     cfg = job_cfg(tmp_path, policy_file, **SMALL).policy
     train(task, cfg, tmp_path / "a")
     state = tmp_path / "state"
