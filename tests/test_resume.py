@@ -72,8 +72,8 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(task, tmp_path, pol
     """A SIGTERM whose previous handler is Python code (submitit's: requeue, then exit) saves
     the state at the next rollout boundary and hands the signal on; a second train() with the
     same state file continues at that step and ends bit-identical to a training never stopped.
-    The LSTM policy checks the recurrent states that model.save leaves out, the CNN the image
-    envs that SB3 wraps (VecTransposeImage)."""
+    The LSTM policy checks the recurrent states that model.save leaves out, the CNN the feedback
+    paper's recipe (image observations, MiniGrid CNN extractor)."""
     cfg = job_cfg(tmp_path, policy_file, **SMALL).policy
     train(task, cfg, tmp_path / "a")
     state = tmp_path / "state"
