@@ -35,7 +35,7 @@ V2_KEYS = {
     "tuning": ("scope", "shared", "clip_tau"),
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling", "planner_hint"),
-    "policy": ("source", "revision", "recipe"),
+    "policy": ("source", "revision", "recipe", "resume_every_steps"),
 }
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 
