@@ -144,3 +144,21 @@ CASES = [
         "gate.mc_samples=1 is invalid for gate 'epistemic'",
     ),
 ]
+
+# Rows not yet in the README table: docs/pitfalls.md "New rows for the bad-input table" lists
+# them until they move into the table (then they move into CASES).
+NEW_CASES = [
+    (
+        "checkpoint threshold not in the recipe",
+        ["gate=never", "policy.checkpoint=r999"],
+        {},
+        "policy.checkpoint=r999 is invalid for empty5x5_random: its reward thresholds are",
+    ),
+    (
+        "tau above the maximum entropy",
+        ["gate=entropy", "gate.tau=5"],
+        {},
+        "a tau above the maximum entropy of 4 actions never asks",
+    ),
+    ("tau not finite", ["gate=entropy", "gate.tau=inf"], {}, "gate.tau=inf is invalid"),
+]

@@ -47,8 +47,8 @@ from benchmark.policy.checkpoints import (
     intact,
     manifest,
     resolve,
-    sort_key,
 )
+from benchmark.policy.names import order
 from benchmark.policy.provenance import system_info
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 
@@ -166,7 +166,7 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
     tmp = out / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    names = sorted(sha256s, key=sort_key)
+    names = sorted(sha256s, key=order)
     metas = {}
     for ckpt in names:
         shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")

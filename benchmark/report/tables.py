@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from benchmark.metrics import MAIN_FIGURE, paired_difference
-from benchmark.policy.train import checkpoint_name
+from benchmark.policy.names import threshold_name
 from benchmark.report.model import (
     FAILED,
     MISSING,
@@ -234,7 +234,7 @@ def checkpoints_table(runs: list[dict]) -> Table | None:
         reached_txt = ", ".join(f"{k} ({at(metas[k])})" for k in reached) or "none"
         missing = DASH
         if r["thresholds"]:
-            names = [checkpoint_name(t) for t in r["thresholds"]]
+            names = [threshold_name(t) for t in r["thresholds"]]
             missing = ", ".join(n for n in names if n not in metas) or "none"
         table.rows.append(
             (
