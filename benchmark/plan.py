@@ -314,14 +314,27 @@ def _first_line(error: dict) -> str:
 
 def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
     """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing."""
-    from benchmark.policy.checkpoints import checkpoint_dir
+    from benchmark.policy.checkpoints import MARKER, checkpoint_dir, manifest
+    from benchmark.results import file_sha256
 
     if not own:
         return "policy of the shared tuning cell not trained"
     ckpt_dir = checkpoint_dir(cfg, splits)
-    if ckpt_dir.is_dir():
-        return f"policy not trained (no checkpoint {cfg.policy.checkpoint} in {ckpt_dir.name})"
-    return "policy not trained"
+    if not ckpt_dir.is_dir():
+        return "policy not trained"
+    name = str(cfg.policy.checkpoint)
+    recorded = manifest(ckpt_dir)
+    redo = "a job sets the directory aside and trains again"
+    if recorded is None and (ckpt_dir / MARKER).exists():
+        return f"checkpoint changed or corrupt ({ckpt_dir.name}/{MARKER} unreadable): {redo}"
+    sha = (recorded or {}).get("checkpoints", {}).get(name)
+    zip_path = ckpt_dir / f"{name}.zip"
+    if sha is not None and (not zip_path.is_file() or file_sha256(zip_path) != sha):
+        return (
+            f"checkpoint changed or corrupt ({name}.zip in {ckpt_dir.name} no longer matches "
+            f"its {MARKER} manifest): {redo}"
+        )
+    return f"policy not trained (no checkpoint {name} in {ckpt_dir.name})"
 
 
 def _legacy(spec: Any, cfg: DictConfig) -> str | None:
