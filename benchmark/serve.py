@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmark.config import option_file
 from benchmark.consultants.errors import ConsultantError
 
 ENGINES = ("transformers", "vllm")
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def resolve_model(model: str) -> str:
@@ -42,7 +42,7 @@ def resolve_model(model: str) -> str:
     of that name loads (built first for the tiny models), found in a child process: composing
     the config and building a model import hydra, torch and transformers, about 350 MB this
     process would otherwise hold for the whole sweep."""
-    if Path(model).exists() or not (CONF / "slm" / f"{model}.yaml").is_file():
+    if Path(model).exists() or not option_file("slm", model).is_file():
         return model
     code = "import sys; from benchmark.serve import slm_model; print(slm_model(sys.argv[1]))"
     out = subprocess.run(
@@ -58,9 +58,9 @@ def slm_model(model: str) -> str:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from benchmark.policy.__main__ import _compose  # the app's config, as a job composes it
+    from benchmark.config import compose  # the app's config, as a job composes it
 
-    cfg = _compose([f"slm={model}"])
+    cfg = compose([f"slm={model}"])
     backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
     target = get_class(str(backend.get("_target_")))
     from benchmark.consultants.tiny import TinyConsultant, build_tiny

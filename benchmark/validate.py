@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 import re
 from functools import cache
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.config import CONF, option_file, options
 from benchmark.gates import P_MATCH, TAU_AUTO
 from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
 from benchmark.seeds import Splits
@@ -18,7 +18,6 @@ from benchmark.seeds import Splits
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
 OPTION_GROUPS = ("gate", "slm", "prompt")
@@ -154,9 +153,10 @@ def _check_tuning_scope(cfg: DictConfig) -> None:
         )
     for key, value in (shared or {}).items():
         if key == "prompt":
-            if not (CONF / "prompt" / f"{value}.yaml").is_file():
-                known = sorted(p.stem for p in (CONF / "prompt").glob("*.yaml"))
-                raise ValueError(f"tuning.shared.prompt={value!r} is invalid: allowed {known}")
+            if not option_file("prompt", str(value)).is_file():
+                raise ValueError(
+                    f"tuning.shared.prompt={value!r} is invalid: allowed {options('prompt')}"
+                )
         elif OmegaConf.select(cfg, str(key), default="<missing>") == "<missing>":
             raise ValueError(
                 f"tuning.shared names {key!r}, which is not a config key: allowed dotted keys of "

@@ -18,12 +18,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from benchmark.cell import CellSpec
+from benchmark.config import expand_sweep
 from benchmark.envs import available_envs, load_env_cfg
 from benchmark.metrics import episode_rates, summarize
 from benchmark.report import build_report, load_sweep
 from benchmark.report.__main__ import main as report_main
 from benchmark.report.__main__ import tracking_config
-from benchmark.report.loading import LABELS, expand_sweep
+from benchmark.report.loading import LABELS
 from benchmark.report.model import ENV_ORDER, Layout, env_kind, env_label, method_label
 from tests.conftest import compose_cfg
 
