@@ -12,7 +12,7 @@ help: ## list the targets
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	# torch first, CPU build (GPU users: see README "GPU install")
+	# torch first, CPU build (GPU users: see docs/development.md "GPU install")
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(VENV_STAMP)

@@ -49,7 +49,7 @@ PUBLISH_TIMEOUT = 120.0  # seconds --publish waits for W&B before giving up (the
 
 @dataclass(frozen=True)
 class Question:
-    """What a preset's dashboard answers (`title`, `text`: the README lists them) and what it
+    """What a preset's dashboard answers (`title`, `text`: docs/dashboards.md lists them) and what it
     shows: `metrics` among reward, metric (the env family's success or accuracy), ir, or,
     invalid_rate; `report`: also a W&B report (the paper's tables and figures); `curves`: the
     PPO learning curves."""
