@@ -33,8 +33,12 @@ def cli(argv: list[str] | None = None) -> int:
 
     args, multirun = split_multirun(sys.argv[1:] if argv is None else argv)
     sys.argv = [sys.argv[0], *(["--multirun"] if multirun else []), *args]
-    tally.LAST = None
-    main()
+    tally.LAST = tally.STARTED = None
+    try:
+        main()
+    except SystemExit:  # Hydra reported an error: a multirun still says how its cells went
+        tally.after_abort()
+        raise
     return tally.exit_code()
 
 

@@ -99,6 +99,7 @@ def tally(sweep_dir: Path, config: DictConfig | None = None) -> Tally:
 
 
 LAST: Tally | None = None  # the tally of the multirun that just ended in this process
+STARTED: tuple[Path, DictConfig, bool] | None = None  # the multirun running in this process
 
 
 def exit_code() -> int:
@@ -113,12 +114,28 @@ class TallyOnMultirunEnd(Callback):
     def __init__(self, fail_on_error: bool = True) -> None:
         self.fail_on_error = bool(fail_on_error)
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global STARTED
+        STARTED = (Path(str(config.hydra.sweep.dir)), config, self.fail_on_error)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global LAST
-        try:
-            LAST = tally(Path(str(config.hydra.sweep.dir)), config)
-        except Exception as exc:  # noqa: BLE001 - the sweep's results stand without a tally
-            log.error("no tally: %s: %s", type(exc).__name__, exc)
-            return
-        LAST.fail_on_error = self.fail_on_error
-        print("\n".join(LAST.lines()), flush=True)
+        say(Path(str(config.hydra.sweep.dir)), config, self.fail_on_error)
+
+
+def say(sweep_dir: Path, config: DictConfig | None, fail_on_error: bool) -> None:
+    """Tally the sweep, keep it as LAST and print it."""
+    global LAST
+    try:
+        LAST = tally(sweep_dir, config)
+    except Exception as exc:  # noqa: BLE001 - the sweep's results stand without a tally
+        log.error("no tally: %s: %s", type(exc).__name__, exc)
+        return
+    LAST.fail_on_error = fail_on_error
+    print("\n".join(LAST.lines()), flush=True)
+
+
+def after_abort() -> None:
+    """A multirun that raised before its end (a launcher whose job was cancelled or killed, as
+    submitit's on SLURM): tally what its job dirs hold, once."""
+    if LAST is None and STARTED is not None:
+        say(*STARTED)
