@@ -46,7 +46,7 @@ class Tally:
             f"  failed job {job}: {overrides}\n    {error}" for job, overrides, error in self.failed
         ]
         out += [f"  not finished job {job}: {overrides}" for job, overrides in self.unfinished]
-        out.append(f"report: python -m benchmark.report {self.sweep_dir}  (-> {self.report_dir})")
+        out.append(f"report: python -m benchmark.report {self.sweep_dir}   # -> {self.report_dir}")
         return out
 
     @property

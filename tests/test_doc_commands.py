@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from doc_commands import Command, check, collect, doc_files
+
+from tests.conftest import run_cli
+from tests.doc_commands import Command, check, collect, doc_files
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -27,7 +28,7 @@ def _check_all(every_job: bool) -> tuple[list[Command], dict[str, int], list[str
             continue
         try:
             if c.mention:
-                from doc_commands import CLIS, argv_of
+                from tests.doc_commands import CLIS, argv_of
 
                 module, _ = argv_of(c.text)
                 assert module in CLIS, f"no such command: python -m {module}"
@@ -95,7 +96,7 @@ def test_illustrative_marks_are_understood(tmp_path):
         "python -m benchmark \\\n  env=doorkey8 gate=never   # a comment\n"
         "python -m benchmark env=mars   # illustrative\n```\n"
     )
-    from doc_commands import _markdown
+    from tests.doc_commands import _markdown
 
     found = _markdown(md, root=tmp_path)
     assert [(c.text, c.illustrative) for c in found] == [
@@ -153,7 +154,7 @@ def test_the_runs_are_documented():
 
 
 def _argv(text: str, root: Path) -> tuple[str, list[str]]:
-    from doc_commands import argv_of
+    from tests.doc_commands import argv_of
 
     return argv_of(text.replace("<sweep dir>", str(root / "SWEEP")))
 
@@ -178,9 +179,7 @@ def test_documented_commands_run_at_toy_size(tmp_path, trained_root):
         if module == "benchmark.prompts":
             assert "======== system ========" in proc.stdout and "step=5" in proc.stdout
     random_sweep = sweeps[0]
-    envs = {
-        json.loads((random_sweep / j / "summary.json").read_text()).get("env") for j in "012"
-    }
+    envs = {json.loads((random_sweep / j / "summary.json").read_text()).get("env") for j in "012"}
     assert len(envs) == 3  # the preset's three envs
     module, args = _argv("python -m benchmark.report <sweep dir>", random_sweep.parent)
     args = [str(random_sweep) if a.endswith("SWEEP") else a for a in args]

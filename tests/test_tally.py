@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-from conftest import run_cli
 from omegaconf import OmegaConf
 
 from benchmark import tally
+from tests.conftest import run_cli
 
 
 def _job(sweep, number, overrides, files):
