@@ -325,20 +325,12 @@ def check(command: Command, every_job: bool = False) -> str:
 
 def _check_prompts(args: list[str]) -> str:
     from benchmark.prompts import showcase
+    from benchmark.prompts.__main__ import parse
 
-    if not args or args[0] not in ("show", "stats", "golden"):
-        raise ValueError(f"python -m benchmark.prompts show|stats|golden, got {args[:1]}")
-    kv = dict(a.split("=", 1) for a in args[1:])
-    allowed = {
-        "show": {"env", "prompt", "seed", "step", "rationale", "autopilot", "policy"},
-        "stats": {"seeds", "steps"},
-        "golden": set(),
-    }[args[0]]
-    if set(kv) - allowed:
-        raise ValueError(f"unknown keys {sorted(set(kv) - allowed)}; allowed {sorted(allowed)}")
-    if args[0] == "show":
-        showcase.compose(kv.get("env", "fourrooms"), kv.get("prompt", "stateful"))
-    return "parses" + (", composes" if args[0] == "show" else "")
+    cmd, kw = parse(args)
+    if cmd == "show":
+        showcase.compose(kw.get("env", "fourrooms"), kw.get("prompt", "stateful"))
+    return "parses" + (", composes" if cmd == "show" else "")
 
 
 def make_targets() -> set[str]:
