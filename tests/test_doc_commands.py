@@ -160,7 +160,7 @@ def _argv(text: str, root: Path) -> tuple[str, list[str]]:
 
 
 @pytest.mark.slow
-def test_documented_commands_run_at_toy_size(tmp_path, trained_root):
+def test_documented_commands_run_at_toy_size(tmp_path):
     """Run the RUNS commands as documented, with toy overrides, in one results root: a job, the
     two feedback baseline sweeps (random and PPO-CNN, as the README and the preset give them),
     the report of the first sweep, the plan, the dashboard and the prompts viewer. Policy
