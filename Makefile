@@ -22,7 +22,7 @@ install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then 
 demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure
 	$(PY) -m benchmark +experiment=demo tracking=none -m
 	@sweep=$$(ls -dt outputs/sweeps/demo/* | head -1); \
-	echo; echo "What it shows: PPO alone against ASK (PPO asks a consultant where its MC-dropout entropy is high) and the consultant alone (SLM-only), with a fine-tuned tiny model, the oracle and the dice; Δ = paired difference with PPO-only on the same 100 test seeds, * = its 95% CI excludes 0."; echo; \
+	echo; \
 	$(PY) -m benchmark.report $$sweep --no-wandb --brief
 
 # pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything

@@ -79,9 +79,37 @@ def brief(report: Report) -> str:
         table = report.table(name)
         if table is not None:
             lines += [f"## {SECTIONS[name]}", "", table.to_markdown(title=False), ""]
+    if (line := headline(report)) is not None:
+        lines += [line, ""]
     lines.append(f"full report: {report.out / 'report.md'}")
     lines += [f"figure: {p}" for p in report.plots]
     return "\n".join(lines)
+
+
+def headline(report: Report) -> str | None:
+    """One line on what the paired table shows: the largest paired gain over PPO-only in its
+    first column, whether its CI excludes 0, and the methods that reach it."""
+    table = report.table("paired")
+    if table is None:
+        return None
+    head = table.header()
+    scored = []
+    for idx, vals in table.rows:
+        m = re.match(r"\s*([+-]?\d+(?:\.\d+)?)", str(vals[0])) if vals else None
+        if m:
+            scored.append((float(m.group(1)), " ".join(idx), str(vals[0])))
+    if not scored:
+        return None
+    top = max(v for v, _, _ in scored)
+    best = [(label, shown) for v, label, shown in scored if v == top]
+    labels = ", ".join(label for label, _ in best)
+    shown = best[0][1]
+    column = head[len(table.index)]
+    sure = "its 95% CI excludes 0" if shown.endswith("*") else "its 95% CI includes 0"
+    return (
+        f"What it shows: against PPO-only on the same seeds, the largest gain in {column} is "
+        f"{shown.rstrip('*')} ({sure}), by {labels}."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
