@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.config import CONF
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
 from benchmark.gates import TAU_AUTO
@@ -26,7 +27,6 @@ from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:

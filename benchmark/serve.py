@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmark.config import option_file, options
 from benchmark.consultants.errors import ConsultantError
 
 ENGINES = ("transformers", "vllm")
 HUB_TIMEOUT = 10.0  # seconds to learn whether the hub can serve a model that is not local
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def resolve_model(model: str) -> str:
@@ -43,7 +43,7 @@ def resolve_model(model: str) -> str:
     of that name loads (built first for the tiny models), found in a child process: composing
     the config and building a model import hydra, torch and transformers, about 350 MB this
     process would otherwise hold for the whole sweep."""
-    if Path(model).exists() or not (CONF / "slm" / f"{model}.yaml").is_file():
+    if Path(model).exists() or not option_file("slm", model).is_file():
         return model
     code = "import sys; from benchmark.serve import slm_model; print(slm_model(sys.argv[1]))"
     out = subprocess.run(
@@ -63,14 +63,14 @@ def check_model(model: str, hub_timeout: float = HUB_TIMEOUT) -> None:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
-    options = ", ".join(sorted(p.stem for p in (CONF / "slm").glob("*.yaml")))
+    known = ", ".join(options("slm"))
     try:
         snapshot_download(model, local_files_only=True)
         return
     except HFValidationError:
         raise SystemExit(
             f"--model {model!r} is not a local path (it does not exist), nor a hub id or a "
-            f"conf/slm option ({options})"
+            f"conf/slm option ({known})"
         ) from None
     except LocalEntryNotFoundError:
         pass
@@ -80,7 +80,7 @@ def check_model(model: str, hub_timeout: float = HUB_TIMEOUT) -> None:
     )
     fix = (
         f"download it where there is network (`hf download {model}`) and copy the cache, pass a "
-        f"local model directory, or a conf/slm option ({options})"
+        f"local model directory, or a conf/slm option ({known})"
     )
     if constants.HF_HUB_OFFLINE:
         raise SystemExit(f"{where}, and HF_HUB_OFFLINE is set: {fix}")
@@ -128,9 +128,9 @@ def slm_model(model: str) -> str:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from benchmark.policy.__main__ import _compose  # the app's config, as a job composes it
+    from benchmark.config import compose  # the app's config, as a job composes it
 
-    cfg = _compose([f"slm={model}"])
+    cfg = compose([f"slm={model}"])
     backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
     target = get_class(str(backend.get("_target_")))
     from benchmark.consultants.tiny import TinyConsultant, build_tiny

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.config import CONF, option_file, options
 from benchmark.gates import P_MATCH, TAU_AUTO
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
 from benchmark.seeds import Splits
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
 OPTION_GROUPS = ("gate", "slm", "prompt")
@@ -176,9 +175,10 @@ def _check_tuning_scope(cfg: DictConfig) -> None:
         )
     for key, value in (shared or {}).items():
         if key == "prompt":
-            if not (CONF / "prompt" / f"{value}.yaml").is_file():
-                known = sorted(p.stem for p in (CONF / "prompt").glob("*.yaml"))
-                raise ValueError(f"tuning.shared.prompt={value!r} is invalid: allowed {known}")
+            if not option_file("prompt", str(value)).is_file():
+                raise ValueError(
+                    f"tuning.shared.prompt={value!r} is invalid: allowed {options('prompt')}"
+                )
         elif OmegaConf.select(cfg, str(key), default="<missing>") == "<missing>":
             raise ValueError(
                 f"tuning.shared names {key!r}, which is not a config key: allowed dotted keys of "

@@ -1,5 +1,5 @@
-"""The bad-input table (README "Bad input"), shared by the test and the README:
-(case, overrides, extra environment, text the error must contain). The README table is kept by
+"""The bad-input table (docs/bad-input.md), shared by the test and the doc:
+(case, overrides, extra environment, text the error must contain). The doc's table is kept by
 hand; tests/test_bad_inputs.py checks that it lists every case."""
 
 GOOD = ["gate=always", "slm=oracle", "prompt=basic", "env=empty5x5_random", "eval.n_episodes=2"]
