@@ -26,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
 
-# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py);
+# the hf backend's prefix KV reuse and lean decode loop give token-identical answers
+# (tests/test_prefix_cache.py, tests/test_choices.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
 # not change an answer
-BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
+BACKEND_EXECUTION_KEYS = ("prefix_cache", "lean_max_new_tokens", "wait_timeout", "url_file")
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
@@ -139,6 +140,11 @@ class CellSpec:
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
+            # slm.decoding.mode (and its copy in the prompt's sampling) at its default "generate"
+            # is left out: cells made before the key existed keep their hash
+            for part, key in (("slm", "decoding"), ("prompt", "sampling")):
+                if isinstance(out.get(part), dict) and key in out[part]:
+                    out[part] = {**out[part], key: without_default_mode(out[part][key])}
         if "tuning" in out:
             out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
         return {
@@ -204,6 +210,14 @@ class CellSpec:
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
         }
+
+
+def without_default_mode(decoding: Any) -> Any:
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` when it is the default
+    "generate" (what every cell before the key existed did); anything else as it is."""
+    if isinstance(decoding, dict) and decoding.get("mode") == "generate":
+        return _drop(decoding, ("mode",))
+    return decoding
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

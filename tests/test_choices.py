@@ -1,0 +1,128 @@
+"""Choice scoring (slm.decoding.mode=choices), the lean greedy decode loop and the prefix-causal
+attention of the hf backend (issue 30), on the tiny model and the tiny Qwen3.5 hybrid: scores are
+a plain forward pass's log-likelihoods, multi-token actions are scored whole, answers do not
+depend on batching or on prefix reuse, the lean loop gives generate's tokens, and which queries
+take choice scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmark.bench.qwen_shapes import save_tiny_hybrid
+from benchmark.consultants.base import Decoding, Query, scores_choices
+from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants.tiny import build_tiny
+from tests.test_prefix_cache import ask_queries
+
+
+@pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
+def models(request, tmp_path_factory):
+    """(reuse on, lean; reuse off, generate()) of the tiny model or the tiny hybrid."""
+    import torch
+
+    threads = torch.get_num_threads()
+    base = tmp_path_factory.getbasetemp()
+    if request.param == "qwen3":
+        path = str(build_tiny(base / "tiny-qwen3-s0", 0))
+    else:
+        path = str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+    on = HFConsultant(path=path, num_threads=1)
+    off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
+    yield on, off
+    torch.set_num_threads(threads)
+
+
+def choice_queries(tmp_path, env: str = "fourrooms", n: int = 5) -> list[Query]:
+    return ask_queries(tmp_path, env, "stateful", "slm.decoding.mode=choices", n=n)
+
+
+def forward_logprob(model: HFConsultant, query: Query, action: str) -> float:
+    """log p(action's continuation | prompt) from one plain forward pass over prompt + action."""
+    import torch
+
+    prompt, cont = model.encode(query), model.choice_ids(action)
+    with torch.inference_mode():
+        logits = model.model(input_ids=torch.tensor([prompt + cont])).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    return sum(float(logp[len(prompt) - 1 + t, c]) for t, c in enumerate(cont))
+
+
+def test_scores_are_plain_forward_log_likelihoods_of_whole_actions(models, tmp_path):
+    on, off = models
+    queries = choice_queries(tmp_path, n=3)
+    lengths = {len(on.choice_ids(a)) for a in queries[0].actions}
+    assert len(lengths) > 1 and max(lengths) >= 3  # TURN_LEFT takes several tokens, FORWARD one
+    for model in (on, off):
+        for q, (logp, n, _) in zip(queries, model.choice_logprobs(queries), strict=True):
+            assert n == len(model.encode(q))
+            want = [forward_logprob(model, q, a) for a in q.actions]
+            assert logp == pytest.approx(want, abs=1e-4)
+
+
+def test_answers_do_not_depend_on_batching_or_prefix_reuse(models, tmp_path):
+    on, off = models
+    queries = choice_queries(tmp_path) + choice_queries(tmp_path, "fourrooms", n=2)[::-1]
+    batched = on.answer(queries)
+    for other in (off.answer(queries), [on.answer([q])[0] for q in queries]):
+        for a, b in zip(batched, other, strict=True):
+            assert a.text == b.text
+            assert a.choices == pytest.approx(b.choices, abs=1e-6)
+    for q, a in zip(queries, batched, strict=True):
+        assert list(a.choices) == list(q.actions)  # every valid action, in the query's order
+        assert sum(a.choices.values()) == pytest.approx(1.0)
+        assert a.text == max(a.choices, key=a.choices.get) and a.generated_tokens == 0
+        assert a.prompt_tokens == len(on.encode(q))
+
+
+def test_lean_decode_gives_generates_tokens(models, tmp_path):
+    """Short greedy answers (the lean loop) and a thinking phase (rationale) as generate gives
+    them, batched with rows of different lengths and one by one."""
+    on, off = models
+    queries = ask_queries(tmp_path, "fourrooms", "stateful", n=4)
+    queries += ask_queries(tmp_path, "higherlower", "enriched", n=2)
+    queries += ask_queries(tmp_path, "fourrooms", "stateful", "prompt.rationale=true", n=2)
+    assert on._lean_ok and not off._lean_ok
+    reference = [g.new_ids for g in off.generate(queries)]
+    assert len({len(on.encode(q)) for q in queries}) > 3
+    before = on.prefill_stats()["decode_seconds"]
+    assert [g.new_ids for g in on.generate(queries)] == reference
+    assert on.prefill_stats()["decode_seconds"] > before  # the lean loop ran
+    assert [on.generate([q])[0].new_ids for q in queries] == reference
+
+
+def test_prefix_attention_equals_the_masked_one(models):
+    """A suffix on a cached prefix, prefilled without the mask ("prefix_sdpa"), has the logits
+    of the whole sequence's plain forward pass."""
+    import torch
+
+    on, _ = models
+    ids = torch.randint(3, on.model.config.vocab_size, (2, 40))
+    with torch.inference_mode():
+        whole = on.model(input_ids=ids).logits[:, -1]
+        cache = on._new_cache()
+        on.model(input_ids=ids[:, :25], use_cache=True, **{on._cache_arg: cache})
+        split = on.model(input_ids=ids[:, 25:], use_cache=True, **{on._cache_arg: cache})
+    if on.device.type == "cpu" and on.kernels["attention"] == "sdpa":
+        assert on.model.config._attn_implementation == "prefix_sdpa"
+    assert torch.allclose(split.logits[:, -1], whole, atol=1e-5)
+
+
+def test_which_queries_take_choice_scoring(tmp_path):
+    plain = choice_queries(tmp_path, n=1)[0]
+    assert scores_choices(plain)
+    assert not scores_choices(dataclasses.replace(plain, decoding=Decoding()))  # generate mode
+    rationale = ask_queries(
+        tmp_path, "fourrooms", "stateful", "slm.decoding.mode=choices", "prompt.rationale=true", n=1
+    )[0]
+    assert not scores_choices(rationale)  # thinking and a Reason line: generation
+    belief = ask_queries(tmp_path, "doorkey8", "belief", "slm.decoding.mode=choices", n=1)[0]
+    assert belief.decoding.mode == "choices" and not scores_choices(belief)  # a belief update
+
+
+def test_bad_mode_and_sampled_choices_fail_clearly():
+    with pytest.raises(ValueError, match="mode='vote'.*generate"):
+        Decoding(mode="vote")
+    with pytest.raises(ValueError, match="temperature=0"):
+        Decoding(mode="choices", temperature=0.7)
