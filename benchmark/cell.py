@@ -29,8 +29,14 @@ from benchmark.gates import GateSettings
 # the hf backend's prefix KV reuse and lean decode loop give token-identical answers
 # (tests/test_prefix_cache.py, tests/test_choices.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer
-BACKEND_EXECUTION_KEYS = ("prefix_cache", "lean_max_new_tokens", "wait_timeout", "url_file")
+# not change an answer; nor does declaring that the server returns prompt log-probabilities
+BACKEND_EXECUTION_KEYS = (
+    "prefix_cache",
+    "lean_max_new_tokens",
+    "wait_timeout",
+    "url_file",
+    "prompt_logprobs",
+)
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),

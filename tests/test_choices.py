@@ -126,3 +126,136 @@ def test_bad_mode_and_sampled_choices_fail_clearly():
         Decoding(mode="vote")
     with pytest.raises(ValueError, match="temperature=0"):
         Decoding(mode="choices", temperature=0.7)
+
+
+class LogprobServer:
+    """A small server speaking the vLLM endpoints choice scoring uses (GET /v1/models, POST
+    /tokenize with the chat template, POST /v1/completions with prompt_logprobs) on the real
+    tiny model: vLLM itself does not run here."""
+
+    def __init__(self, model: HFConsultant) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import torch
+
+        tok, lm = model.tokenizer, model.model
+
+        def tokenize(body: dict) -> list[int]:
+            if "messages" in body:
+                text = tok.apply_chat_template(
+                    body["messages"],
+                    add_generation_prompt=body.get("add_generation_prompt", True),
+                    tokenize=False,
+                    **body.get("chat_template_kwargs", {}),
+                )
+                return tok(text, add_special_tokens=False)["input_ids"]
+            return tok(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))[
+                "input_ids"
+            ]
+
+        def completions(body: dict) -> dict:
+            choices = []
+            for i, ids in enumerate(body["prompt"]):
+                with torch.inference_mode():
+                    logits = lm(input_ids=torch.tensor([ids])).logits[0]
+                logp = torch.log_softmax(logits.float(), -1)
+                rows = [None] + [
+                    {str(t): {"logprob": float(logp[k, t]), "rank": 1}}
+                    for k, t in enumerate(ids[1:])
+                ]
+                choices.append({"index": i, "text": "", "prompt_logprobs": rows})
+            return {"choices": choices}
+
+        class Handler(BaseHTTPRequestHandler):
+            def reply(self, data: dict) -> None:
+                blob = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(blob)))
+                self.end_headers()
+                self.wfile.write(blob)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.reply({"data": [{"id": "tiny"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    self.reply({"tokens": tokenize(body)})
+                else:
+                    self.reply(completions(body))
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_openai_backend_scores_choices_where_the_server_gives_prompt_logprobs(tmp_path):
+    from benchmark.consultants.errors import ConsultantError
+    from benchmark.consultants.openai_compat import OpenAIConsultant
+
+    local = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), num_threads=1)
+    server = LogprobServer(local)
+    try:
+        queries = choice_queries(tmp_path, n=2)
+        remote = OpenAIConsultant(base_url=server.url, prompt_logprobs=True, concurrency=2)
+        answers = remote.answer(queries)
+        for q, a, b in zip(queries, answers, local.answer(queries), strict=True):
+            assert remote.choice_sequences(q) == (
+                local.encode(q),
+                [local.choice_ids(x) for x in q.actions],
+            )
+            assert a.text == b.text and a.choices == pytest.approx(b.choices, abs=1e-5)
+        plain = OpenAIConsultant(base_url=server.url)
+        with pytest.raises(ConsultantError, match="prompt_logprobs=true"):
+            plain.answer(queries)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (("slm=openai", "slm.decoding.mode=choices"), "prompt_logprobs=true"),
+        (("slm=tiny", "slm.decoding.mode=vote"), "mode='vote' is invalid"),
+        (("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.temperature=0.5"), "temperature"),
+    ],
+)
+def test_validation_refuses_choices_where_they_cannot_run(tmp_path, overrides, expected):
+    from benchmark.validate import validate
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(tmp_path, "env=fourrooms", "prompt=stateful", "gate=always", *overrides)
+    with pytest.raises(ValueError, match=expected):
+        validate(cfg)
+    ok = compose_cfg(tmp_path, "env=fourrooms", "slm=openai", "slm.decoding.mode=choices",
+                     "slm.backend.prompt_logprobs=true")  # fmt: skip
+    validate(ok)
+
+
+def test_mode_generate_leaves_identity_and_cache_keys_as_they_were(tmp_path):
+    """The default mode is left out of the cell identity and the response cache's key (cells
+    and cached answers from before the key existed stay valid); choices is a cell of its own."""
+    from benchmark.cell import CellSpec
+    from benchmark.consultants.cache import decoding_key
+    from tests.conftest import compose_cfg
+
+    def identity(*overrides: str) -> dict:
+        cfg = compose_cfg(tmp_path, "env=fourrooms", "slm=tiny", "gate=always", *overrides)
+        return CellSpec.from_config(cfg).with_inputs(model="m").identity
+
+    plain, choices = identity(), identity("slm.decoding.mode=choices")
+    assert "mode" not in plain["slm"]["decoding"] and "mode" not in plain["prompt"]["sampling"]
+    assert choices["slm"]["decoding"]["mode"] == "choices" and plain != choices
+    assert identity("slm.backend.lean_max_new_tokens=0") == plain  # an execution setting
+    assert "mode" not in decoding_key(Decoding())
+    assert decoding_key(Decoding(mode="choices"))["mode"] == "choices"
