@@ -183,10 +183,18 @@ class CellSpec:
         parts = [c["env"]["name"], self.gate.name]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
-            parts += [c["slm"]["name"], c["prompt"]["name"] + rationale]
+            parts += [self.slm_label, c["prompt"]["name"] + rationale]
         if self.uses_policy:
             parts.append(self.policy_label)
         return "/".join(str(p) for p in parts)
+
+    @property
+    def slm_label(self) -> str:
+        """The consultant's name, `+choices` added when it answers by choice scoring
+        (slm.decoding.mode=choices), so report rows and cell names tell the two apart."""
+        slm = self.config["slm"]
+        mode = (slm.get("decoding") or {}).get("mode", "generate")
+        return str(slm["name"]) + ("+choices" if mode == "choices" else "")
 
     @property
     def policy_label(self) -> str:
@@ -207,7 +215,7 @@ class CellSpec:
             "env": c["env"]["name"],
             "metric": c["env"].get("metric"),
             "gate": self.gate.name,
-            "slm": c["slm"]["name"] if asks else None,
+            "slm": self.slm_label if asks else None,
             "prompt": c["prompt"]["name"] if asks else None,
             "rationale": bool(c["prompt"].get("rationale")) if asks else None,
             "autopilot": c["prompt"].get("autopilot") if asks else None,

@@ -254,6 +254,11 @@ def test_mode_generate_leaves_identity_and_cache_keys_as_they_were(tmp_path):
         return CellSpec.from_config(cfg).with_inputs(model="m").identity
 
     plain, choices = identity(), identity("slm.decoding.mode=choices")
+    cfg = compose_cfg(
+        tmp_path, "env=fourrooms", "slm=tiny", "gate=always", "slm.decoding.mode=choices"
+    )
+    spec = CellSpec.from_config(cfg)
+    assert spec.labels()["slm"] == "tiny+choices" and "/tiny+choices/" in spec.name
     assert "mode" not in plain["slm"]["decoding"] and "mode" not in plain["prompt"]["sampling"]
     assert choices["slm"]["decoding"]["mode"] == "choices" and plain != choices
     assert identity("slm.backend.lean_max_new_tokens=0") == plain  # an execution setting
