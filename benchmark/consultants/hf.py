@@ -36,6 +36,17 @@ recurrent and one conv state per linear layer (independent of the prefix's lengt
 `prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
 path runs one forward per distinct row length instead of one for the batch (not measured yet).
 
+Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
+is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
+unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
+continuation (`choice_ids`: its tokens and the first stop token) in one batched forward on that
+cache; the most likely action is the answer, every action's probability goes in
+`Answer.choices`. Short greedy answers (at most `lean_max_new_tokens`) take the same prefill and
+a plain argmax loop instead of `generate` (`_lean_ids`), only where generation would apply no
+logits processor (`plain_greedy`): the same tokens (tests/test_choices.py). On CPU, attention is
+"prefix_sdpa" (benchmark.consultants.attention): an unpadded suffix on a cached prefix is
+attended without the masked rectangle.
+
 Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
 and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
 transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
