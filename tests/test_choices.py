@@ -264,3 +264,21 @@ def test_mode_generate_leaves_identity_and_cache_keys_as_they_were(tmp_path):
     assert identity("slm.backend.lean_max_new_tokens=0") == plain  # an execution setting
     assert "mode" not in decoding_key(Decoding())
     assert decoding_key(Decoding(mode="choices"))["mode"] == "choices"
+
+
+def test_step_records_carry_the_choice_probabilities_only_when_scored(tmp_path):
+    from benchmark.analysis.steps import step_record
+    from benchmark.build import prepare
+    from benchmark.consultants.base import Answer
+    from benchmark.evaluate import StepEvent
+    from benchmark.prompts.base import Decision
+    from tests.conftest import compose_cfg
+
+    task = prepare(compose_cfg(tmp_path, "env=fourrooms", "slm=tiny", "gate=always"))[0]
+    ep = task.episode(0)
+    probs = {"TURN_LEFT": 0.25, "TURN_RIGHT": 0.25, "FORWARD": 0.5}
+    scored = Decision(2, [Answer("FORWARD", choices=probs)])
+    record = step_record(StepEvent(ep, None, None, scored, 2))
+    assert record["consultant_probs"] == probs and record["consultant"] == 2
+    generated = step_record(StepEvent(ep, None, None, Decision(2, [Answer("FORWARD")]), 2))
+    assert "consultant_probs" not in generated  # earlier records stay byte-identical
