@@ -3,51 +3,25 @@ half-written file that could be read as valid."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+# the one atomic writer and file hash live with the results root's layout (benchmark.store)
+from benchmark.store import (  # noqa: F401 - re-exported
+    file_sha256,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+
 # per-episode fields that depend on the machine or on the cache, kept out of episodes.jsonl so
 # that the same config gives byte-identical episodes.jsonl (they go to episode_costs.jsonl)
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 RUNTIME_FIELDS = ("consultant_seconds", "wall_seconds", "cache_hits")
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode())
-
-
 def write_json(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    write_json_atomic(path, data)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.errors import ConsultantError
+from benchmark.store import write_text_atomic
 
 ENGINES = ("transformers", "vllm")
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -148,10 +149,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
 
 def write_url_file(path: Path, url: str) -> None:
     """Atomically: a cell never reads half a URL."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(url + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, url + "\n")
 
 
 def remove_url_file(path: Path, url: str) -> None:

@@ -23,6 +23,8 @@ import numpy as np
 import optuna
 from filelock import FileLock
 
+from benchmark.store import write_bytes_atomic
+
 log = logging.getLogger(__name__)
 WORKER = "worker"  # trial user attribute: [host, pid] of the process running it
 PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
@@ -156,9 +158,7 @@ def set_aside_torn_tail(journal: Path) -> None:
     aside = journal.with_name(f"{journal.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(journal, aside)
     keep = lines[:-1] if bad else lines
-    tmp = journal.with_name(f".{journal.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(b"".join(line + b"\n" for line in keep))
-    os.replace(tmp, journal)  # never a half-written journal
+    write_bytes_atomic(journal, b"".join(line + b"\n" for line in keep))  # never half a journal
     log.warning("%s ended in a partial line (a killed writer): kept a copy at %s", journal, aside)
 
 
