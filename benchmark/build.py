@@ -8,20 +8,20 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.consultants.errors import ModelNotBuilt
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
-from benchmark.gates import TAU_AUTO
-from benchmark.results import file_sha256
+from benchmark.gates import TAU_AUTO, EntropyGate
 from benchmark.seeds import TUNING_SPLIT, Splits
+from benchmark.store import Store, cached_digest
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
@@ -106,26 +106,56 @@ def policy_checkpoint(
         return None
 
 
-def model_identity(slm_cfg: Any) -> str | None:
-    """The weights identity of the consultant a config names, without loading it."""
+def model_identity(
+    slm_cfg: Any, make: bool = False, digests: Path | None = None, legacy: bool = False
+) -> str | None:
+    """The weights identity of the consultant a config names, without loading it. A model made
+    on first use raises `ModelNotBuilt` while it is not there, unless `make` says to make it.
+    `digests`: the results store's digest cache; `legacy`: the identity of IDENTITY_VERSION 2
+    (benchmark.migrate)."""
     backend = OmegaConf.to_container(slm_cfg.backend, resolve=True)
     target = get_class(backend.pop("_target_"))
-    return target.weights_identity(**backend)
+    if make:
+        target.make_weights(**backend)
+    extra: dict[str, Any] = {"digests": str(digests)} if digests else {}
+    if legacy:
+        extra["legacy"] = True
+    return target.weights_identity(**backend, **extra)
 
 
 def locate_inputs(
-    spec: CellSpec, cfg: DictConfig, checkpoint: Path | None, train: bool = False
+    spec: CellSpec,
+    cfg: DictConfig,
+    checkpoint: Path | None,
+    train: bool = False,
+    unbuilt: str | None = None,
+    legacy: bool = False,
 ) -> CellSpec | None:
-    """The spec with its inputs' content identity; None when a checkpoint it needs (its own, or
-    that of the cell whose study supplies its tau) does not exist yet, unless `train` says to
-    train the latter."""
+    """The spec with its inputs' content identity; None when an input it needs does not exist
+    yet: a checkpoint (its own, or that of the cell whose study supplies its tau) or a model
+    made on first use. Nothing is trained or built unless `train` says so (the job, after
+    building the cell's objects); `python -m benchmark.plan` never does. `unbuilt` stands in
+    for the identity of a model not built yet (the plan's estimates; never a stored hash).
+    `legacy`: the spec of IDENTITY_VERSION 2, whose cell a job may adopt (benchmark.migrate)."""
+    from benchmark.policy.checkpoints import policy_digest
+
+    digests = Store.of(cfg.paths).digests_dir()
+    if legacy:
+        spec = replace(spec, version=2, inputs={})
     inputs: dict[str, Any] = {}
     if spec.uses_policy:
         if checkpoint is None:
             return None
-        inputs["checkpoint_sha256"] = file_sha256(checkpoint)
+        inputs["checkpoint_sha256"] = cached_digest(checkpoint, digests)
+        if not legacy:
+            inputs["policy_weights"] = policy_digest(checkpoint, digests)
     if spec.uses_consultant:
-        inputs["model"] = model_identity(cfg.slm)
+        try:
+            inputs["model"] = model_identity(cfg.slm, train, digests, legacy)
+        except ModelNotBuilt:
+            if unbuilt is None:
+                return None
+            inputs["model"] = unbuilt
     located = spec.with_inputs(**inputs)
     if spec.tunes_tau:
         source = shared_tuning_config(cfg)
@@ -133,7 +163,7 @@ def locate_inputs(
             return located.with_inputs(tau_study=located.tuning_key())
         task, splits, source_spec = prepare(source)
         source_ckpt = policy_checkpoint(source, task, splits, train=train)
-        source_spec = locate_inputs(source_spec, source, source_ckpt)
+        source_spec = locate_inputs(source_spec, source, source_ckpt, train, unbuilt, legacy)
         if source_spec is None:
             return None
         located = located.with_inputs(tau_study=source_spec.tuning_key())
@@ -204,7 +234,7 @@ class Evaluation:
         if self.spec.inputs.get("tau_study") == self.spec.tuning_key():
             return self  # its own study (tuning.scope=cell, or the shared cell itself)
         source = build(shared_tuning_config(self.cfg), consultant=self.consultant)
-        source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path)
+        source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path, train=True)
         return source
 
     def tune(
@@ -297,18 +327,17 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
     same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
     want_tau = str(spec.gate.match_tau or TAU_AUTO)
     want_n = cfg.gate.get("mc_samples")
-    for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
-        identity = (results.read_json(path) or {}).get("identity", {})
-        gate = identity.get("gate", {})
-        if gate.get("_target_") != "benchmark.gates.EntropyGate":
+    for cell in Store.of(cfg.paths).cells():
+        if cell.gate_class is not EntropyGate:  # exactly: not its subclass EpistemicGate
             continue
+        gate = cell.identity.get("gate", {})
         if str(gate.get("tau")) != want_tau:
             continue
         if want_n is not None and gate.get("mc_samples") != want_n:
             continue
-        if {k: v for k, v in identity.items() if k not in ("gate", "tuning")} != same:
+        if {k: v for k, v in cell.identity.items() if k not in ("gate", "tuning")} != same:
             continue
-        done = results.complete_cell(path.parent)
+        done = cell.read()
         if done is not None:
             return float(done[0]["ir_pooled"])
     raise ValueError(

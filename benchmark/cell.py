@@ -8,7 +8,8 @@ below exist once:
   `needs_policy = False`) uses no policy: what a cell does not use is not part of it.
 - The identity holds what determines the results: the resolved env, gate, eval, tuning (only
   when tau is tuned), seed and seed splits, the code versions, and the inputs by content: the
-  SHA-256 of the PPO checkpoint file and the weights identity of the consultant's model. Paths
+  PPO policy's weights and loading settings (policy.checkpoints.policy_digest) and the weights
+  identity of the consultant's model (every byte of a local model's weights). Paths
   never enter it, so a results root can move, and replaced weights are never mistaken for the
   old ones.
 - Execution settings (eval.mode, eval.torch_threads, device, progress bars) are not part of it:
@@ -30,7 +31,9 @@ from benchmark.gates import GateSettings
 # how long the openai backend waits for its server, and the file its address is read from, do
 # not change an answer
 BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
-IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
+# 1: before paths left the identity and inputs entered it by content; 2: before the policy
+# entered by its weights (not the zip's bytes) and a local model by every byte of its weights
+IDENTITY_VERSION = 3
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
     "policy": ("device", "progress_bar", "path", "torch_threads"),
@@ -75,6 +78,7 @@ class CellSpec:
     config: dict[str, Any]  # the resolved config parts the cell uses (paths included)
     gate: GateSettings
     inputs: dict[str, Any] = field(default_factory=dict)  # content digests, once known
+    version: int = IDENTITY_VERSION  # an older one only to find cells to migrate (migrate.py)
 
     # ------------------------------------------------------------------------- construction
     @classmethod
@@ -116,7 +120,7 @@ class CellSpec:
         and the key of the study that supplies a tuned tau (its own, or a shared one's)."""
         needed = set()
         if self.uses_policy:
-            needed.add("checkpoint_sha256")
+            needed.add("policy_weights" if self.version >= 3 else "checkpoint_sha256")
         if self.uses_consultant:
             needed.add("model")
         if self.tunes_tau:
@@ -133,7 +137,10 @@ class CellSpec:
         out = {k: _drop(v, EXECUTION_KEYS.get(k, ())) for k, v in self.config.items()}
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "policy" in out:  # the weights by content; the recipe that made them is in them
-            out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
+            if self.version >= 3:  # the tensors and what loads them (policy_digest)
+                out["policy"] = {"weights": self.inputs["policy_weights"]}
+            else:
+                out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
         if "slm" in out:
             backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
@@ -142,7 +149,7 @@ class CellSpec:
         if "tuning" in out:
             out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
         return {
-            "identity_version": IDENTITY_VERSION,
+            "identity_version": self.version,
             "code": code_versions(self.uses_consultant),
             **out,
         }
@@ -152,7 +159,9 @@ class CellSpec:
         return digest(self.identity)
 
     def dir(self, root: str | Path) -> Path:
-        return Path(root) / "cells" / self.hash
+        from benchmark.store import Store
+
+        return Store(root).cell_dir(self.hash)
 
     def tuning_key(self) -> str:
         """The key of the study this cell's own config would run (the study a shared-scope cell
@@ -160,8 +169,14 @@ class CellSpec:
         return tuning_key(self.with_inputs(tau_study=None).identity)
 
     def record(self) -> dict[str, Any]:
-        """cell.json: the name, the identity (what the hash is of) and the config as asked."""
-        return {"name": self.name, "identity": self.identity, "config": self.config}
+        """cell.json: the name, the identity (what the hash is of), the config as asked and the
+        inputs found (the checkpoint file's SHA-256 beside its weights' digest)."""
+        return {
+            "name": self.name,
+            "identity": self.identity,
+            "config": self.config,
+            "inputs": self.inputs,
+        }
 
     # ------------------------------------------------------------------------- labels
     @property

@@ -23,6 +23,7 @@ from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint,
 from benchmark.cell import CellSpec
 from benchmark.policy.provenance import package_versions
 from benchmark.progress import EvaluationProgress, result_block, result_line
+from benchmark.store import Store
 from benchmark.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,9 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
         name = spec.name
         if cfg.get("train_only"):
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
-        located = locate_inputs(spec, cfg, policy_checkpoint(cfg, task, splits, train=False))
-        if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
+        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
+        located = locate_inputs(spec, cfg, checkpoint)
+        if located is not None and (done := _reuse(located, cfg, job_dir, checkpoint)) is not None:
             _log_reused(cfg, located, done)
             _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
             return done
@@ -69,7 +71,8 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            if (done := _reuse(spec, cfg, job_dir, evaluation)) is not None:  # computed meanwhile
+            done = _reuse(spec, cfg, job_dir, evaluation.checkpoint_path, evaluation)
+            if done is not None:  # computed meanwhile
                 tracker.finish(0)
                 _show(cfg, done, cell_dir, job_dir, multirun)
                 return done
@@ -103,15 +106,20 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
 
 
 def _reuse(
-    spec: CellSpec, cfg: DictConfig, job_dir: Path, evaluation: Evaluation | None = None
+    spec: CellSpec,
+    cfg: DictConfig,
+    job_dir: Path,
+    checkpoint: Path | None,
+    evaluation: Evaluation | None = None,
 ) -> dict | None:
-    """The summary of the complete cell `spec`, published into the job dir; None if absent.
+    """The summary of the complete cell `spec`, published into the job dir; None if absent. A
+    complete cell of an older identity is adopted once when provably the same (migrate.py).
     With eval.step_records=true, a complete cell without step records gets them first."""
-    from benchmark.migrate import adopt_legacy_cell
+    from benchmark.migrate import adopt_legacy_cell, adopt_v2_cell
 
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
-    if done is None and adopt_legacy_cell(spec, cfg):
+    if done is None and (adopt_v2_cell(spec, cfg, checkpoint) or adopt_legacy_cell(spec, cfg)):
         done = results.complete_cell(cell_dir)
     if done is None:
         return None
@@ -232,7 +240,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     if spec.tunes_tau:
         source = evaluation.tuning_source()
         tau_from = source.spec.name if source is not evaluation else None
-        study_dir = Path(cfg.paths.root) / "tuning" / spec.inputs["tau_study"]
+        study_dir = Store.of(cfg.paths).study_dir(spec.inputs["tau_study"])
         gate_args["tau"], trials = source.tune(study_dir, on_trial=_trial_printer(cfg))
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
@@ -249,6 +257,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         cell_hash=cell_dir.name,
         checkpoint_path=str(evaluation.checkpoint_path) if evaluation.checkpoint_path else None,
         checkpoint_sha256=spec.inputs.get("checkpoint_sha256"),
+        policy_weights=spec.inputs.get("policy_weights"),
         model=spec.inputs.get("model"),
         tau=gate_args.get("tau", spec.gate.args.get("tau")),
         tau_from=tau_from,  # None: a fixed tau or this cell's own study

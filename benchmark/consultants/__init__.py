@@ -6,7 +6,6 @@ OpenAI-compatible server), dice (random valid action), oracle (expert action).""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
@@ -25,23 +24,39 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     from omegaconf import OmegaConf
 
     from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, LEGACY_NAME, CachedConsultant
+    from benchmark.store import Store
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
         slm_cfg = OmegaConf.create(dict(slm_cfg))
     if "backend" not in slm_cfg:
         raise ConsultantError(f"slm config {slm_cfg.get('name', '?')!r} has no `backend` entry")
-    backend = instantiate(slm_cfg.backend, _convert_="all")
+    extra = {}
+    digests = Store.of(paths_cfg).digests_dir() if paths_cfg is not None else None
+    if digests and getattr(_target_class(slm_cfg.backend), "uses_digests", False):
+        extra["digests"] = str(digests)  # a local model is hashed once, not on every job
+    backend = instantiate(slm_cfg.backend, _convert_="all", **extra)
     if not isinstance(backend, Consultant):
         raise ConsultantError(
             f"slm.backend._target_={slm_cfg.backend.get('_target_')!r} built a "
             f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
-        cache = Path(str(paths_cfg.cache))
+        store = Store.of(paths_cfg)
+        cache = store.cache
         return CachedConsultant(
             backend,
-            cache / "responses",
+            store.responses_dir(),
             max_entries=int(slm_cfg.get("cache_max_entries", DEFAULT_MAX_ENTRIES)),
             legacy=cache / LEGACY_NAME,
         )
     return backend
+
+
+def _target_class(backend_cfg: Any) -> type | None:
+    """The backend's class, None when `_target_` names none (instantiate then says why)."""
+    from hydra.utils import get_class
+
+    try:
+        return get_class(str(backend_cfg.get("_target_")))
+    except Exception:  # noqa: BLE001 - reported by instantiate with its own message
+        return None
