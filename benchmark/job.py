@@ -1,15 +1,12 @@
 """One job = one cell of a sweep: skip it when its complete results exist, else compute it, and
 record a failure in `error.json` so that, in a multirun, the sweep carries on. What a cell is
-lives in benchmark.cell; how its objects are built, in benchmark.build."""
+lives in benchmark.cell; how its objects are built, in benchmark.build; where it is stored, in
+benchmark.store; its summary, files and provenance, in benchmark.results."""
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -21,31 +18,11 @@ from benchmark import results
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
-from benchmark.policy.provenance import package_versions
 from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.store import Store
 from benchmark.tracking import Tracker
 
 log = logging.getLogger(__name__)
-PACKAGES = (
-    "torch",
-    "transformers",
-    "stable-baselines3",
-    "gymnasium",
-    "minigrid",
-    "popgym",
-    "optuna",
-    "hydra-core",
-    "wandb",
-)
-RESULT_FILES = (
-    "summary.json",
-    "episodes.jsonl",
-    "episode_costs.jsonl",
-    "trials.csv",
-    "cell.json",
-    "steps.jsonl.gz",  # eval.step_records=true (benchmark.analysis.steps)
-)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
@@ -79,7 +56,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             summary = _compute(evaluation, cell_dir, tracker)
         finally:
             evaluation.close()
-        _publish(cell_dir, job_dir)
+        results.publish(cell_dir, job_dir)
         tracker.finish(0)
         _show(cfg, summary, cell_dir, job_dir, multirun)
         return summary
@@ -127,7 +104,7 @@ def _reuse(
     summary = done[0]
     if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
         summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
-    _publish(cell_dir, job_dir)
+    results.publish(cell_dir, job_dir)
     return summary
 
 
@@ -217,18 +194,8 @@ def _log_reused(cfg: DictConfig, spec: CellSpec, summary: dict) -> None:
     tracker.finish(0)
 
 
-def _publish(cell_dir: Path, job_dir: Path) -> None:
-    """Copy the cell's result files into the job dir (the sweep's view of the cell)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "error.json").unlink(missing_ok=True)
-    for f in RESULT_FILES:
-        if (cell_dir / f).exists() and cell_dir.resolve() != job_dir.resolve():
-            shutil.copy2(cell_dir / f, job_dir / f)
-
-
 def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     from benchmark.build import matched_query_rate
-    from benchmark.metrics import summarize
 
     t0 = time.perf_counter()
     cfg, spec = evaluation.cfg, evaluation.spec
@@ -248,38 +215,18 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     recorder = StepRecorder() if cfg.eval.get("step_records") else None
     with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
         rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
-    summary = summarize(rows)
-    if recorder is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
-        summary.update(gate_quality(recorder.records))
-    summary.update(spec.labels())
-    summary.update(
-        complete=True,
-        cell_hash=cell_dir.name,
-        checkpoint_path=str(evaluation.checkpoint_path) if evaluation.checkpoint_path else None,
-        checkpoint_sha256=spec.inputs.get("checkpoint_sha256"),
-        policy_weights=spec.inputs.get("policy_weights"),
-        model=spec.inputs.get("model"),
-        tau=gate_args.get("tau", spec.gate.args.get("tau")),
-        tau_from=tau_from,  # None: a fixed tau or this cell's own study
-        p=gate_args.get("p", spec.gate.args.get("p")),
-        seeds=[min(seeds), max(seeds), len(seeds)],
-        seeds_touched={
-            "tuning": sorted({s for t in trials for s in range(t["seeds"][0], t["seeds"][1] + 1)}),
-            "evaluation": seeds,
-        },
+    records = recorder.records if recorder is not None else None
+    summary = results.cell_summary(
+        evaluation,
+        rows,
+        records,
+        gate_args=gate_args,
+        trials=trials,
+        seeds=seeds,
+        tau_from=tau_from,
         wall_seconds=time.perf_counter() - t0,
-        experiment=cfg.experiment_name,
-        provenance=provenance(),
     )
-    if evaluation.consultant is not None and hasattr(evaluation.consultant, "stats"):
-        summary["cache"] = evaluation.consultant.stats()
-    outcome, costs = results.split_runtime(rows)
-    if recorder is not None:
-        write_steps(cell_dir / STEPS_FILE, recorder.records)
-    results.write_jsonl(cell_dir / "episodes.jsonl", outcome)
-    results.write_jsonl(cell_dir / "episode_costs.jsonl", costs)
-    results.write_json(cell_dir / "summary.json", summary)  # last: marks the cell complete
-    (cell_dir / "error.json").unlink(missing_ok=True)  # an earlier failure of this cell is over
+    outcome = results.write_cell(cell_dir, rows, summary, records)
     tracker.summary(_numbers(summary))
     tracker.table("episodes", outcome)
     return summary
@@ -320,30 +267,3 @@ def _write_trials(cell_dir: Path, trials: list[dict]) -> None:
     import pandas as pd
 
     results.write_text_atomic(cell_dir / "trials.csv", pd.DataFrame(trials).to_csv(index=False))
-
-
-def provenance() -> dict:
-    """Where and with what a result was computed."""
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *args],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    versions = package_versions(PACKAGES)
-    return {
-        "git_commit": git("rev-parse", "HEAD") or None,
-        "git_dirty": bool(git("status", "--porcelain")),
-        "python": sys.version.split()[0],
-        "packages": versions,
-        "hostname": socket.gethostname(),
-        "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "torch_threads": torch.get_num_threads(),
-    }

@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.cell import CellSpec, digest, tuning_key
+from benchmark.gates import AlwaysGate, GateSettings
 from benchmark.store import Store, file_sha256
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def v1_cell_config(cfg: DictConfig) -> dict:
             cell.get(group, {}).pop(key, None)
     cell.get("slm", {}).get("backend", {}).pop("prefix_cache", None)
     gate = cell["gate"]
-    if gate.get("_target_") == "benchmark.gates.AlwaysGate":
+    if GateSettings.from_config(gate).cls is AlwaysGate:
         gate["needs_policy"] = False  # v1's conf/gate/always.yaml carried it
     if not gate.get("needs_policy", True):
         cell.pop("policy", None)
