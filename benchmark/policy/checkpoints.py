@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
+from benchmark.policy import resume
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
 from benchmark.seeds import DEFAULT_SPLITS, Splits
@@ -33,7 +35,15 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
 # keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path", "source", "revision")
+UNHASHED_POLICY_KEYS = (
+    "checkpoint",
+    "device",
+    "progress_bar",
+    "path",
+    "source",
+    "revision",
+    "resume_every_steps",
+)
 
 
 class CheckpointError(RuntimeError):
@@ -168,12 +178,21 @@ def ensure_dir(
         # the machine and versions, for policy bundles (benchmark.policy.bundle)
         write_json_atomic(system_info(), work / "system.json")
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
-        train(task, cfg.policy, work, log_fn=log_fn, splits=splits)
+        state = resume.state_path(ckpt_dir)
+        try:
+            train(task, cfg.policy, work, log_fn=log_fn, splits=splits, resume_path=state)
+        except BaseException as e:  # stopped or failed: what it wrote is in the saved state
+            shutil.rmtree(work, ignore_errors=True)  # now: deliver() may end the process
+            if isinstance(e, resume.Interrupted):  # end the process as the signal would have
+                log.warning("%s", e)
+                e.deliver()
+            raise
         files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
 
     # trained in a private directory and published whole with one rename (benchmark.store)
     trained = build_once(ckpt_dir, make, intact, adopt=lambda: _adopt_legacy(cfg, ckpt_dir, splits))
+    resume.remove(resume.state_path(ckpt_dir))  # complete: its resumable state is done
     return ckpt_dir, trained
 
 
