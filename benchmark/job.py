@@ -105,6 +105,9 @@ def _reuse(
     if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
         summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
     results.publish(cell_dir, job_dir)
+    results.write_json(
+        job_dir / results.REUSED_FILE, {"cell_dir": str(cell_dir)}
+    )  # the sweep's tally
     return summary
 
 

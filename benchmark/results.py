@@ -26,6 +26,7 @@ PACKAGES = (
     "hydra-core",
     "wandb",
 )
+REUSED_FILE = "reused.json"  # in a job dir: the cell was complete before the job, not computed
 RESULT_FILES = (
     "summary.json",
     "episodes.jsonl",
@@ -153,6 +154,7 @@ def publish(cell_dir: Path, job_dir: Path) -> None:
 
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "error.json").unlink(missing_ok=True)
+    (job_dir / REUSED_FILE).unlink(missing_ok=True)
     for f in RESULT_FILES:
         if (cell_dir / f).exists() and cell_dir.resolve() != job_dir.resolve():
             shutil.copy2(cell_dir / f, job_dir / f)
