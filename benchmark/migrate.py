@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.cell import CellSpec, digest, tuning_key
+from benchmark.cell import CellSpec, digest, tuning_key, without_default_mode
 from benchmark.gates import AlwaysGate, GateSettings
 from benchmark.store import Store, file_sha256
 
@@ -45,6 +45,11 @@ def v1_cell_config(cfg: DictConfig) -> dict:
         for key in keys:
             cell.get(group, {}).pop(key, None)
     cell.get("slm", {}).get("backend", {}).pop("prefix_cache", None)
+    cell.get("slm", {}).get("backend", {}).pop("lean_max_new_tokens", None)  # later than v1
+    cell.get("slm", {}).get("backend", {}).pop("prompt_logprobs", None)
+    for group, key in (("slm", "decoding"), ("prompt", "sampling")):  # mode: later than v1
+        if isinstance(cell.get(group), dict) and key in cell[group]:
+            cell[group][key] = without_default_mode(cell[group][key])
     gate = cell["gate"]
     if GateSettings.from_config(gate).cls is AlwaysGate:
         gate["needs_policy"] = False  # v1's conf/gate/always.yaml carried it

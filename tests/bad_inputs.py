@@ -143,11 +143,6 @@ CASES = [
         {},
         "gate.mc_samples=1 is invalid for gate 'epistemic'",
     ),
-]
-
-# Rows not yet in the README table: docs/pitfalls.md "New rows for the bad-input table" lists
-# them until they move into the table (then they move into CASES).
-NEW_CASES = [
     (
         "checkpoint threshold not in the recipe",
         ["gate=never", "policy.checkpoint=r999"],

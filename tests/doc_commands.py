@@ -46,6 +46,7 @@ PLACEHOLDERS = {
     "<id>": "123",
     "$URL": "/tmp/qwen2b.url",
     "$JOB": "123",
+    "<paths.cache>": "outputs/cache",
 }
 # the sub-CLIs: module -> how its parsed arguments are checked further
 CLIS = (
@@ -57,6 +58,7 @@ CLIS = (
     "benchmark.policy",
     "benchmark.bench",
     "benchmark.prompts",
+    "benchmark.consultants.cache",
 )
 
 
