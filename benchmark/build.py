@@ -212,10 +212,19 @@ class Evaluation:
     ) -> tuple[float, list[dict]]:
         """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under
         `study_dir` resumes after a kill). Returns (best tau, one row per trial)."""
-        from benchmark.tuning import tune
+        from benchmark.tuning import Objective, calibrate_risk, tune
 
         tuning = self.cfg.tuning
         seeds = self.splits.seeds(TUNING_SPLIT, int(tuning.n_episodes))
+        goal = Objective.from_config(tuning)
+        if goal.name == "risk":
+            return calibrate_risk(
+                self.never_asking_steps,
+                study_dir,
+                goal=goal,
+                tau_range=self.tau_range(),
+                seeds=seeds,
+            )
 
         def objective(tau: float, seeds: list[int]) -> tuple[float, float]:
             rows = self.run(seeds, tau=tau)
@@ -234,7 +243,23 @@ class Evaluation:
             sampler_seed=int(tuning.sampler_seed),
             max_reward=self.task.max_reward,
             on_trial=on_trial,
+            goal=goal,
         )
+
+    def never_asking_steps(self, seeds: list[int]) -> tuple[list[dict], list[dict]]:
+        """PPO's own episodes on `seeds` (the gate computes its signal but never fires) and their
+        step records, each with the gate's `score`: what the risk objective calibrates on."""
+        from benchmark.analysis import StepRecorder
+
+        recorder = StepRecorder()
+        rows = self.evaluator(tau=math.inf).run(
+            seeds, mode=str(self.cfg.eval.mode), on_step=recorder
+        )
+        records = recorder.records
+        gate = self.spec.gate.build(tau=math.inf)
+        for record, score in zip(records, gate.scores(records), strict=True):
+            record["score"] = float(score)
+        return rows, records
 
     def close(self) -> None:
         if self.consultant is not None:
@@ -294,7 +319,10 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
     """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
     one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
     random gate spends the same query budget."""
+    from benchmark.tuning import Objective
+
     same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
+    want_objective = Objective.from_config(cfg.tuning).identity()
     want_tau = str(spec.gate.match_tau or TAU_AUTO)
     want_n = cfg.gate.get("mc_samples")
     for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
@@ -305,6 +333,8 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
         if str(gate.get("tau")) != want_tau:
             continue
         if want_n is not None and gate.get("mc_samples") != want_n:
+            continue
+        if Objective.from_config(identity.get("tuning") or {}).identity() != want_objective:
             continue
         if {k: v for k, v in identity.items() if k not in ("gate", "tuning")} != same:
             continue

@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 # the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
@@ -54,6 +55,13 @@ def tuning_key(identity: dict[str, Any]) -> str:
     a longer one), so cells that differ only there share one study."""
     key = {k: _drop(v, TUNING_KEY_DROPS.get(k, ())) for k, v in identity.items() if k != "eval"}
     return digest(key)
+
+
+def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
+    """The tuning config without the objective's keys, plus the objective and the parameters it
+    reads unless it is the default `reward` (so existing cells and studies keep their keys)."""
+    rest = {k: v for k, v in tuning.items() if k not in OBJECTIVE_KEYS}
+    return {**rest, **Objective.from_config(tuning).identity()}
 
 
 def code_versions(asks: bool) -> dict[str, int]:
@@ -90,6 +98,9 @@ class CellSpec:
         if gate.tunes_tau:
             keys.append("tuning")
         config = {k: data[k] for k in keys if k in data}
+        objective = Objective.from_config(data.get("tuning") or {}).identity()
+        if gate.matches_ir and objective:  # p=match spends the IR of that objective's entropy cell
+            config["gate"] = {**config["gate"], "match_objective": objective}
         return cls(config=config, gate=gate)
 
     def with_inputs(self, **inputs: Any) -> CellSpec:
@@ -140,7 +151,7 @@ class CellSpec:
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
         if "tuning" in out:
-            out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
+            out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
             "identity_version": IDENTITY_VERSION,
             "code": code_versions(self.uses_consultant),

@@ -35,6 +35,13 @@ class Gate:
     def mask(self, unc: Uncertainty | None, seeds: list[int], step: list[int]) -> np.ndarray:
         raise NotImplementedError
 
+    def scores(self, records: list[dict]) -> np.ndarray:
+        """The signal a threshold applies to, from per-step records (benchmark.analysis.steps):
+        what the risk objective calibrates tau on and what the frontier sweeps."""
+        if self.threshold_field is None:
+            raise ValueError(f"gate {self.name!r} has no threshold to tune")
+        return np.asarray([r[self.threshold_field] for r in records], float)
+
 
 class ConstantGate(Gate):
     """A gate that never or always asks, whatever the uncertainty."""

@@ -24,6 +24,7 @@ from benchmark.cell import CellSpec
 from benchmark.policy.provenance import package_versions
 from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.tracking import Tracker
+from benchmark.tuning import Objective
 
 log = logging.getLogger(__name__)
 PACKAGES = (
@@ -252,6 +253,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         model=spec.inputs.get("model"),
         tau=gate_args.get("tau", spec.gate.args.get("tau")),
         tau_from=tau_from,  # None: a fixed tau or this cell's own study
+        **_objective_fields(cfg, spec),
         p=gate_args.get("p", spec.gate.args.get("p")),
         seeds=[min(seeds), max(seeds), len(seeds)],
         seeds_touched={
@@ -274,6 +276,14 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     tracker.summary(_numbers(summary))
     tracker.table("episodes", outcome)
     return summary
+
+
+def _objective_fields(cfg: DictConfig, spec: CellSpec) -> dict:
+    """How the tau was chosen (tuning.objective and the parameters it read), for tuned cells."""
+    if not spec.tunes_tau:
+        return {}
+    goal = Objective.from_config(cfg.tuning)
+    return {"tuning_objective": goal.name, "tuning_params": goal.params()}
 
 
 def _trial_printer(cfg: DictConfig):

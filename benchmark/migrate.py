@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark import results
 from benchmark.cell import CellSpec, digest, tuning_key
 from benchmark.results import file_sha256
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 log = logging.getLogger(__name__)
 V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")
@@ -32,7 +33,7 @@ V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "
 V2_KEYS = {
     "env": ("label", "kind"),
     "eval": ("step_records",),
-    "tuning": ("scope", "shared"),
+    "tuning": ("scope", "shared", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling"),
     "policy": ("source", "revision"),
@@ -65,6 +66,8 @@ def v1_cell_config(cfg: DictConfig) -> dict:
 
 def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
     """Move the complete v1 cell equal to `spec` (and its tuning study) to `spec`'s v2 dir."""
+    if Objective.from_config(cfg.tuning).identity():
+        return False  # v1 tuned for reward only: no v1 cell is a cell of another objective
     root = Path(cfg.paths.root)
     old_cell = v1_cell_config(cfg)
     old_dir = root / "cells" / digest(old_cell)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.gates import P_MATCH, TAU_AUTO
 from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
 from benchmark.seeds import Splits
+from benchmark.tuning import Objective
 
 CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
 
@@ -68,6 +69,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
     _check_tuning_scope(cfg)
+    Objective.from_config(cfg.tuning)  # tuning.objective and the parameters it reads
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
