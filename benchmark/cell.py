@@ -98,6 +98,9 @@ class CellSpec:
         if gate.tunes_tau:
             keys.append("tuning")
         config = {k: data[k] for k in keys if k in data}
+        if "tau" in config["gate"] and "tau" not in gate.args:  # a sweep's tau grid
+            # (+experiment=gates) means nothing to never, always or random: one cell each
+            config["gate"] = {k: v for k, v in config["gate"].items() if k != "tau"}
         objective = Objective.from_config(data.get("tuning") or {}).identity()
         if gate.matches_ir and objective:  # p=match spends the IR of that objective's entropy cell
             config["gate"] = {**config["gate"], "match_objective": objective}

@@ -29,6 +29,8 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
     "demo": (3 * 3, 3),
+    # envs x {oracle, dice} x {never, always, entropy, epistemic, random} x (10 taus + auto)
+    "gates": (3 * 2 * 5 * 11, 3 * 5 * 11),
 }
 
 
@@ -50,7 +52,7 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
 
 
 # the presets with the most cells compose for a while: they run with the slow tests
-BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples"}
+BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples", "gates"}
 
 
 @pytest.mark.parametrize(
