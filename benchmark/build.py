@@ -8,7 +8,7 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -170,13 +170,18 @@ class Evaluation:
     consultant: Any = None
     prompt: Any = None
     checkpoint_path: Path | None = None
+    gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
+
+    def gate(self, **gate_args: Any) -> Any:
+        """The gate, with `gate_args` replacing settings decided at run time (tuned tau, p)."""
+        return self.spec.gate.build(**self.gate_inputs, **gate_args)
 
     def evaluator(self, **gate_args: Any) -> Evaluator:
         """`gate_args` replace gate settings decided at run time (tuned tau, matched p)."""
         gate = self.spec.gate
         return Evaluator(
             task=self.task,
-            gate=gate.build(**gate_args),
+            gate=self.gate(**gate_args),
             policy=self.policy,
             consultant=self.consultant,
             prompt=self.prompt,
@@ -256,7 +261,7 @@ class Evaluation:
             seeds, mode=str(self.cfg.eval.mode), on_step=recorder
         )
         records = recorder.records
-        gate = self.spec.gate.build(tau=math.inf)
+        gate = self.gate(tau=math.inf)
         for record, score in zip(records, gate.scores(records), strict=True):
             record["score"] = float(score)
         return rows, records
@@ -292,6 +297,16 @@ def build(
             checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
+        gate_inputs = {}
+        if getattr(spec.gate.cls, "trained", False):  # gate=learned: its classifier
+            from benchmark.learned import classifier
+
+            if checkpoint is None:
+                raise ValueError(
+                    f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
+                    "as `policy`"
+                )
+            gate_inputs["classifier"] = classifier(cfg, task, policy, checkpoint)
     except BaseException:
         if consultant is not None:
             consultant.close()
@@ -305,6 +320,7 @@ def build(
         consultant=consultant,
         prompt=prompt,
         checkpoint_path=checkpoint,
+        gate_inputs=gate_inputs,
     )
 
 

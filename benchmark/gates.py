@@ -87,6 +87,42 @@ class EpistemicGate(EntropyGate):
     threshold_field = "epistemic"
 
 
+FEATURES = ("total", "aleatoric", "epistemic")  # what a learned gate may read at run time
+
+
+class LearnedGate(EntropyGate):
+    """Query when a classifier's score of the step's MC-dropout entropies is >= tau: its
+    estimate that PPO's action is not optimal. The classifier is trained on step records of
+    TRAINING seeds only and handed in by the job (benchmark.learned builds and caches it)."""
+
+    name = "learned"
+    threshold_field = None
+    trained = True  # the job builds `classifier` (benchmark.learned.classifier)
+
+    def __init__(
+        self,
+        tau: float,
+        features: list[str] | tuple[str, ...] = FEATURES,
+        train_episodes: int = 200,
+        classifier: Any = None,
+    ) -> None:
+        super().__init__(tau)
+        self.features, self.train_episodes = tuple(features), int(train_episodes)
+        self.classifier = classifier
+
+    def _score(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        if self.classifier is None:
+            raise RuntimeError("the learned gate has no classifier: build it through the job")
+        x = np.column_stack([np.asarray(columns[f], float) for f in self.features])
+        return self.classifier.predict_proba(x)[:, 1]
+
+    def mask(self, unc, seeds, step):
+        return self._score({f: getattr(unc, f) for f in self.features}) >= self.tau
+
+    def scores(self, records: list[dict]) -> np.ndarray:
+        return self._score({f: [r[f] for r in records] for f in self.features})
+
+
 class RandomGate(Gate):
     """Query with probability p, seeded per (seed, episode seed, step): the IR-matched control
     that asks whether the entropy signal beats chance at the same query budget."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.gates import P_MATCH, TAU_AUTO
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
 from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
 from benchmark.seeds import Splits
 from benchmark.tuning import Objective
@@ -94,6 +94,23 @@ def validate(cfg: DictConfig, task=None) -> Splits:
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed "
                 f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
             )
+    features = gate.get("features")
+    if features is not None:
+        bad = (
+            [f for f in features if f not in FEATURES]
+            if not isinstance(features, str)
+            else [features]
+        )
+        if bad or not features:
+            raise ValueError(
+                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
+                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
+            )
+    n_train = gate.get("train_episodes")
+    if n_train is not None and (
+        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
+    ):
+        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
     p = gate.get("p")
     if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
         raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")

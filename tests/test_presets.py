@@ -29,8 +29,8 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
     "demo": (3 * 3, 3),
-    # envs x {oracle, dice} x {never, always, entropy, epistemic, random} x (10 taus + auto)
-    "gates": (3 * 2 * 5 * 11, 3 * 5 * 11),
+    # envs x {oracle, dice} x {never, always, entropy, epistemic, learned, random} x (10 taus + auto)
+    "gates": (3 * 2 * 6 * 11, 3 * 6 * 11),
 }
 
 
