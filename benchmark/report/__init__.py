@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import analysis, frontier
+from benchmark.report import aggregate, analysis, frontier
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows
 from benchmark.report.render import Table
@@ -53,6 +53,7 @@ TABLES = (
     "details",
     analysis.TABLE,
     frontier.TABLE,
+    aggregate.TABLE,
 )
 PLOTS = (
     "reward_vs_ir",
@@ -78,6 +79,7 @@ SECTIONS = {
     "details": "Thresholds and cost",
     analysis.TABLE: "Gate quality against the expert",
     frontier.TABLE: "Reward-IR frontier",
+    aggregate.TABLE: "Aggregate over envs and training seeds",
 }
 
 
@@ -104,6 +106,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         details_table(sweep, lay),
         analysis.gate_quality_table(sweep, steps),
         frontier.frontier_table(sweep),
+        aggregate.aggregate_table(sweep),
     ):
         if table is not None and table.rows:
             report.tables.append(table)
