@@ -28,7 +28,7 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "belief": (3 * 2, 3 * 2),
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
-    "demo": (3 * 3, 3),
+    "demo": (3 * 3 * 4, 3 * 4),  # {never, entropy, always} x consultants x (auto + 3 taus)
     # envs x {oracle, dice} x {never, always, entropy, epistemic, learned, random} x (10 taus + auto)
     "gates": (3 * 2 * 6 * 11, 3 * 6 * 11),
 }

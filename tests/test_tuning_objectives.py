@@ -193,3 +193,25 @@ def test_objectives_run_end_to_end_and_are_recorded(trained_root, tmp_path):
         trained_root / "cells" / summaries["risk"]["cell_hash"] / "trials.csv"
     ).read_text()
     assert "certified" in risk_trials and "miss_rate" in risk_trials
+
+
+def test_missed_mistake_check_on_test_records():
+    from benchmark.analysis.risk import missed_mistakes
+
+    def step(seed, wrong, queried):
+        return {
+            "seed": seed,
+            "step": 0,
+            "ppo_optimal": not wrong,
+            "queried": queried,
+            "action_optimal": True,
+        }
+
+    # 10 episodes, each with 1 mistake asked about and, in 1 of them, 1 mistake missed
+    records = [step(s, True, True) for s in range(10)] + [step(0, True, False)]
+    for r, k in zip(records, range(len(records)), strict=True):
+        r["step"] = k
+    out = missed_mistakes(records, alpha=0.2, n_boot=500)
+    assert out["miss_rate"] == pytest.approx(1 / 11) and out["mistakes"] == 11
+    assert 0.5 < out["held"] < 1.0  # resamples drawing episode 0 twice or more can exceed 0.2
+    assert missed_mistakes(records, alpha=0.5, n_boot=200)["held"] == 1.0
