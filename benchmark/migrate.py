@@ -36,7 +36,7 @@ V2_KEYS = {
     "tuning": ("scope", "shared", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling"),
-    "policy": ("source", "revision"),
+    "policy": ("source", "revision", "resume_every_steps"),
 }
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 

@@ -27,6 +27,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
+from benchmark.policy import resume
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
 from benchmark.results import file_sha256
@@ -37,7 +38,15 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
 # keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path", "source", "revision")
+UNHASHED_POLICY_KEYS = (
+    "checkpoint",
+    "device",
+    "progress_bar",
+    "path",
+    "source",
+    "revision",
+    "resume_every_steps",
+)
 
 
 class CheckpointError(RuntimeError):
@@ -190,7 +199,15 @@ def ensure_dir(
         # the machine and versions, for policy bundles (benchmark.policy.bundle)
         write_json_atomic(system_info(), work / "system.json")
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
-        train(task, cfg.policy, work, log_fn=log_fn, splits=splits)
+        state = resume.state_path(ckpt_dir)
+        try:
+            train(task, cfg.policy, work, log_fn=log_fn, splits=splits, resume_path=state)
+        except BaseException as e:  # stopped or failed: what it wrote is in the saved state
+            shutil.rmtree(work, ignore_errors=True)
+            if isinstance(e, resume.Interrupted):  # end the process as the signal would have
+                log.warning("%s", e)
+                e.deliver()
+            raise
         files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
         try:
@@ -199,7 +216,9 @@ def ensure_dir(
             if not intact(ckpt_dir):
                 raise
             shutil.rmtree(work)  # another host published the same training first
+            resume.remove(state)
             return ckpt_dir, False
+        resume.remove(state)
         return ckpt_dir, True
 
 
