@@ -224,7 +224,7 @@ class Evaluation:
         goal = Objective.from_config(tuning)
         if goal.name == "risk":
             return calibrate_risk(
-                self.never_asking_steps,
+                self.steps_at,
                 study_dir,
                 goal=goal,
                 tau_range=self.tau_range(),
@@ -251,20 +251,14 @@ class Evaluation:
             goal=goal,
         )
 
-    def never_asking_steps(self, seeds: list[int]) -> tuple[list[dict], list[dict]]:
-        """PPO's own episodes on `seeds` (the gate computes its signal but never fires) and their
-        step records, each with the gate's `score`: what the risk objective calibrates on."""
+    def steps_at(self, seeds: list[int], tau: float) -> tuple[list[dict], list[dict]]:
+        """The episodes on `seeds` with the gate at `tau` and their step records: what the
+        risk objective counts missed mistakes on."""
         from benchmark.analysis import StepRecorder
 
         recorder = StepRecorder()
-        rows = self.evaluator(tau=math.inf).run(
-            seeds, mode=str(self.cfg.eval.mode), on_step=recorder
-        )
-        records = recorder.records
-        gate = self.gate(tau=math.inf)
-        for record, score in zip(records, gate.scores(records), strict=True):
-            record["score"] = float(score)
-        return rows, records
+        rows = self.evaluator(tau=tau).run(seeds, mode=str(self.cfg.eval.mode), on_step=recorder)
+        return rows, recorder.records
 
     def close(self) -> None:
         if self.consultant is not None:

@@ -36,8 +36,8 @@ class Gate:
         raise NotImplementedError
 
     def scores(self, records: list[dict]) -> np.ndarray:
-        """The signal a threshold applies to, from per-step records (benchmark.analysis.steps):
-        what the risk objective calibrates tau on and what the frontier sweeps."""
+        """The signal a threshold applies to, from per-step records (benchmark.analysis.steps),
+        for analyses of a gate's score offline (ROC, AUROC)."""
         if self.threshold_field is None:
             raise ValueError(f"gate {self.name!r} has no threshold to tune")
         return np.asarray([r[self.threshold_field] for r in records], float)

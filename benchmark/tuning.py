@@ -128,108 +128,78 @@ class Objective:
         return max(good, key=lambda r: r["tau"])
 
 
-def risk_threshold(
-    scores: Sequence[float],
-    wrong: Sequence[bool],
-    *,
-    alpha: float,
-    delta: float,
-    tau_range: tuple[float, float],
-    n_grid: int = 200,
-) -> dict[str, Any]:
-    """The largest tau on a grid over `tau_range` that Learn-then-Test certifies: with
-    probability >= 1 - delta, P(score < tau | PPO wrong) <= alpha, from calibration steps
-    (`scores`, `wrong`). MAPIE's BinaryClassificationController does the test (recall >=
-    1 - alpha; binomial p-values; fixed-sequence testing from the lowest tau up, which is valid
-    because the miss rate only grows with tau) and picks, among the certified taus, the one
-    that asks least. Scores enter MAPIE as (score - low) / (high - low) clipped to [0, 1] with
-    thresholds in (0, 1], the same rule as `score >= tau`. When no tau is certified (too few
-    mistakes), tau = 0: the gate asks at every step, which misses nothing.
-    The guarantee assumes exchangeable steps; steps of one episode are not independent, so it
-    is checked on test seeds (tests/test_tuning_objectives.py, docs/gates.md)."""
-    from mapie.risk_control import BinaryClassificationController
+def risk_p_value(missed: int, mistakes: int, alpha: float) -> float:
+    """Learn-then-Test's p-value for H0 "the missed-mistake rate exceeds alpha" from `missed` of
+    `mistakes` PPO mistakes (MAPIE's Hoeffding-Bentkus bound, binary losses); 1 without
+    mistakes (nothing to learn from)."""
+    from mapie.risk_control.methods import compute_hoeffding_bentkus_p_value
 
-    s = np.asarray(scores, float)
-    y = np.asarray(wrong, bool).astype(int)
-    low, high = (float(v) for v in tau_range)
-    grid = np.linspace(0.0, 1.0, n_grid + 1)[1:]
-    x = np.clip((s - low) / (high - low), 0.0, 1.0)
-    controller = BinaryClassificationController(
-        predict_function=lambda v: np.c_[1.0 - v[:, 0], v[:, 0]],
-        risk="recall",
-        target_level=1.0 - alpha,
-        confidence_level=1.0 - delta,
-        best_predict_param_choice="predicted_positive_fraction",
-        list_predict_params=grid,
-        fwer_method="fixed_sequence",
+    if mistakes == 0:
+        return 1.0
+    p = compute_hoeffding_bentkus_p_value(
+        np.array([missed / mistakes]), np.array([float(mistakes)]), alpha, binary=True
     )
-    certified = bool(y.sum()) and bool(len(y) - y.sum())
-    if certified:
-        import warnings
+    return float(np.ravel(p)[0])
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "no valid threshold": handled below
-            controller.calibrate(x[:, None], y)
-        certified = controller.best_predict_param is not None
-    tau = low + float(controller.best_predict_param) * (high - low) if certified else 0.0
-    p_value = None
-    if certified:
-        p_value = float(
-            np.ravel(controller.p_values)[np.argmin(np.abs(low + grid * (high - low) - tau))]
-        )
-    asked = s >= tau
-    return {
-        "tau": tau,
-        "certified": certified,
-        "alpha": alpha,
-        "delta": delta,
-        "p_value": p_value,
-        "n_judged": int(len(y)),
-        "n_mistakes": int(y.sum()),
-        "miss_rate": float((~asked & (y == 1)).sum() / max(int(y.sum()), 1)),
-        "ask_rate": float(asked.mean()) if len(y) else 0.0,
-    }
+
+def risk_grid(tau_range: tuple[float, float], n_grid: int = 20) -> list[float]:
+    """The taus the risk objective tests, from the lowest (asks most, misses least) up."""
+    return [float(t) for t in np.linspace(*(float(v) for v in tau_range), n_grid)]
 
 
 def calibrate_risk(
-    record_steps: Callable[[list[int]], tuple[list[dict], list[dict]]],
+    run_at: Callable[[list[int], float], tuple[list[dict], list[dict]]],
     study_dir: Path,
     *,
     goal: Objective,
     tau_range: tuple[float, float],
     seeds: list[int],
 ) -> tuple[float, list[dict]]:
-    """The risk objective's tau (and its one row for trials.csv), computed once per study under
-    the study lock and kept in `<study_dir>/risk.json`. `record_steps(seeds)` runs the gate
-    without asking on the validation `seeds` and returns (episode rows, step records with the
-    gate's `score`): PPO's own trajectories, whose mistakes the gate is to catch."""
+    """The risk objective's tau: Learn-then-Test with fixed-sequence testing over `risk_grid`.
+    `run_at(seeds, tau)` runs the gate at `tau` on the validation `seeds`, asking as it would
+    at test time, and returns (episode rows, step records); the missed-mistake rate at `tau` is
+    counted on the trajectories that tau produces (the consultant changes what PPO visits). Taus
+    are tested from the lowest up, each on its own run, and the first one whose p-value exceeds
+    delta ends the sequence (the order is fixed in advance, so no multiplicity correction is
+    needed); the tau chosen is the last one certified. With none certified, tau = 0: the gate
+    asks at every step, which misses nothing. One row per tested tau (trials.csv); the result
+    is kept in `<study_dir>/risk.json`, computed once under the study lock.
+    Steps of one episode are not independent, so the guarantee is checked on test seeds too
+    (benchmark.analysis.risk)."""
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     path = study_dir / RISK_FILE
     with FileLock(str(study_dir / "study.lock")):
         if path.exists():
-            row = json.loads(path.read_text())
+            done = json.loads(path.read_text())
         else:
-            episodes, records = record_steps(seeds)
-            judged = [r for r in records if r.get("ppo_optimal") is not None]
-            found = risk_threshold(
-                [r["score"] for r in judged],
-                [not r["ppo_optimal"] for r in judged],
-                alpha=goal.alpha,
-                delta=goal.delta,
-                tau_range=tau_range,
-            )
-            row = {
-                "trial": 0,
-                **found,
-                # the calibration run never asks: its reward is PPO-only's; ir is the share of
-                # its steps the certified tau would have asked at
-                "reward": sum(e["reward"] for e in episodes) / len(episodes),
-                "ir": float(np.mean([r["score"] >= found["tau"] for r in records])),
-                "seeds": [min(seeds), max(seeds), len(seeds)],
-            }
-            write_json(path, row)
-    return float(row["tau"]), [row]
+            rows, tau, certified = [], 0.0, False
+            for k, t in enumerate(risk_grid(tau_range)):
+                episodes, records = run_at(seeds, t)
+                wrong = [r for r in records if r.get("ppo_optimal") is False]
+                missed = sum(not r["queried"] for r in wrong)
+                p = risk_p_value(missed, len(wrong), goal.alpha)
+                steps = sum(e["length"] for e in episodes)
+                rows.append(
+                    {
+                        "trial": k,
+                        "tau": t,
+                        "reward": sum(e["reward"] for e in episodes) / len(episodes),
+                        "ir": sum(e["queries"] for e in episodes) / max(steps, 1),
+                        "mistakes": len(wrong),
+                        "missed": missed,
+                        "miss_rate": missed / len(wrong) if wrong else None,
+                        "p_value": p,
+                        "certified": p <= goal.delta,
+                        "seeds": [min(seeds), max(seeds), len(seeds)],
+                    }
+                )
+                if p > goal.delta:
+                    break
+                tau, certified = t, True
+            done = {"tau": tau, "certified": certified, **goal.params(), "trials": rows}
+            write_json(path, done)
+    return float(done["tau"]), done["trials"]
 
 
 def tune(

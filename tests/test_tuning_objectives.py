@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmark.build import locate_inputs, prepare
-from benchmark.tuning import Objective, calibrate_risk, risk_threshold, tune
+from benchmark.tuning import Objective, calibrate_risk, tune
 from tests.conftest import SMALL_POLICY, compose_cfg
 
 # a hand-built study: (tau, validation reward, validation IR); IR falls as tau grows
@@ -58,7 +58,7 @@ def test_budget_study_searches_under_its_constraint(tmp_path):
     assert chosen["reward"] == max(r["reward"] for r in rows if r["ir"] <= 0.3)
 
 
-def _calibration(rng, n_steps, p_wrong=0.2):
+def _scores(rng, n_steps, p_wrong=0.2):
     """Steps whose entropy is higher where PPO is wrong (N(1.5, .3) vs N(1, .3))."""
     wrong = rng.random(n_steps) < p_wrong
     return np.where(wrong, rng.normal(1.5, 0.3, n_steps), rng.normal(1.0, 0.3, n_steps)), wrong
@@ -69,50 +69,62 @@ def _true_miss_rate(tau: float) -> float:
     return 0.5 * (1 + math.erf((tau - 1.5) / (0.3 * math.sqrt(2))))
 
 
-def test_risk_threshold_keeps_its_guarantee_over_calibration_draws():
-    """LTT: over independent calibration sets, the true missed-mistake rate of the chosen tau
-    exceeds alpha in at most about delta of them, and the tau is not trivially small."""
-    alpha, delta = 0.1, 0.2
+def _runner(rng, n_steps, calls):
+    """run_at(seeds, tau): each run draws its own steps (a run's trajectories depend on tau);
+    the gate asks where the score >= tau."""
+
+    def run_at(seeds, tau):
+        calls.append(tau)
+        scores, wrong = _scores(rng, n_steps)
+        records = [
+            {"seed": 0, "step": i, "ppo_optimal": not w, "queried": bool(s >= tau)}
+            for i, (s, w) in enumerate(zip(scores, wrong, strict=True))
+        ]
+        episodes = [{"reward": 1.0, "length": n_steps, "queries": int((scores >= tau).sum())}]
+        return episodes, records
+
+    return run_at
+
+
+def test_risk_objective_keeps_its_guarantee_over_calibration_draws(tmp_path):
+    """LTT with fixed-sequence testing: over independent calibrations, the true missed-mistake
+    rate of the chosen tau exceeds alpha in at most about delta of them, and the gate still
+    saves queries (the tau is not the lowest of the grid)."""
+    goal = Objective.from_config({"objective": "risk", "alpha": 0.1, "delta": 0.2})
     rng = np.random.default_rng(0)
     taus = []
-    for _ in range(60):
-        scores, wrong = _calibration(rng, 400)
-        found = risk_threshold(scores, wrong, alpha=alpha, delta=delta, tau_range=(0.0, 2.0))
-        assert found["certified"] and found["miss_rate"] <= alpha
-        taus.append(found["tau"])
-    failures = np.mean([_true_miss_rate(t) > alpha for t in taus])
-    assert failures <= delta
-    # the rate is controlled at 0.1 with room to spare, but the gate still saves queries: the
-    # tau a perfect calibration would give is 1.5 - 1.28 * 0.3 = 1.12
-    assert 0.85 < np.median(taus) < 1.13
+    for k in range(40):
+        tau, rows = calibrate_risk(
+            _runner(rng, 400, []), tmp_path / str(k), goal=goal, tau_range=(0.0, 2.0), seeds=[0]
+        )
+        assert all(r["certified"] for r in rows[:-1]) and rows[-1]["p_value"] > 0.2
+        taus.append(tau)
+    assert np.mean([_true_miss_rate(t) > 0.1 for t in taus]) <= 0.2
+    # perfect knowledge would give 1.5 - 1.28 * 0.3 = 1.12; the certified tau stays below it
+    assert 0.7 < np.median(taus) < 1.13
 
 
-def test_risk_threshold_without_mistakes_to_learn_from_asks_at_every_step():
-    found = risk_threshold(
-        [0.5, 1.0, 1.5], [False, False, False], alpha=0.1, delta=0.1, tau_range=(0.1, 2.0)
-    )
-    assert not found["certified"] and found["tau"] == 0.0
+def test_risk_objective_without_mistakes_to_learn_from_asks_at_every_step(tmp_path):
+    def run_at(seeds, tau):
+        return [{"reward": 1.0, "length": 2, "queries": 0}], [
+            {"seed": 0, "step": 0, "ppo_optimal": True, "queried": False}
+        ]
+
+    goal = Objective.from_config({"objective": "risk", "alpha": 0.1, "delta": 0.1})
+    tau, rows = calibrate_risk(run_at, tmp_path, goal=goal, tau_range=(0.1, 2.0), seeds=[0])
+    assert tau == 0.0 and len(rows) == 1 and not rows[0]["certified"]
 
 
 def test_risk_calibration_runs_once_per_study(tmp_path):
     calls = []
-
-    def record_steps(seeds):
-        calls.append(seeds)
-        rng = np.random.default_rng(1)
-        scores, wrong = _calibration(rng, 300)
-        records = [
-            {"seed": 0, "step": i, "score": float(s), "ppo_optimal": not w}
-            for i, (s, w) in enumerate(zip(scores, wrong, strict=True))
-        ]
-        return [{"reward": 0.5}, {"reward": 1.0}], records
-
     goal = Objective.from_config({"objective": "risk", "alpha": 0.2, "delta": 0.1})
     kw = dict(goal=goal, tau_range=(0.0, 2.0), seeds=[0, 1])
-    tau, rows = calibrate_risk(record_steps, tmp_path, **kw)
-    tau2, rows2 = calibrate_risk(record_steps, tmp_path, **kw)
-    assert len(calls) == 1 and tau2 == tau and rows2 == rows
-    assert rows[0]["reward"] == 0.75 and rows[0]["certified"] and rows[0]["seeds"] == [0, 1, 2]
+    run_at = _runner(np.random.default_rng(1), 300, calls)
+    tau, rows = calibrate_risk(run_at, tmp_path, **kw)
+    n = len(calls)
+    tau2, rows2 = calibrate_risk(run_at, tmp_path, **kw)
+    assert len(calls) == n == len(rows) and tau2 == tau and rows2 == rows
+    assert calls == sorted(calls) and rows[0]["seeds"] == [0, 1, 2] and rows[0]["certified"]
 
 
 @pytest.mark.parametrize(
@@ -192,7 +204,7 @@ def test_objectives_run_end_to_end_and_are_recorded(trained_root, tmp_path):
     risk_trials = (
         trained_root / "cells" / summaries["risk"]["cell_hash"] / "trials.csv"
     ).read_text()
-    assert "certified" in risk_trials and "miss_rate" in risk_trials
+    assert "certified" in risk_trials and "p_value" in risk_trials
 
 
 def test_missed_mistake_check_on_test_records():
