@@ -27,10 +27,17 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.gates import GateSettings
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
-# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py);
+# the hf backend's prefix KV reuse and lean decode loop give token-identical answers
+# (tests/test_prefix_cache.py, tests/test_choices.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer
-BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
+# not change an answer; nor does declaring that the server returns prompt log-probabilities
+BACKEND_EXECUTION_KEYS = (
+    "prefix_cache",
+    "lean_max_new_tokens",
+    "wait_timeout",
+    "url_file",
+    "prompt_logprobs",
+)
 IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
@@ -153,6 +160,11 @@ class CellSpec:
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
+            # slm.decoding.mode (and its copy in the prompt's sampling) at its default "generate"
+            # is left out: cells made before the key existed keep their hash
+            for part, key in (("slm", "decoding"), ("prompt", "sampling")):
+                if isinstance(out.get(part), dict) and key in out[part]:
+                    out[part] = {**out[part], key: without_default_mode(out[part][key])}
         if "tuning" in out:
             out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
@@ -185,10 +197,18 @@ class CellSpec:
         parts = [c["env"]["name"], self.gate.name]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
-            parts += [c["slm"]["name"], c["prompt"]["name"] + rationale]
+            parts += [self.slm_label, c["prompt"]["name"] + rationale]
         if self.uses_policy:
             parts.append(self.policy_label)
         return "/".join(str(p) for p in parts)
+
+    @property
+    def slm_label(self) -> str:
+        """The consultant's name, `+choices` added when it answers by choice scoring
+        (slm.decoding.mode=choices), so report rows and cell names tell the two apart."""
+        slm = self.config["slm"]
+        mode = (slm.get("decoding") or {}).get("mode", "generate")
+        return str(slm["name"]) + ("+choices" if mode == "choices" else "")
 
     @property
     def policy_label(self) -> str:
@@ -209,7 +229,7 @@ class CellSpec:
             "env": c["env"]["name"],
             "metric": c["env"].get("metric"),
             "gate": self.gate.name,
-            "slm": c["slm"]["name"] if asks else None,
+            "slm": self.slm_label if asks else None,
             "prompt": c["prompt"]["name"] if asks else None,
             "rationale": bool(c["prompt"].get("rationale")) if asks else None,
             "autopilot": c["prompt"].get("autopilot") if asks else None,
@@ -218,6 +238,14 @@ class CellSpec:
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
         }
+
+
+def without_default_mode(decoding: Any) -> Any:
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` when it is the default
+    "generate" (what every cell before the key existed did); anything else as it is."""
+    if isinstance(decoding, dict) and decoding.get("mode") == "generate":
+        return _drop(decoding, ("mode",))
+    return decoding
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

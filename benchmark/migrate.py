@@ -23,7 +23,7 @@ from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
-from benchmark.cell import CellSpec, digest, tuning_key
+from benchmark.cell import CellSpec, digest, tuning_key, without_default_mode
 from benchmark.results import file_sha256
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
@@ -49,6 +49,11 @@ def v1_cell_config(cfg: DictConfig) -> dict:
         for key in keys:
             cell.get(group, {}).pop(key, None)
     cell.get("slm", {}).get("backend", {}).pop("prefix_cache", None)
+    cell.get("slm", {}).get("backend", {}).pop("lean_max_new_tokens", None)  # later than v1
+    cell.get("slm", {}).get("backend", {}).pop("prompt_logprobs", None)
+    for group, key in (("slm", "decoding"), ("prompt", "sampling")):  # mode: later than v1
+        if isinstance(cell.get(group), dict) and key in cell[group]:
+            cell[group][key] = without_default_mode(cell[group][key])
     gate = cell["gate"]
     if gate.get("_target_") == "benchmark.gates.AlwaysGate":
         gate["needs_policy"] = False  # v1's conf/gate/always.yaml carried it

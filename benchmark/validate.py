@@ -118,10 +118,36 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
     _check_server_wait(cfg)
+    _check_decoding_mode(cfg)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
     return splits
+
+
+def _check_decoding_mode(cfg: DictConfig) -> None:
+    """slm.decoding.mode: generate or choices; choices only where the backend can score
+    (the hf backend; the openai backend with a server that returns prompt log-probabilities)."""
+    mode = OmegaConf.select(cfg, "slm.decoding.mode")
+    if mode is None or mode == "generate":
+        return
+    if mode != "choices":
+        raise ValueError(
+            f"slm.decoding.mode={mode!r} is invalid: allowed generate, choices (docs/protocol.md)"
+        )
+    temperature = OmegaConf.select(cfg, "slm.decoding.temperature") or 0
+    if temperature > 0:
+        raise ValueError(
+            f"slm.decoding.mode=choices answers with the most likely action: it needs "
+            f"slm.decoding.temperature=0, got {temperature!r}"
+        )
+    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
+    if target.endswith("OpenAIConsultant") and not OmegaConf.select(
+        cfg, "slm.backend.prompt_logprobs"
+    ):
+        from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
+
+        raise ValueError(CHOICES_NEED_LOGPROBS)
 
 
 def _check_taus(cfg: DictConfig, task) -> None:

@@ -230,7 +230,7 @@ def test_cell_identity_and_cache_key_never_hold_a_location(tmp_path):
     backend = OmegaConf.to_container(a.slm.backend, resolve=True)
     backend.pop("_target_"), backend.pop("_recursive_")
     serve = ("dtype", "device_map", "trust_remote_code", "max_batch_size", "num_threads")
-    for key in (*serve, "prefix_cache"):
+    for key in (*serve, "prefix_cache", "lean_max_new_tokens"):
         backend.pop(key)
     ra = Recipe.from_backend(**backend)
     backend_b = OmegaConf.to_container(b.slm.backend, resolve=True)

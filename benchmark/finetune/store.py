@@ -208,7 +208,8 @@ class Recipe:
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
             "env": self.env,
-            "prompt": self.prompt,
+            # how the model is asked (generate or choice scoring) does not change its training
+            "prompt": _sans_mode(self.prompt),
             "prompt_version": PROMPT_VERSION,
             "policy": {"checkpoint_sha256": checkpoint_sha256},
             "data": asdict(self.data),
@@ -458,3 +459,11 @@ def _write_json(path: Path, data: Any) -> None:
     from benchmark.results import write_json
 
     write_json(path, data)
+
+
+def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:
+    """The prompt config without its sampling's decoding mode (slm.decoding.mode)."""
+    sampling = prompt.get("sampling")
+    if isinstance(sampling, dict) and "mode" in sampling:
+        return {**prompt, "sampling": {k: v for k, v in sampling.items() if k != "mode"}}
+    return prompt
