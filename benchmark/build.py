@@ -8,7 +8,7 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,13 +190,18 @@ class Evaluation:
     consultant: Any = None
     prompt: Any = None
     checkpoint_path: Path | None = None
+    gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
+
+    def gate(self, **gate_args: Any) -> Any:
+        """The gate, with `gate_args` replacing settings decided at run time (tuned tau, p)."""
+        return self.spec.gate.build(**self.gate_inputs, **gate_args)
 
     def evaluator(self, **gate_args: Any) -> Evaluator:
         """`gate_args` replace gate settings decided at run time (tuned tau, matched p)."""
         gate = self.spec.gate
         return Evaluator(
             task=self.task,
-            gate=gate.build(**gate_args),
+            gate=self.gate(**gate_args),
             policy=self.policy,
             consultant=self.consultant,
             prompt=self.prompt,
@@ -232,10 +237,19 @@ class Evaluation:
     ) -> tuple[float, list[dict]]:
         """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under
         `study_dir` resumes after a kill). Returns (best tau, one row per trial)."""
-        from benchmark.tuning import tune
+        from benchmark.tuning import Objective, calibrate_risk, tune
 
         tuning = self.cfg.tuning
         seeds = self.splits.seeds(TUNING_SPLIT, int(tuning.n_episodes))
+        goal = Objective.from_config(tuning)
+        if goal.name == "risk":
+            return calibrate_risk(
+                self.steps_at,
+                study_dir,
+                goal=goal,
+                tau_range=self.tau_range(),
+                seeds=seeds,
+            )
 
         def objective(tau: float, seeds: list[int]) -> tuple[float, float]:
             rows = self.run(seeds, tau=tau)
@@ -254,7 +268,17 @@ class Evaluation:
             sampler_seed=int(tuning.sampler_seed),
             max_reward=self.task.max_reward,
             on_trial=on_trial,
+            goal=goal,
         )
+
+    def steps_at(self, seeds: list[int], tau: float) -> tuple[list[dict], list[dict]]:
+        """The episodes on `seeds` with the gate at `tau` and their step records: what the
+        risk objective counts missed mistakes on."""
+        from benchmark.analysis import StepRecorder
+
+        recorder = StepRecorder()
+        rows = self.evaluator(tau=tau).run(seeds, mode=str(self.cfg.eval.mode), on_step=recorder)
+        return rows, recorder.records
 
     def close(self) -> None:
         if self.consultant is not None:
@@ -287,6 +311,16 @@ def build(
             checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
+        gate_inputs = {}
+        if getattr(spec.gate.cls, "trained", False):  # gate=learned: its classifier
+            from benchmark.learned import classifier
+
+            if checkpoint is None:
+                raise ValueError(
+                    f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
+                    "as `policy`"
+                )
+            gate_inputs["classifier"] = classifier(cfg, task, policy, checkpoint)
     except BaseException:
         if consultant is not None:
             consultant.close()
@@ -300,6 +334,7 @@ def build(
         consultant=consultant,
         prompt=prompt,
         checkpoint_path=checkpoint,
+        gate_inputs=gate_inputs,
     )
 
 
@@ -314,7 +349,10 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
     """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
     one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
     random gate spends the same query budget."""
+    from benchmark.tuning import Objective
+
     same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
+    want_objective = Objective.from_config(cfg.tuning).identity()
     want_tau = str(spec.gate.match_tau or TAU_AUTO)
     want_n = cfg.gate.get("mc_samples")
     for cell in Store.of(cfg.paths).cells():
@@ -325,7 +363,10 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
             continue
         if want_n is not None and gate.get("mc_samples") != want_n:
             continue
-        if {k: v for k, v in cell.identity.items() if k not in ("gate", "tuning")} != same:
+        identity = cell.identity
+        if Objective.from_config(identity.get("tuning") or {}).identity() != want_objective:
+            continue
+        if {k: v for k, v in identity.items() if k not in ("gate", "tuning")} != same:
             continue
         done = cell.read()
         if done is not None:

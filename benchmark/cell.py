@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 # the hf backend's prefix KV reuse and lean decode loop give token-identical answers
 # (tests/test_prefix_cache.py, tests/test_choices.py);
@@ -66,6 +67,13 @@ def tuning_key(identity: dict[str, Any]) -> str:
     return digest(key)
 
 
+def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
+    """The tuning config without the objective's keys, plus the objective and the parameters it
+    reads unless it is the default `reward` (so existing cells and studies keep their keys)."""
+    rest = {k: v for k, v in tuning.items() if k not in OBJECTIVE_KEYS}
+    return {**rest, **Objective.from_config(tuning).identity()}
+
+
 def code_versions(asks: bool) -> dict[str, int]:
     """The versions of the code that shape a cell's results (see each constant's comment)."""
     from benchmark.evaluate import EVALUATION_VERSION
@@ -101,6 +109,12 @@ class CellSpec:
         if gate.tunes_tau:
             keys.append("tuning")
         config = {k: data[k] for k in keys if k in data}
+        if "tau" in config["gate"] and "tau" not in gate.args:  # a sweep's tau grid
+            # (+experiment=gates) means nothing to never, always or random: one cell each
+            config["gate"] = {k: v for k, v in config["gate"].items() if k != "tau"}
+        objective = Objective.from_config(data.get("tuning") or {}).identity()
+        if gate.matches_ir and objective:  # p=match spends the IR of that objective's entropy cell
+            config["gate"] = {**config["gate"], "match_objective": objective}
         return cls(config=config, gate=gate)
 
     def with_inputs(self, **inputs: Any) -> CellSpec:
@@ -159,7 +173,7 @@ class CellSpec:
                 if isinstance(out.get(part), dict) and key in out[part]:
                     out[part] = {**out[part], key: without_default_mode(out[part][key])}
         if "tuning" in out:
-            out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
+            out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
             "identity_version": self.version,
             "code": code_versions(self.uses_consultant),

@@ -21,6 +21,7 @@ from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.store import Store
 from benchmark.tracking import Tracker
+from benchmark.tuning import Objective
 
 log = logging.getLogger(__name__)
 
@@ -229,10 +230,19 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         tau_from=tau_from,
         wall_seconds=time.perf_counter() - t0,
     )
+    summary.update(_objective_fields(cfg, spec))
     outcome = results.write_cell(cell_dir, rows, summary, records)
     tracker.summary(_numbers(summary))
     tracker.table("episodes", outcome)
     return summary
+
+
+def _objective_fields(cfg: DictConfig, spec: CellSpec) -> dict:
+    """How the tau was chosen (tuning.objective and the parameters it read), for tuned cells."""
+    if not spec.tunes_tau:
+        return {}
+    goal = Objective.from_config(cfg.tuning)
+    return {"tuning_objective": goal.name, "tuning_params": goal.params()}
 
 
 def _trial_printer(cfg: DictConfig):

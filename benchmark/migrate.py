@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.cell import CellSpec, digest, tuning_key, without_default_mode
 from benchmark.gates import AlwaysGate, GateSettings
 from benchmark.store import Store, file_sha256
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 log = logging.getLogger(__name__)
 V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "splits")
@@ -29,7 +30,7 @@ V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "
 V2_KEYS = {
     "env": ("label", "kind"),
     "eval": ("step_records",),
-    "tuning": ("scope", "shared"),
+    "tuning": ("scope", "shared", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling"),
     "policy": ("source", "revision", "resume_every_steps"),
@@ -67,6 +68,8 @@ def v1_cell_config(cfg: DictConfig) -> dict:
 
 def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
     """Move the complete v1 cell equal to `spec` (and its tuning study) to `spec`'s v2 dir."""
+    if Objective.from_config(cfg.tuning).identity():
+        return False  # v1 tuned for reward only: no v1 cell is a cell of another objective
     store = Store.of(cfg.paths)
     old_cell = v1_cell_config(cfg)
     old_hash, new_hash = digest(old_cell), spec.hash

@@ -27,7 +27,9 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "belief": (3 * 2, 3 * 2),
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
-    "demo": (3 * 3, 3),
+    "demo": (3 * 3 * 4, 3 * 4),  # {never, entropy, always} x consultants x (auto + 3 taus)
+    # envs x {oracle, dice} x {never, always, entropy, epistemic, learned, random} x (10 taus + auto)
+    "gates": (3 * 2 * 6 * 11, 3 * 6 * 11),
 }
 
 
@@ -49,7 +51,7 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
 
 
 # the presets with the most cells compose for a while: they run with the slow tests
-BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples"}
+BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples", "gates"}
 
 
 @pytest.mark.parametrize(
