@@ -6,6 +6,7 @@ seeds only."""
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
 from benchmark.brace.rewards import (
     belief_reward,
@@ -133,3 +134,61 @@ def test_diversity_and_env_reward():
     assert env_reward({"success": 1.0}) == 1.0 and env_reward({"success": 0.0}) == 0.0
     with pytest.raises(ValueError, match="success"):
         env_reward({"reward": 1.0})
+
+
+# ----------------------------------------------------------------------------- SFT data, roles
+def brace_prompt():
+    from pathlib import Path
+
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).parents[1] / "conf" / "prompt" / "brace.yaml")
+    cfg.sampling = None
+    return instantiate(cfg)
+
+
+def test_teacher_states_come_from_training_seeds_only():
+    from benchmark.brace.sft import collect_states, score
+    from benchmark.finetune.dataset import dataset_seeds
+    from benchmark.seeds import TRAIN_SEED_MIN, Splits
+    from tests.test_finetune import untrained_policy
+
+    task, splits = make_task("higherlower"), Splits()
+    policy = untrained_policy(task)
+    for bad in ([0], [150], [TRAIN_SEED_MIN - 1]):  # validation, test, below the training range
+        with pytest.raises(ValueError, match="training seeds only"):
+            collect_states(task, brace_prompt(), policy, bad, splits=splits)
+    seeds = dataset_seeds(1, 0, splits)
+    states = collect_states(task, brace_prompt(), policy, seeds, splits=splits)
+    assert len(states) == 51 and {s.seed for s in states} == set(seeds)
+    assert min(seeds) >= TRAIN_SEED_MIN
+    # teacher-forced: each update's b(t-1) is the teacher's previous belief, shown in the prompt
+    assert states[1].previous == states[0].teacher
+    assert "\n".join(states[0].teacher) in states[1].messages[1]["content"]
+    teacher = score([s.answer for s in states], states)
+    assert teacher["format_compliance"] == 1.0 and teacher["reward"]["correctness"] == 1.0
+    assert score(["no belief here"] * len(states), states)["reward"]["total"] == 0.0
+
+
+def test_brace_prompt_is_its_own_finetuned_consultant(tmp_path):
+    """One model, two prompts (belief update, then act): slm=finetuned prompt=brace trains on
+    the teacher's beliefs; its cache key and its cells differ from prompt=belief's."""
+    from benchmark.build import prepare
+    from benchmark.finetune.store import Recipe
+    from tests.test_finetune import finetuned_cfg
+
+    def recipe_and_cell(prompt):
+        cfg = finetuned_cfg(tmp_path, f"prompt={prompt}")
+        backend = OmegaConf.to_container(cfg.slm.backend, resolve=True)
+        keep = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
+        recipe = Recipe.from_backend(**{k: backend[k] for k in keep})
+        _, _, spec = prepare(cfg)
+        return recipe, spec
+
+    (rb, sb), (rl, sl) = recipe_and_cell("brace"), recipe_and_cell("belief")
+    assert rb.dir_name(rb.key("w", "sha")).startswith("empty5x5_random-brace-tiny_small-")
+    assert rb.key("w", "sha") != rl.key("w", "sha")
+    cell = sb.with_inputs(model="hf-local:0123")
+    assert cell.hash != sl.with_inputs(model="hf-local:0123").hash
+    assert cell.hash != sb.with_inputs(model="hf-local:4567").hash  # other weights, other cell

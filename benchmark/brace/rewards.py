@@ -310,6 +310,9 @@ class BeliefWeights:
     gamma: float = 0.99
 
 
+DEFAULT_WEIGHTS = BeliefWeights()
+
+
 @dataclass
 class BeliefReward:
     total: float
@@ -327,7 +330,7 @@ def belief_reward(
     truth: Truth,
     teacher: Sequence[str],
     success: float,
-    weights: BeliefWeights = BeliefWeights(),
+    weights: BeliefWeights = DEFAULT_WEIGHTS,
     max_claims: int = 12,
 ) -> BeliefReward:
     """R_belief of one update `text` (the model's raw answer) at the state `truth`, given the
