@@ -194,9 +194,11 @@ def bootstrap(
     settings: Any,
     max_examples: int | None = None,
     seed: int = 0,
+    measure_base: bool = True,
 ) -> dict[str, Any]:
     """SFT the belief role of `base_dir` on teacher updates from `train_seeds` into `out_dir`;
-    measure the base and the result on the updates of `held_out_seeds` (validation)."""
+    measure the result (and the base, unless `measure_base` is False: generation is the slow
+    part on a CPU) on the updates of `held_out_seeds` (validation)."""
     import random
 
     from benchmark.finetune.train import fine_tune
@@ -208,7 +210,7 @@ def bootstrap(
     held = collect_states(task, prompt, policy, held_out_seeds, splits=splits, split_ok=True)
     data_seconds = time.perf_counter() - start
     teacher = score([s.answer for s in held], held)
-    before = measure(base_dir, held)
+    before = measure(base_dir, held) if measure_base else None
     stats = fine_tune(base_dir, [s.example() for s in train], out_dir, settings, seed=seed)
     after = measure(out_dir, held)
     report = {
