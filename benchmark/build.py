@@ -17,15 +17,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.config import CONF
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
 from benchmark.gates import TAU_AUTO
+from benchmark.policy import names
 from benchmark.results import file_sha256
 from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
@@ -39,19 +40,8 @@ def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
 
 def normalize_checkpoint(cfg: DictConfig) -> None:
     """`policy.checkpoint=tK` (the env's K-th reward threshold, so one sweep covers envs with
-    different thresholds) becomes the rNNN name it stands for."""
-    from benchmark.policy.train import checkpoint_name
-
-    name = str(cfg.policy.checkpoint)
-    if len(name) == 2 and name[0] == "t" and name[1].isdigit():
-        thresholds = list(cfg.env.thresholds)
-        k = int(name[1])
-        if not 1 <= k <= len(thresholds):
-            raise ValueError(
-                f"policy.checkpoint={name} is invalid for {cfg.env.name}: allowed "
-                f"t1..t{len(thresholds)} (thresholds {thresholds}), final, best or rNNN"
-            )
-        OmegaConf.update(cfg, "policy.checkpoint", checkpoint_name(thresholds[k - 1]))
+    different thresholds) becomes the rNNN name it stands for; validate checks the rest."""
+    OmegaConf.update(cfg, "policy.checkpoint", names.of_config(cfg, check=False))
 
 
 # ----------------------------------------------------------------------------- inputs

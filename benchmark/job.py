@@ -46,6 +46,8 @@ RESULT_FILES = (
     "steps.jsonl.gz",  # eval.step_records=true (benchmark.analysis.steps)
 )
 
+REUSED_FILE = "reused.json"  # in a job dir: the cell was complete before the job, not computed
+
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
@@ -120,6 +122,7 @@ def _reuse(
     if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
         summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
     _publish(cell_dir, job_dir)
+    results.write_json(job_dir / REUSED_FILE, {"cell_dir": str(cell_dir)})  # the sweep's tally
     return summary
 
 
@@ -213,6 +216,7 @@ def _publish(cell_dir: Path, job_dir: Path) -> None:
     """Copy the cell's result files into the job dir (the sweep's view of the cell)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "error.json").unlink(missing_ok=True)
+    (job_dir / REUSED_FILE).unlink(missing_ok=True)
     for f in RESULT_FILES:
         if (cell_dir / f).exists() and cell_dir.resolve() != job_dir.resolve():
             shutil.copy2(cell_dir / f, job_dir / f)

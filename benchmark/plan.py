@@ -4,7 +4,7 @@ work (and time) the cells that are not complete still need. Nothing is computed 
 only files it may write are the tiny model (built in seconds when its identity is first needed,
 as a job would).
 
-The sweep is expanded as the report expands it (`benchmark.report.loading.expand_sweep`: the
+The sweep is expanded as the report expands it (`benchmark.config.sweep_jobs`: the
 preset's sweeper params, then the command line's overrides, product in Hydra's job order); each
 job's config is composed with Hydra's compose API, as `python -m benchmark` composes it. Jobs
 that are the same cell (PPO-only swept over consultants it never asks) are listed once.
@@ -44,21 +44,19 @@ import argparse
 import csv
 import json
 import logging
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import benchmark  # noqa: F401 - registers the config resolvers
 from benchmark import results
+from benchmark.config import session, sweep_jobs
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 REFERENCE_SLMS = ("tiny", "oracle")  # preferred first: the tiny model reports token counts
 NON_LM_BACKENDS = (
     "benchmark.consultants.oracle.OracleConsultant",
@@ -166,33 +164,6 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------- the sweep
-def compose_jobs(overrides: list[str]) -> tuple[DictConfig, list[list[str]]]:
-    """(the sweep's base config, the override list of every job in job order). Sweep overrides
-    on the command line (`policy.seed=0,1,2`) expand like the preset's params."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from benchmark.report.loading import expand_sweep
-
-    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    fixed = [p.input_line for p in parsed if not p.is_sweep_override()]
-    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        base = compose("config", overrides=fixed, return_hydra_config=True)
-    sweep = OmegaConf.create(
-        {
-            "hydra": {
-                "sweeper": OmegaConf.to_container(base.hydra.sweeper, resolve=False),
-                "overrides": {"task": list(overrides)},
-            }
-        }
-    )
-    return base, expand_sweep(sweep)
-
-
 def plan_sweep(
     overrides: list[str],
     throughput: Throughput | None = None,
@@ -201,21 +172,17 @@ def plan_sweep(
     """The plan of the sweep `overrides` describe (as given to `python -m benchmark ... -m`).
     `throughput` applies to every LM cell; else each cell's model is looked up in the newest
     bench JSON (`bench`: that file instead)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    base, jobs = compose_jobs(overrides)
+    base, jobs = sweep_jobs(overrides)
     root = Path(str(base.paths.root))
     stored = stored_cells(root)
     measured = bench_throughputs(Path(str(base.paths.bench)), bench)
     plan = Plan(experiment=str(base.experiment_name), root=str(root), jobs=len(jobs))
     seen: dict[str, CellPlan] = {}
     studies: set[str] = set()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with session() as compose:
         for number, job in enumerate(jobs):
             try:
-                cfg = compose("config", overrides=job)
+                cfg = compose(job)
             except Exception as exc:  # noqa: BLE001 - shown as the cell's status
                 key, cell = f"job{number}", _invalid(number, job, str(job), exc)
             else:
@@ -229,7 +196,6 @@ def plan_sweep(
                 if cell.throughput is not None:
                     cell.projected_s = cell.throughput.seconds(cell.work)
             plan.cells.append(cell)
-    GlobalHydra.instance().clear()
     return plan
 
 
@@ -314,14 +280,27 @@ def _first_line(error: dict) -> str:
 
 def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
     """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing."""
-    from benchmark.policy.checkpoints import checkpoint_dir
+    from benchmark.policy.checkpoints import MARKER, checkpoint_dir, manifest
+    from benchmark.results import file_sha256
 
     if not own:
         return "policy of the shared tuning cell not trained"
     ckpt_dir = checkpoint_dir(cfg, splits)
-    if ckpt_dir.is_dir():
-        return f"policy not trained (no checkpoint {cfg.policy.checkpoint} in {ckpt_dir.name})"
-    return "policy not trained"
+    if not ckpt_dir.is_dir():
+        return "policy not trained"
+    name = str(cfg.policy.checkpoint)
+    recorded = manifest(ckpt_dir)
+    redo = "a job sets the directory aside and trains again"
+    if recorded is None and (ckpt_dir / MARKER).exists():
+        return f"checkpoint changed or corrupt ({ckpt_dir.name}/{MARKER} unreadable): {redo}"
+    sha = (recorded or {}).get("checkpoints", {}).get(name)
+    zip_path = ckpt_dir / f"{name}.zip"
+    if sha is not None and (not zip_path.is_file() or file_sha256(zip_path) != sha):
+        return (
+            f"checkpoint changed or corrupt ({name}.zip in {ckpt_dir.name} no longer matches "
+            f"its {MARKER} manifest): {redo}"
+        )
+    return f"policy not trained (no checkpoint {name} in {ckpt_dir.name})"
 
 
 def _legacy(spec: Any, cfg: DictConfig) -> str | None:

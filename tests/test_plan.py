@@ -190,6 +190,26 @@ def test_untrained_policy_and_invalid_values(tmp_path):
     assert invalid.note.startswith("ValueError: policy.checkpoint=t9 is invalid")
 
 
+def test_a_checkpoint_that_fails_its_manifest_is_changed_or_corrupt(trained_root, tmp_path):
+    """Issue 25.8: a zip that no longer matches COMPLETE was shown as "policy not trained"."""
+    import shutil
+
+    from benchmark.policy.checkpoints import checkpoint_dir
+
+    over = ["env=empty5x5_random", "gate=never", *SMALL_POLICY]
+    source = checkpoint_dir(compose_cfg(trained_root, *over))
+    over.append(f"paths.root={tmp_path}")
+    ckpt_dir = tmp_path / "checkpoints" / source.name
+    shutil.copytree(source, ckpt_dir)
+    (ckpt_dir / "best.zip").write_bytes((ckpt_dir / "best.zip").read_bytes()[:100])
+    (cell,) = plan_sweep(over).cells
+    assert cell.status == PENDING and cell.hash is None
+    assert cell.note.startswith(f"checkpoint changed or corrupt (best.zip in {ckpt_dir.name}")
+    (ckpt_dir / "COMPLETE").write_text("{trunc")
+    (cell,) = plan_sweep(over).cells
+    assert cell.note.startswith(f"checkpoint changed or corrupt ({ckpt_dir.name}/COMPLETE")
+
+
 def test_bench_prints_each_section_and_the_time_left(tmp_path, capsys):
     from benchmark.bench.cpu import QUICK, SECTIONS, CpuBench
 

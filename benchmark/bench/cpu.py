@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
+from benchmark.consultants.cache import cache_cap
 
 SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
 TARGETS = {
@@ -521,7 +522,7 @@ class CpuBench:
                     store.flush()  # publish the last few seconds' answers before measuring
                     entry["cache_rows"] = len(store)
                     entry["cache_bytes"] = store.disk_bytes()
-                    entry["cache_max_entries"] = int(slm.cache_max_entries)
+                    entry["cache_max_entries"] = store.max_entries
                     entry["cache_row_bytes_estimate"] = store.row_bytes_estimate()
                 out[key] = entry
             finally:
@@ -612,7 +613,7 @@ class CpuBench:
         s = "memory"
         data: dict[str, Any] = {
             "peak_rss_bytes": peak,
-            "cache_max_entries": int(cfg.slm.cache_max_entries),
+            "cache_max_entries": cache_cap(Path(str(cfg.paths.cache)) / "responses"),
         }
         if self.eval_rss is not None:
             data["eval_lockstep_rss_bytes"] = self.eval_rss

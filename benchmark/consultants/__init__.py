@@ -5,6 +5,7 @@ OpenAI-compatible server), dice (random valid action), oracle (expert action).""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,19 +13,21 @@ from typing import Any
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 from benchmark.consultants.errors import ConsultantError
 
+log = logging.getLogger(__name__)
 __all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make_consultant"]
 
 
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache in
-    `<paths.cache>/responses/` (capped at `slm.cache_max_entries` entries; a
+    `<paths.cache>/responses/` (capped by the cache's own setting, its settings.json, so that
+    no job evicts another's entries: `slm.cache_max_entries` only warns when it differs; a
     `<paths.cache>/responses.sqlite` of earlier versions is migrated into it on first use).
     Backends that declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never
     wrapped."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, LEGACY_NAME, CachedConsultant
+    from benchmark.consultants.cache import LEGACY_NAME, SETTINGS, CachedConsultant
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
         slm_cfg = OmegaConf.create(dict(slm_cfg))
@@ -38,10 +41,19 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
         cache = Path(str(paths_cfg.cache))
-        return CachedConsultant(
-            backend,
-            cache / "responses",
-            max_entries=int(slm_cfg.get("cache_max_entries", DEFAULT_MAX_ENTRIES)),
-            legacy=cache / LEGACY_NAME,
-        )
+        cached = CachedConsultant(backend, cache / "responses", legacy=cache / LEGACY_NAME)
+        asked = slm_cfg.get("cache_max_entries")
+        if asked is not None and asked != cached.store.max_entries:
+            log.warning(
+                "slm.cache_max_entries=%s is not applied: the response cache %s is shared by "
+                "every job of the results root, so its cap is its own setting (%d entries, from "
+                "its %s), never one job's, which would evict the others' entries; set it with "
+                "`python -m benchmark.consultants.cache %s --max-entries N`",
+                asked,
+                cached.store.directory,
+                cached.store.max_entries,
+                SETTINGS,
+                cached.store.directory,
+            )
+        return cached
     return backend

@@ -58,6 +58,7 @@ from benchmark.consultants.retry import Retryable, with_retries
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
 # show (retry warnings, ConsultantError).
 logging.getLogger("httpx").setLevel(logging.WARNING)
+PROBE_TIMEOUT = 10.0  # seconds one start-up probe may take (less when wait_timeout ends sooner)
 
 
 class OpenAIConsultant(Consultant):
@@ -126,13 +127,17 @@ class OpenAIConsultant(Consultant):
 
     def _wait_healthy(self) -> list[str]:
         """Probe until the server lists its models, for at most `wait_timeout` seconds (one
-        probe when 0); sets base_url from `url_file` when given."""
+        probe when 0); sets base_url from `url_file` when given. No probe outlasts the deadline:
+        against a server that accepts and never answers, the wait ends on time."""
         deadline = time.monotonic() + self.wait_timeout
         while True:
+            probe_timeout = min(self.timeout, PROBE_TIMEOUT)
+            if self.wait_timeout > 0:
+                probe_timeout = min(probe_timeout, max(deadline - time.monotonic(), 0.1))
             try:
                 if self.url_file is not None:
                     self.base_url = read_url_file(self.url_file)
-                return self._probe()
+                return self._probe(probe_timeout)
             except Retryable as exc:
                 last = str(exc)
             if time.monotonic() >= deadline:
@@ -152,13 +157,13 @@ class OpenAIConsultant(Consultant):
             "(python -m benchmark.serve), check its log, or raise the timeout"
         )
 
-    def _probe(self) -> list[str]:
+    def _probe(self, timeout: float) -> list[str]:
         """GET /models once: the model ids, Retryable while the server is not (yet) up."""
         import httpx
 
         url = f"{self.base_url}/models"
         try:
-            r = self._client.get(url, timeout=min(self.timeout, 10.0))
+            r = self._client.get(url, timeout=timeout)
         except httpx.HTTPError as exc:
             raise Retryable(f"unreachable at {url} ({type(exc).__name__}: {exc})") from exc
         if r.status_code in (401, 403):

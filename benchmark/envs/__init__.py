@@ -4,12 +4,12 @@ Adding an environment is adding a Task class and a YAML file whose `task._target
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from benchmark.config import CONF
 from benchmark.envs.base import CardView, Episode, Memory, NavView, Task, is_doorkey
 
-ENV_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "env"
+ENV_CONF_DIR = CONF / "env"
 
 __all__ = [
     "ENV_CONF_DIR",

@@ -30,6 +30,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark import config
 from benchmark.finetune.dataset import AUTOPILOT_MODES, Example, collect, dataset_seeds, parse
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits
@@ -42,7 +43,6 @@ FINETUNE_VERSION = 1
 MARKER = "COMPLETE"
 INFO = "finetune.json"
 DATASET = "dataset.jsonl"
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,11 @@ class Recipe:
     def base_backend(self) -> dict[str, Any]:
         """The base's `slm.backend`, resolved against this job's paths; `locations.base` (a
         local copy of its weights) replaces its `path`."""
-        file = CONF / "slm" / f"{self.base}.yaml"
+        file = config.option_file("slm", self.base)
         if not file.is_file():
-            known = sorted(p.stem for p in (CONF / "slm").glob("*.yaml"))
-            raise ValueError(f"slm.base={self.base!r} is not a conf/slm option: allowed {known}")
+            raise ValueError(
+                f"slm.base={self.base!r} is not a conf/slm option: allowed {config.options('slm')}"
+            )
         root = OmegaConf.create(
             {"paths": self.locations["paths"], "seed": self.seed, "slm": OmegaConf.load(file)}
         )

@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import time
@@ -27,7 +26,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
-from benchmark.policy import resume
+from benchmark.policy import names, resume
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
 from benchmark.results import file_sha256
@@ -35,7 +34,6 @@ from benchmark.seeds import DEFAULT_SPLITS, Splits
 
 log = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
 # keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
 UNHASHED_POLICY_KEYS = (
@@ -120,17 +118,16 @@ def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
     return True
 
 
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+def file_name(name: str) -> str:
+    """`name` when it names a checkpoint file (final, best, rNNN); tK must be resolved first
+    (benchmark.build.normalize_checkpoint)."""
+    parsed = names.parse(name)
+    if not parsed.is_file_name:
         raise ValueError(
-            f"policy.checkpoint={name!r} is not a checkpoint name: allowed final, best, or rNNN "
-            "(reward threshold x 100, e.g. r030 for 0.3)"
+            f"policy.checkpoint={name!r} names the env's K-th threshold, not a file: resolve it "
+            "to its rNNN name first (benchmark.build.normalize_checkpoint)"
         )
-    return name
-
-
-def sort_key(name: str) -> tuple[int, str]:
-    return ({"final": 0, "best": 1}.get(name, 2), name)
+    return parsed.name
 
 
 def manifest(ckpt_dir: Path) -> dict[str, Any] | None:
@@ -231,20 +228,20 @@ def ensure(
     """Path of the checkpoint `cfg.policy.checkpoint` (final | best | rNNN), training once if the
     directory for this env + policy config is not complete yet. `task` defaults to
     `benchmark.envs.make_task(cfg.env)`."""
-    name = check_name(cfg.policy.checkpoint)
+    name = file_name(cfg.policy.checkpoint)
     ckpt_dir, _ = ensure_dir(cfg, task, log_fn, splits)
     return resolve(ckpt_dir, name)
 
 
 def resolve(ckpt_dir: Path, name: str) -> Path:
     """The verified zip for `name` in a complete directory."""
-    check_name(name)
+    file_name(name)
     recorded = manifest(ckpt_dir)
     if recorded is None:
         raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
     files: dict[str, str] = recorded["checkpoints"]
     if name not in files:
-        available = ", ".join(sorted(files, key=sort_key)) or "none"
+        available = ", ".join(sorted(files, key=names.order)) or "none"
         raise CheckpointError(
             f"policy.checkpoint={name} does not exist for {ckpt_dir.name}: available {available}"
             " (a reward threshold is saved only if validation reached it)"

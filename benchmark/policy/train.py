@@ -24,7 +24,7 @@ from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmark.envs.base import Task
-from benchmark.policy import resume
+from benchmark.policy import names, resume
 from benchmark.policy.network import (
     DropoutActorCriticPolicy,
     RecurrentDropoutPolicy,
@@ -51,11 +51,6 @@ LOG_EVERY = 0.05
 # Part of every checkpoint's identity: bump it with any change here or in policy/network.py that
 # changes the weights a config trains to, so no cached checkpoint of older code is reused.
 TRAINING_VERSION = 1
-
-
-def checkpoint_name(threshold: float) -> str:
-    """`r030` for a reward threshold of 0.3."""
-    return f"r{int(round(float(threshold) * 100)):03d}"
 
 
 def as_dict(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
@@ -176,7 +171,7 @@ class ThresholdCheckpoints(BaseCallback):
             self.save("best", row, threshold=None)
         saved = []
         while self.pending and row["eval_reward"] >= self.pending[0]:
-            saved.append(checkpoint_name(self.pending.pop(0)))
+            saved.append(names.threshold_name(self.pending.pop(0)))
             self.save(saved[-1], row, threshold=True)
         self.log_line(row, saved, final)
         if self.log_fn is not None:
@@ -208,7 +203,7 @@ class ThresholdCheckpoints(BaseCallback):
         save_atomic(self.model, self.out_dir / f"{name}.zip")
         meta = {"name": name, **row}
         if threshold:
-            meta["threshold"] = int(name[1:]) / 100
+            meta["threshold"] = names.parse(name).threshold
         write_json_atomic(meta, self.out_dir / f"{name}.json")
 
 
