@@ -10,10 +10,11 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
-from benchmark.gates import P_MATCH, TAU_AUTO
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
 from benchmark.seeds import Splits
+from benchmark.tuning import Objective
 
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
@@ -64,6 +65,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
     _check_tuning_scope(cfg)
+    Objective.from_config(cfg.tuning)  # tuning.objective and the parameters it reads
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
@@ -77,6 +79,23 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             "spread, so the gate could never fire; allowed an integer >= 2"
         )
     _check_taus(cfg, task)
+    features = gate.get("features")
+    if features is not None:
+        bad = (
+            [f for f in features if f not in FEATURES]
+            if not isinstance(features, str)
+            else [features]
+        )
+        if bad or not features:
+            raise ValueError(
+                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
+                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
+            )
+    n_train = gate.get("train_episodes")
+    if n_train is not None and (
+        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
+    ):
+        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
     p = gate.get("p")
     if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
         raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
@@ -99,10 +118,36 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
     _check_server_wait(cfg)
+    _check_decoding_mode(cfg)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
     return splits
+
+
+def _check_decoding_mode(cfg: DictConfig) -> None:
+    """slm.decoding.mode: generate or choices; choices only where the backend can score
+    (the hf backend; the openai backend with a server that returns prompt log-probabilities)."""
+    mode = OmegaConf.select(cfg, "slm.decoding.mode")
+    if mode is None or mode == "generate":
+        return
+    if mode != "choices":
+        raise ValueError(
+            f"slm.decoding.mode={mode!r} is invalid: allowed generate, choices (docs/protocol.md)"
+        )
+    temperature = OmegaConf.select(cfg, "slm.decoding.temperature") or 0
+    if temperature > 0:
+        raise ValueError(
+            f"slm.decoding.mode=choices answers with the most likely action: it needs "
+            f"slm.decoding.temperature=0, got {temperature!r}"
+        )
+    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
+    if target.endswith("OpenAIConsultant") and not OmegaConf.select(
+        cfg, "slm.backend.prompt_logprobs"
+    ):
+        from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
+
+        raise ValueError(CHOICES_NEED_LOGPROBS)
 
 
 def _check_taus(cfg: DictConfig, task) -> None:

@@ -20,6 +20,9 @@ One JSON object per step, in (seed, step) order:
                         invalid) and whether it is optimal
     action, action_optimal
                         the action taken and whether it is optimal
+    consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
+                        each valid action's probability (action name -> float, over the valid
+                        actions), the consultant's own confidence beside PPO's entropy
     pos, dir            navigation: the agent's world (x, y) and direction (0 E, 1 S, 2 W, 3 N)
     rank, decision      HigherLower: the current card's rank (0 = ace ... 12 = king) and the
                         0-based index of the decision
@@ -79,6 +82,9 @@ def step_record(event: StepEvent) -> dict[str, Any]:
         "action": int(event.action),
         "action_optimal": _judge(int(event.action), optimal),
     }
+    scored = [a.choices for a in decision.answers if a.choices] if decision is not None else []
+    if scored:
+        record["consultant_probs"] = {k: _f32(v) for k, v in scored[-1].items()}
     sim = getattr(ep, "sim", None)  # MiniGrid
     if sim is not None:
         record["pos"] = [int(sim.agent_pos[0]), int(sim.agent_pos[1])]

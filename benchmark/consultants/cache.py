@@ -84,7 +84,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query, scores_choices
 
 DEFAULT_MAX_ENTRIES = 100_000
 SETTINGS = "settings.json"  # the cache's own configuration, shared by every process using it
@@ -130,6 +130,8 @@ SAMPLING_ONLY = ("top_p", "top_k", "seed")
 def decoding_key(decoding: Decoding) -> dict:
     """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
     data = dataclasses.asdict(decoding)
+    if data["mode"] == "generate":  # the default: keys made before the field existed still hit
+        data.pop("mode")
     if decoding.temperature == 0:
         for name in SAMPLING_ONLY:
             data.pop(name)
@@ -983,7 +985,7 @@ class CachedConsultant(Consultant):
         """Greedy queries: `hits` were answered without the backend (`Answer.cached`, as the
         episodes count them): from the store, or, `deduplicated` of them, as a copy of an
         identical query earlier in the same batch; `misses` were asked of the backend.
-        `bypassed` counts sampled (uncached) queries."""
+        `bypassed` counts sampled and choice-scored (uncached) queries."""
         return dict(
             hits=self._hits,
             misses=self._misses,
@@ -993,7 +995,14 @@ class CachedConsultant(Consultant):
 
     def answer(self, queries: list[Query]) -> list[Answer]:
         identity = self.inner.identity
-        keys = [cache_key(identity, q) if q.decoding.temperature == 0 else None for q in queries]
+        # sampled answers are never cached; nor are choice-scored ones, whose per-action
+        # probabilities the store has no place for (and which cost one forward pass anyway)
+        keys = [
+            cache_key(identity, q)
+            if q.decoding.temperature == 0 and not scores_choices(q)
+            else None
+            for q in queries
+        ]
         t0 = time.perf_counter()
         found = self.store.get_many(k for k in keys if k is not None)
         n_hits = sum(k in found for k in keys if k is not None)
