@@ -8,7 +8,8 @@ below exist once:
   `needs_policy = False`) uses no policy: what a cell does not use is not part of it.
 - The identity holds what determines the results: the resolved env, gate, eval, tuning (only
   when tau is tuned), seed and seed splits, the code versions, and the inputs by content: the
-  SHA-256 of the PPO checkpoint file and the weights identity of the consultant's model. Paths
+  PPO policy's weights and loading settings (policy.checkpoints.policy_digest) and the weights
+  identity of the consultant's model (every byte of a local model's weights). Paths
   never enter it, so a results root can move, and replaced weights are never mistaken for the
   old ones.
 - Execution settings (eval.mode, eval.torch_threads, device, progress bars) are not part of it:
@@ -25,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 # the hf backend's prefix KV reuse and lean decode loop give token-identical answers
 # (tests/test_prefix_cache.py, tests/test_choices.py);
@@ -37,7 +39,9 @@ BACKEND_EXECUTION_KEYS = (
     "url_file",
     "prompt_logprobs",
 )
-IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
+# 1: before paths left the identity and inputs entered it by content; 2: before the policy
+# entered by its weights (not the zip's bytes) and a local model by every byte of its weights
+IDENTITY_VERSION = 3
 # Keys added after IDENTITY_VERSION 2, at the value that reproduces what every cell computed
 # before they existed: at that value they stay out of the identity, so those cells keep their
 # hash (another value is a different cell). The protocols (conf/protocol) set them.
@@ -70,6 +74,13 @@ def tuning_key(identity: dict[str, Any]) -> str:
     return digest(key)
 
 
+def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
+    """The tuning config without the objective's keys, plus the objective and the parameters it
+    reads unless it is the default `reward` (so existing cells and studies keep their keys)."""
+    rest = {k: v for k, v in tuning.items() if k not in OBJECTIVE_KEYS}
+    return {**rest, **Objective.from_config(tuning).identity()}
+
+
 def code_versions(asks: bool) -> dict[str, int]:
     """The versions of the code that shape a cell's results (see each constant's comment)."""
     from benchmark.evaluate import EVALUATION_VERSION
@@ -89,6 +100,7 @@ class CellSpec:
     config: dict[str, Any]  # the resolved config parts the cell uses (paths included)
     gate: GateSettings
     inputs: dict[str, Any] = field(default_factory=dict)  # content digests, once known
+    version: int = IDENTITY_VERSION  # an older one only to find cells to migrate (migrate.py)
 
     # ------------------------------------------------------------------------- construction
     @classmethod
@@ -104,6 +116,12 @@ class CellSpec:
         if gate.tunes_tau:
             keys.append("tuning")
         config = {k: data[k] for k in keys if k in data}
+        if "tau" in config["gate"] and "tau" not in gate.args:  # a sweep's tau grid
+            # (+experiment=gates) means nothing to never, always or random: one cell each
+            config["gate"] = {k: v for k, v in config["gate"].items() if k != "tau"}
+        objective = Objective.from_config(data.get("tuning") or {}).identity()
+        if gate.matches_ir and objective:  # p=match spends the IR of that objective's entropy cell
+            config["gate"] = {**config["gate"], "match_objective": objective}
         return cls(config=config, gate=gate)
 
     def with_inputs(self, **inputs: Any) -> CellSpec:
@@ -130,7 +148,7 @@ class CellSpec:
         and the key of the study that supplies a tuned tau (its own, or a shared one's)."""
         needed = set()
         if self.uses_policy:
-            needed.add("checkpoint_sha256")
+            needed.add("policy_weights" if self.version >= 3 else "checkpoint_sha256")
         if self.uses_consultant:
             needed.add("model")
         if self.tunes_tau:
@@ -151,7 +169,10 @@ class CellSpec:
         if "prompt" in out and not _shows_planner_hint(self.config):
             out["prompt"] = _drop(out["prompt"], ("planner_hint",))
         if "policy" in out:  # the weights by content; the recipe that made them is in them
-            out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
+            if self.version >= 3:  # the tensors and what loads them (policy_digest)
+                out["policy"] = {"weights": self.inputs["policy_weights"]}
+            else:
+                out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
         if "slm" in out:
             backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
@@ -163,9 +184,9 @@ class CellSpec:
                 if isinstance(out.get(part), dict) and key in out[part]:
                     out[part] = {**out[part], key: without_default_mode(out[part][key])}
         if "tuning" in out:
-            out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
+            out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
-            "identity_version": IDENTITY_VERSION,
+            "identity_version": self.version,
             "code": code_versions(self.uses_consultant),
             **out,
         }
@@ -175,7 +196,9 @@ class CellSpec:
         return digest(self.identity)
 
     def dir(self, root: str | Path) -> Path:
-        return Path(root) / "cells" / self.hash
+        from benchmark.store import Store
+
+        return Store(root).cell_dir(self.hash)
 
     def tuning_key(self) -> str:
         """The key of the study this cell's own config would run (the study a shared-scope cell
@@ -183,8 +206,14 @@ class CellSpec:
         return tuning_key(self.with_inputs(tau_study=None).identity)
 
     def record(self) -> dict[str, Any]:
-        """cell.json: the name, the identity (what the hash is of) and the config as asked."""
-        return {"name": self.name, "identity": self.identity, "config": self.config}
+        """cell.json: the name, the identity (what the hash is of), the config as asked and the
+        inputs found (the checkpoint file's SHA-256 beside its weights' digest)."""
+        return {
+            "name": self.name,
+            "identity": self.identity,
+            "config": self.config,
+            "inputs": self.inputs,
+        }
 
     # ------------------------------------------------------------------------- labels
     @property

@@ -117,6 +117,13 @@ PRESETS: dict[str, Question | None] = {
         "success, IR and invalid answers.",
         metrics=("reward", "metric", "ir", "invalid_rate"),
     ),
+    "brace": Question(
+        "Agent-BRACE: frozen against fine-tuned belief",
+        "Agent-BRACE: raw history against belief prompting (observed claims, ground-truth "
+        "teacher), untrained base against fine-tuned, SLM-only and inside the ASK gate: reward, "
+        "success, IR and invalid answers.",
+        metrics=("reward", "metric", "ir", "invalid_rate"),
+    ),
     "hint_ablation": Question(
         "Policy-hint ablation",
         "Policy-hint ablation: ASK+ with the PPO suggestion in the prompt against without it "

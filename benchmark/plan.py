@@ -1,8 +1,8 @@
 """`python -m benchmark.plan +experiment=<preset> [overrides] [--json] [--queries-per-s Q]
 [--tokens-per-s T] [--bench FILE]`: a sweep's cells, their status in the results root, and the
-work (and time) the cells that are not complete still need. Nothing is computed or trained; the
-only files it may write are the tiny model (built in seconds when its identity is first needed,
-as a job would).
+work (and time) the cells that are not complete still need. Nothing is computed, trained or
+built: a model made on first use (the tiny model, a fine-tuned one) that is not there yet is
+shown as "model not built yet" (the job builds it, then names the cell by its weights).
 
 The sweep is expanded as the report expands it (`benchmark.config.sweep_jobs`: the
 preset's sweeper params, then the command line's overrides, product in Hydra's job order); each
@@ -14,7 +14,8 @@ Status (`<paths.root>/cells/<hash>/`, the hash from `build.prepare` + `build.loc
   or a complete v1 cell that a job would adopt as this one (`benchmark.migrate`);
 - failed: error.json (its first line shown); a rerun computes it again;
 - pending: not computed yet ("policy not trained" when its PPO checkpoint does not exist yet,
-  so its hash is not known); a cell stored under the same config but another hash is flagged
+  "model not built yet" when its consultant's model does not: its hash is not known yet); a
+  cell stored under the same config but another hash is flagged
   "inputs changed since <old hash>" (the checkpoint or model weights were replaced, or the code
   versions changed), because the old results will not be reused;
 - invalid: the config fails validation (the job would fail before any work).
@@ -55,6 +56,8 @@ from omegaconf import DictConfig, OmegaConf
 import benchmark  # noqa: F401 - registers the config resolvers
 from benchmark import results
 from benchmark.config import session, sweep_jobs
+from benchmark.store import Store
+from benchmark.store import StoredCell as Stored
 
 log = logging.getLogger(__name__)
 REFERENCE_SLMS = ("tiny", "oracle")  # preferred first: the tiny model reports token counts
@@ -64,6 +67,7 @@ NON_LM_BACKENDS = (
 )
 THINK_CLOSE_BYTES = len(b"</think>\n\n")  # closing an open thinking block: at most one token a byte
 COMPLETE, FAILED, PENDING, INVALID = "complete", "failed", "pending", "invalid"
+NOT_BUILT = "model not built yet"
 
 
 # ----------------------------------------------------------------------------- data
@@ -137,7 +141,11 @@ class Plan:
         projected = [c.projected_s for c in todo if c.projected_s is not None]
         return {
             **{s: self.count(s) for s in (COMPLETE, FAILED, PENDING, INVALID)},
-            "policy_not_trained": sum(c.hash is None and c.status == PENDING for c in self.cells),
+            "policy_not_trained": sum(
+                c.hash is None and c.status == PENDING and not c.note.startswith(NOT_BUILT)
+                for c in self.cells
+            ),
+            "model_not_built": sum(c.note.startswith(NOT_BUILT) for c in self.cells),
             "inputs_changed": sum(c.changed_from is not None for c in self.cells),
             **{
                 k: total(k)
@@ -229,15 +237,24 @@ def plan_cell(
     )
     reference, trials_todo = None, int(cfg.tuning.n_trials) if spec.tunes_tau else 0
     if located is None:
-        cell.note = _untrained_note(cfg, splits, spec.uses_policy and checkpoint is None)
+        untrained = spec.uses_policy and checkpoint is None
+        missing = None if untrained else spec.uses_consultant and _model_not_built(cfg)
+        cell.note = missing or _untrained_note(cfg, splits, untrained)
         key = "config:" + digest(spec.config)
+        # a cell known but for its model's content is measured like the others (its hash
+        # waits for the job to build the model)
+        provisional = locate_inputs(spec, cfg, checkpoint, unbuilt="not built") if missing else None
+        if provisional is not None:
+            reference = find_reference(provisional, stored) if spec.uses_policy else None
+            if spec.tunes_tau:
+                trials_todo = _trials_todo(cfg, task, provisional, studies)
     else:
         key = located.hash
         cell_dir = located.dir(root)
         error = results.read_json(cell_dir / "error.json")
         if results.complete_cell(cell_dir) is not None:
             cell.status = COMPLETE
-        elif (legacy := _legacy(located, cfg)) is not None:
+        elif (legacy := _legacy(located, cfg, checkpoint)) is not None:
             cell.status, cell.note = COMPLETE, legacy
         elif isinstance(error, dict):
             cell.status, cell.note = FAILED, _first_line(error)
@@ -253,16 +270,19 @@ def plan_cell(
         # the consultant alone decides how long an episode lasts: no reference, the bound
         reference = find_reference(located, stored) if spec.uses_policy else None
         if spec.tunes_tau:
-            study = str(located.inputs["tau_study"])
-            if study in studies:
-                trials_todo = 0  # counted with the first cell that needs it
-            else:
-                studies.add(study)
-                trials_todo = trials_missing(
-                    root / "tuning" / study, int(cfg.tuning.n_trials), task.max_reward
-                )
+            trials_todo = _trials_todo(cfg, task, located, studies)
     cell.work = cell_work(cfg, task, spec, trials_todo, reference)
     return key, cell
+
+
+def _trials_todo(cfg: DictConfig, task: Any, located: Any, studies: set[str]) -> int:
+    """The trials the cell's study still needs; 0 when another cell of the plan counted them."""
+    study = str(located.inputs["tau_study"])
+    if study in studies:
+        return 0  # counted with the first cell that needs it
+    studies.add(study)
+    study_dir = Store.of(cfg.paths).study_dir(study)
+    return trials_missing(study_dir, int(cfg.tuning.n_trials), task.max_reward)
 
 
 def _invalid(number: int, job: list[str], name: str, exc: BaseException) -> CellPlan:
@@ -307,14 +327,37 @@ def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
     return f"policy not trained (no checkpoint {name} in {ckpt_dir.name})"
 
 
-def _legacy(spec: Any, cfg: DictConfig) -> str | None:
-    """A complete v1 cell a job would adopt (benchmark.migrate), read-only."""
-    from benchmark.cell import digest
-    from benchmark.migrate import _changed_inputs, v1_cell_config
+def _model_not_built(cfg: DictConfig) -> str | None:
+    """'model not built yet (...)' when the cell's consultant is made on first use (the tiny
+    model, a fine-tuned one) and is not there: its identity waits for the job to build it."""
+    from benchmark.build import model_identity
+    from benchmark.consultants.errors import ModelNotBuilt
 
-    old_dir = Path(str(cfg.paths.root)) / "cells" / digest(v1_cell_config(cfg))
-    if old_dir == spec.dir(cfg.paths.root) or spec.dir(cfg.paths.root).exists():
+    try:
+        model_identity(cfg.slm)
+    except ModelNotBuilt as exc:
+        return f"{NOT_BUILT}: {exc}"
+    return None
+
+
+def _legacy(spec: Any, cfg: DictConfig, checkpoint: Path | None) -> str | None:
+    """A complete cell of an older identity a job would adopt (benchmark.migrate), read-only."""
+    from benchmark.build import locate_inputs
+    from benchmark.cell import digest
+    from benchmark.migrate import _changed_inputs, _model_changed, v1_cell_config
+
+    store = Store.of(cfg.paths)
+    if spec.dir(cfg.paths.root).exists():
         return None
+    try:
+        v2 = locate_inputs(spec, cfg, checkpoint, legacy=True)
+    except Exception:  # noqa: BLE001 - no old identity: nothing to adopt
+        v2 = None
+    if v2 is not None and v2.hash != spec.hash:
+        old_dir = store.cell_dir(v2.hash)
+        if results.complete_cell(old_dir) is not None and not _model_changed(cfg, old_dir):
+            return f"v2 cell {old_dir.name}, adopted as this one when the sweep runs"
+    old_dir = store.cell_dir(digest(v1_cell_config(cfg)))
     done = results.complete_cell(old_dir)
     if done is None or _changed_inputs(spec, cfg, old_dir, done[0]):
         return None
@@ -322,40 +365,8 @@ def _legacy(spec: Any, cfg: DictConfig) -> str | None:
 
 
 # ----------------------------------------------------------------------------- stored cells
-@dataclass
-class Stored:
-    """A cell directory under <root>/cells: its record (cell.json, else error.json's config)."""
-
-    hash: str
-    dir: Path
-    identity: dict | None
-    config: dict | None
-    complete: bool
-    mtime: float
-
-
 def stored_cells(root: Path) -> list[Stored]:
-    out = []
-    for d in sorted((Path(root) / "cells").glob("*/")):
-        record = results.read_json(d / "cell.json")
-        error = results.read_json(d / "error.json")
-        record = record if isinstance(record, dict) else {}
-        error = error if isinstance(error, dict) else {}
-        config = record.get("config") or error.get("config")
-        if config is None and not record:
-            continue
-        src = d / "cell.json" if (d / "cell.json").exists() else d / "error.json"
-        out.append(
-            Stored(
-                hash=d.name,
-                dir=d,
-                identity=record.get("identity"),
-                config=config,
-                complete=results.complete_cell(d) is not None,
-                mtime=src.stat().st_mtime if src.exists() else 0.0,
-            )
-        )
-    return out
+    return Store(root).cells()
 
 
 IDENTITY_PARTS = {
@@ -643,7 +654,8 @@ def format_plan(plan: Plan) -> str:
     lines.append("")
     lines.append(
         f"cells: {t[COMPLETE]} complete, {t[FAILED]} failed, {t[PENDING]} pending"
-        f" ({t['policy_not_trained']} policy not trained, {t['inputs_changed']} inputs changed),"
+        f" ({t['policy_not_trained']} policy not trained, {t['model_not_built']} model not built,"
+        f" {t['inputs_changed']} inputs changed),"
         f" {t[INVALID]} invalid"
     )
     prompt = (

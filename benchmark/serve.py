@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmark.config import option_file, options
 from benchmark.consultants.errors import ConsultantError
+from benchmark.store import write_text_atomic
 
 ENGINES = ("transformers", "vllm")
 HUB_TIMEOUT = 10.0  # seconds to learn whether the hub can serve a model that is not local
@@ -219,10 +220,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
 
 def write_url_file(path: Path, url: str) -> None:
     """Atomically: a cell never reads half a URL."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(url + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, url + "\n")
 
 
 def remove_url_file(path: Path, url: str) -> None:

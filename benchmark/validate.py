@@ -10,11 +10,12 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
-from benchmark.gates import P_MATCH, TAU_AUTO
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
 from benchmark.prompts.navfeatures import PLANNER_HINTS
 from benchmark.seeds import Splits
+from benchmark.tuning import Objective
 
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
@@ -71,6 +72,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     clip = cfg.tuning.get("clip_tau", True)
     if not isinstance(clip, bool):
         raise ValueError(f"tuning.clip_tau={clip!r} is invalid: allowed true or false")
+    Objective.from_config(cfg.tuning)  # tuning.objective and the parameters it reads
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
@@ -84,6 +86,23 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             "spread, so the gate could never fire; allowed an integer >= 2"
         )
     _check_taus(cfg, task)
+    features = gate.get("features")
+    if features is not None:
+        bad = (
+            [f for f in features if f not in FEATURES]
+            if not isinstance(features, str)
+            else [features]
+        )
+        if bad or not features:
+            raise ValueError(
+                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
+                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
+            )
+    n_train = gate.get("train_episodes")
+    if n_train is not None and (
+        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
+    ):
+        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
     p = gate.get("p")
     if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
         raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")

@@ -25,9 +25,12 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "ceiling": (3 * 5, 3 * 5),
     "feedback": (3 * 10 * 2, 3 * 10),  # envs x strategies x {qwen2.5-1.5b, llama3.1-8b}
     "belief": (3 * 2, 3 * 2),
+    "brace": (2 * 3 * 2 * 2, 2 * 3 * 2),  # envs x {stateful, belief, brace} x {base, SFT} x gates
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
-    "demo": (3 * 3, 3),
+    "demo": (3 * 3 * 4, 3 * 4),  # {never, entropy, always} x consultants x (auto + 3 taus)
+    # envs x {oracle, dice} x {never, always, entropy, epistemic, learned, random} x (10 taus + auto)
+    "gates": (3 * 2 * 6 * 11, 3 * 6 * 11),
 }
 
 
@@ -49,7 +52,7 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
 
 
 # the presets with the most cells compose for a while: they run with the slow tests
-BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples"}
+BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples", "gates"}
 
 
 @pytest.mark.parametrize(

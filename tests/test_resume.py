@@ -162,7 +162,7 @@ def test_resume_interval_is_no_part_of_any_identity(tmp_path):
     assert config_hash(job_cfg(tmp_path, resume_every_steps=7)) == config_hash(job_cfg(tmp_path))
     specs = [
         CellSpec.from_config(compose_cfg(tmp_path, "gate=never", *extra)).with_inputs(
-            checkpoint_sha256="0" * 64
+            policy_weights="0" * 64
         )
         for extra in ([], ["policy.resume_every_steps=7"])
     ]
@@ -261,6 +261,6 @@ def test_preempted_submitit_job_requeues_and_resumes(tmp_path, monkeypatch):
     assert "this job is preempted" in log and "Requeued job" in log, log[-3000:]
     assert "resuming PPO training at 1024 steps" in log, log[-3000:]
     assert not resume.state_path(Path(d)).exists()
-    assert not list(Path(d).parent.glob(".*.train-*"))  # the stopped run's directory is gone
+    assert not list(Path(d).parent.glob(".*.work-*"))  # the stopped run's directory is gone
     a, _ = ensure_dir(job_cfg(tmp_path / "a", **policy))
     _same_checkpoints(a, Path(d))

@@ -74,7 +74,7 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
 
     from benchmark.bench.common import compose
     from benchmark.bench.cpu import FULL, QUICK, SECTIONS, CpuBench, sizes_dict
-    from benchmark.job import provenance
+    from benchmark.results import provenance
 
     if args.threads < 1:
         raise SystemExit(f"--threads={args.threads} must be >= 1")

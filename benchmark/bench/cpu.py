@@ -26,6 +26,7 @@ import torch
 
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
 from benchmark.consultants.cache import cache_cap
+from benchmark.store import Store
 
 SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
 TARGETS = {
@@ -678,7 +679,7 @@ class CpuBench:
         s = "memory"
         data: dict[str, Any] = {
             "peak_rss_bytes": peak,
-            "cache_max_entries": cache_cap(Path(str(cfg.paths.cache)) / "responses"),
+            "cache_max_entries": cache_cap(Store.of(cfg.paths).responses_dir()),
         }
         if self.eval_rss is not None:
             data["eval_lockstep_rss_bytes"] = self.eval_rss

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
@@ -28,20 +27,25 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     from omegaconf import OmegaConf
 
     from benchmark.consultants.cache import LEGACY_NAME, SETTINGS, CachedConsultant
+    from benchmark.store import Store
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
         slm_cfg = OmegaConf.create(dict(slm_cfg))
     if "backend" not in slm_cfg:
         raise ConsultantError(f"slm config {slm_cfg.get('name', '?')!r} has no `backend` entry")
-    backend = instantiate(slm_cfg.backend, _convert_="all")
+    extra = {}
+    digests = Store.of(paths_cfg).digests_dir() if paths_cfg is not None else None
+    if digests and getattr(_target_class(slm_cfg.backend), "uses_digests", False):
+        extra["digests"] = str(digests)  # a local model is hashed once, not on every job
+    backend = instantiate(slm_cfg.backend, _convert_="all", **extra)
     if not isinstance(backend, Consultant):
         raise ConsultantError(
             f"slm.backend._target_={slm_cfg.backend.get('_target_')!r} built a "
             f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
-        cache = Path(str(paths_cfg.cache))
-        cached = CachedConsultant(backend, cache / "responses", legacy=cache / LEGACY_NAME)
+        store = Store.of(paths_cfg)
+        cached = CachedConsultant(backend, store.responses_dir(), legacy=store.cache / LEGACY_NAME)
         asked = slm_cfg.get("cache_max_entries")
         if asked is not None and asked != cached.store.max_entries:
             log.warning(
@@ -57,3 +61,13 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
             )
         return cached
     return backend
+
+
+def _target_class(backend_cfg: Any) -> type | None:
+    """The backend's class, None when `_target_` names none (instantiate then says why)."""
+    from hydra.utils import get_class
+
+    try:
+        return get_class(str(backend_cfg.get("_target_")))
+    except Exception:  # noqa: BLE001 - reported by instantiate with its own message
+        return None

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
@@ -165,7 +166,20 @@ class Consultant(abc.ABC):
     def weights_identity(cls, **backend_args: object) -> str | None:
         """The identity of the weights a backend config names, found without loading them (a
         cell's identity must follow the model's content, not where it lies). None when the
-        config itself says it all (dice, oracle, a server's URL and model)."""
+        config itself says it all (dice, oracle, a server's URL and model). Never builds,
+        trains or downloads: a model made on first use that is not there yet raises
+        `ModelNotBuilt` (the job calls `make_weights` first)."""
+        return None
+
+    @classmethod  # noqa: B027 - an optional hook
+    def make_weights(cls, **backend_args: object) -> None:
+        """Make the weights a backend config names when they are made on first use (the tiny
+        model, a fine-tuned one); nothing for the others."""
+
+    @classmethod
+    def local_dir(cls, **backend_args: object) -> Path | None:
+        """The local directory of the weights a backend config names, None when there is none
+        (a hub model, a server, the dice); a model not made yet has none either."""
         return None
 
     @property

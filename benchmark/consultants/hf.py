@@ -180,8 +180,10 @@ class HFConsultant(Consultant):
         num_threads: int | None = None,
         prefix_cache: int = 8,  # DEFAULT_PREFIX_CACHE
         lean_max_new_tokens: int = 16,  # DEFAULT_LEAN_MAX_NEW_TOKENS
+        digests: str | None = None,
     ) -> None:
-        """`num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
+        """`digests`: the results store's digest cache (benchmark.store; make_consultant passes
+        it), so a multi-GB local model is not hashed again on every job. `num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
         small shared CPU one thread is several times faster than OpenMP threads that contend
         with other processes for the same cores. `prefix_cache`: how many prompt prefixes'
         key/value caches to keep (LRU; 0 = no prefix reuse; module docstring)."""
@@ -203,7 +205,7 @@ class HFConsultant(Consultant):
         self.lean_max_new_tokens = int(lean_max_new_tokens)
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
-        source, local_only, self._identity = _resolve_source(model, path, revision)
+        source, local_only, self._identity = _resolve_source(model, path, revision, digests)
         cuda = torch.cuda.is_available()
         if dtype == "auto":  # the weights' own dtype on GPU; bf16/fp16 matmuls crawl on CPU
             torch_dtype: Any = "auto" if cuda else torch.float32
@@ -226,15 +228,25 @@ class HFConsultant(Consultant):
         self.model.eval()
         self._setup_tokens()
 
+    uses_digests = True  # make_consultant passes the results store's digest cache
+
+    @classmethod
+    def local_dir(cls, path: str | None = None, **_: object) -> Path | None:
+        p = Path(os.path.expanduser(str(path))) if path else None
+        return p if p is not None and p.is_dir() else None
+
     @classmethod
     def weights_identity(
         cls,
         model: str | None = None,
         path: str | None = None,
         revision: str | None = None,
+        digests: str | None = None,
+        legacy: bool = False,
         **_: object,
     ) -> str | None:
-        return _resolve_source(model, path, revision)[2]
+        """`legacy`: the identity cells of IDENTITY_VERSION 2 recorded (benchmark.migrate)."""
+        return _resolve_source(model, path, revision, digests, legacy)[2]
 
     # ----------------------------------------------------------------------------- setup
     def _setup_tokens(self) -> None:
@@ -929,7 +941,11 @@ def _thinking_count(ids: list[int], was_open: bool, start: int | None, end: int 
 
 
 def _resolve_source(
-    model: str | None, path: str | None, revision: str | None
+    model: str | None,
+    path: str | None,
+    revision: str | None,
+    digests: str | None = None,
+    legacy: bool = False,
 ) -> tuple[str, bool, str]:
     """(what to pass to from_pretrained, local_files_only, identity)."""
     if path is not None:
@@ -941,7 +957,8 @@ def _resolve_source(
             )
         if not (p / "config.json").is_file():
             raise ConsultantError(f"slm.backend.path={str(path)!r} has no config.json")
-        return str(p), True, "hf-local:" + local_fingerprint(p)
+        fingerprint = legacy_fingerprint(p) if legacy else local_fingerprint(p, digests)
+        return str(p), True, "hf-local:" + fingerprint
     if not model:
         raise ConsultantError("the hf backend needs slm.backend.model (hub id) or slm.backend.path")
     from huggingface_hub import try_to_load_from_cache
@@ -965,17 +982,56 @@ def _offline_hint(model: str | None, cause: object) -> str:
     )
 
 
-def local_fingerprint(directory: Path) -> str:
-    """Hash of a local model: small config/tokenizer files in full, and for each weight file
-    its size plus its first and last MB. Fast on multi-GB weights, stable across copies."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+CONFIG_SUFFIXES = (".json", ".jinja", ".txt", ".model")
+# files beside the weights that never change an output: fine-tuning's record (its timings and
+# held-out measurement) and the Trainer's own logs
+NOT_MODEL_FILES = frozenset({"finetune.json", "trainer_state.json", "training_args.bin"})
+WHOLE_ABOVE = 2 * _MB  # a file this small is covered whole by its first and last MB
+
+
+def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None) -> str:
+    """Hash of the bytes that determine a local model's outputs: every weight file whole, the
+    config, generation config, tokenizer and chat template; never logs or statistics
+    (NOT_MODEL_FILES). A weight file of at most 2 MB enters by its size and its first and last
+    MB, which is every byte of it (so the identities of the tiny models are those of earlier
+    releases); a larger one by the SHA-256 of its whole content, cached in the results store
+    (`digests`) by (path, size, mtime_ns, inode): read once, not on every job."""
+    from benchmark.store import cached_digest
+
+    h = hashlib.sha256()
+    for f in sorted(directory.iterdir()):
+        if not f.is_file() or f.name in NOT_MODEL_FILES:
+            continue
+        size = f.stat().st_size
+        if f.suffix in CONFIG_SUFFIXES and size < 64 * _MB:
+            h.update(json.dumps([f.name, size]).encode())
+            h.update(f.read_bytes())
+        elif f.suffix in WEIGHT_SUFFIXES:
+            h.update(json.dumps([f.name, size]).encode())
+            if size <= WHOLE_ABOVE:
+                with f.open("rb") as fh:
+                    h.update(fh.read(_MB))
+                    fh.seek(max(0, size - _MB))
+                    h.update(fh.read(_MB))
+            else:
+                h.update(b"sha256:" + cached_digest(f, digests).encode())
+    return h.hexdigest()[:16]
+
+
+def legacy_fingerprint(directory: Path) -> str:
+    """The fingerprint of IDENTITY_VERSION 2 (every config-like file, finetune.json included,
+    and of each weight file only its size and first and last MB), for the migration of cells
+    named by it (benchmark.migrate). Not an identity: a change in the middle of a large weight
+    file goes unseen."""
     h = hashlib.sha256()
     for f in sorted(directory.iterdir()):
         if not f.is_file():
             continue
-        if f.suffix in (".json", ".jinja", ".txt", ".model") and f.stat().st_size < 64 * _MB:
+        if f.suffix in CONFIG_SUFFIXES and f.stat().st_size < 64 * _MB:
             h.update(json.dumps([f.name, f.stat().st_size]).encode())
             h.update(f.read_bytes())
-        elif f.suffix in (".safetensors", ".bin", ".gguf"):
+        elif f.suffix in WEIGHT_SUFFIXES:
             size = f.stat().st_size
             h.update(json.dumps([f.name, size]).encode())
             with f.open("rb") as fh:

@@ -43,6 +43,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
+from benchmark.gates import NeverGate
 from benchmark.policy.checkpoints import (
     MARKER,
     CheckpointError,
@@ -55,6 +56,7 @@ from benchmark.policy.names import order
 from benchmark.policy.provenance import system_info
 from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.store import Store, replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,6 @@ FIRST_FORMAT = "ask-benchmark-policies/1"  # still loaded: its zips are verified
 INDEX = "bundle.json"
 CARD = "README.md"
 SYSTEM = "system.json"  # written beside the zips at training time (checkpoints.ensure_dir)
-NEVER_GATE = "benchmark.gates.NeverGate"
 # a cell's summary fields copied into results.json (those present)
 RESULT_FIELDS = tuple(
     f"{m}_{s}"
@@ -88,25 +89,22 @@ def policy_name(config: dict[str, Any], ckpt_dir: Path) -> str:
 
 
 def evaluations(root: Path | None, sha256s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-    """Per checkpoint name, the complete PPO-only cells under `root/cells` that evaluated it (by
+    """Per checkpoint name, the complete PPO-only cells of the results root that evaluated it (by
     the checkpoint file's SHA-256), test split first, then larger first."""
     found: dict[str, list[dict[str, Any]]] = {}
-    if root is None or not (Path(root) / "cells").is_dir():
+    if root is None:
         return found
     by_sha = {sha: name for name, sha in sha256s.items()}
-    for cell_json in sorted((Path(root) / "cells").glob("*/cell.json")):
-        identity = (results.read_json(cell_json) or {}).get("identity", {})
-        sha = (identity.get("policy") or {}).get("checkpoint_sha256")
-        if sha not in by_sha or (identity.get("gate") or {}).get("_target_") != NEVER_GATE:
+    for cell in Store(root).cells():
+        sha = cell.checkpoint_sha256
+        if sha not in by_sha or cell.gate_class is not NeverGate or (done := cell.read()) is None:
             continue
-        done = results.complete_cell(cell_json.parent)
-        if done is None:
-            continue
+        identity = cell.identity or {}
         summary, episodes = done
         rewards = [float(e["reward"]) for e in episodes]
         found.setdefault(by_sha[sha], []).append(
             {
-                "cell_hash": cell_json.parent.name,
+                "cell_hash": cell.hash,
                 "cell": summary.get("cell"),
                 "env": summary.get("env"),
                 "metric": summary.get("metric"),
@@ -167,32 +165,30 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
     config["config_hash"] = src.name.rsplit("-", 1)[-1]
     config["checkpoint_dir"] = src.name
     name = policy_name(config, src)
-    dest = out / name
-    tmp = out / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     names = sorted(sha256s, key=order)
     metas = {}
-    for ckpt in names:
-        shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
-        if (src / f"{ckpt}.json").is_file():
-            shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
-            metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
-    if (src / "curve.csv").is_file():
-        shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
+    headline = _headline(selected, names)
     system = results.read_json(src / SYSTEM) or {
         "unknown": "trained before checkpoint directories recorded their machine and versions"
     }
-    headline = _headline(selected, names)
     evals = evaluations(root, sha256s)
-    results.write_json(tmp / "config.json", config)
-    results.write_json(tmp / SYSTEM, system)
-    results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
-    files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != ".zip"}
-    # last: marks it complete
-    results.write_json(tmp / MARKER, {"checkpoints": sha256s, "files": files})
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
+
+    def fill(tmp: Path) -> None:
+        for ckpt in names:
+            shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
+            if (src / f"{ckpt}.json").is_file():
+                shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
+                metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
+        if (src / "curve.csv").is_file():
+            shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
+        results.write_json(tmp / "config.json", config)
+        results.write_json(tmp / SYSTEM, system)
+        results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != ".zip"}
+        # last: marks it complete
+        results.write_json(tmp / MARKER, {"checkpoints": sha256s, "files": files})
+
+    replace_dir(out / name, fill)
     return {
         "name": name,
         "env": config["env"]["name"],
@@ -555,11 +551,8 @@ def from_sweep(sweep_dir: Path) -> tuple[list[Selected], list[str]]:
 
 
 def root_of(path: Path) -> Path | None:
-    """The results root above a sweep dir (the first ancestor with cells/ or checkpoints/)."""
-    for parent in Path(path).resolve().parents:
-        if (parent / "cells").is_dir() or (parent / "checkpoints").is_dir():
-            return parent
-    return None
+    """The results root above a sweep dir (benchmark.store)."""
+    return Store.root_of(path)
 
 
 class ExportOnMultirunEnd(Callback):

@@ -251,7 +251,9 @@ def qwen_counter():
 @lru_cache(maxsize=1)
 def tiny_counter():
     """Token counter with the locally built tiny model's tokenizer, or None if not built."""
-    dirs = sorted((ROOT / "outputs" / "models").glob("tiny*/tokenizer*.json"))
+    from benchmark.store import Store
+
+    dirs = sorted(Store(ROOT / "outputs").models.glob("tiny*/tokenizer*.json"))
     if not dirs:
         return None
     from transformers import AutoTokenizer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import analysis
+from benchmark.report import aggregate, analysis, frontier
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
@@ -53,8 +53,18 @@ TABLES = (
     "failures",
     "details",
     analysis.TABLE,
+    frontier.TABLE,
+    aggregate.TABLE,
 )
-PLOTS = ("reward_vs_ir", "tau", "checkpoints", "trials", "learning_curves", *analysis.PLOTS)
+PLOTS = (
+    "reward_vs_ir",
+    "tau",
+    "checkpoints",
+    "trials",
+    "learning_curves",
+    *analysis.PLOTS,
+    frontier.PLOT,
+)
 OUTPUTS = (
     ["report.md", "report.tex", "cells.csv"]
     + [f"{t}.{ext}" for t in TABLES for ext in ("csv", "tex")]
@@ -69,6 +79,8 @@ SECTIONS = {
     "failures": "Failed and missing cells",  # the table's own title
     "details": "Thresholds and cost",
     analysis.TABLE: "Gate quality against the expert",
+    frontier.TABLE: "Reward-IR frontier",
+    aggregate.TABLE: "Aggregate over envs and training seeds",
 }
 
 
@@ -94,6 +106,8 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         failures_table(sweep),
         details_table(sweep, lay),
         analysis.gate_quality_table(sweep, steps),
+        frontier.frontier_table(sweep),
+        aggregate.aggregate_table(sweep),
     ):
         if table is not None and table.rows:
             if report.protocol:  # every caption names the protocol (and keys cells override)
@@ -106,6 +120,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         lambda: figures.trials_plot(sweep, lay, out),
         lambda: figures.learning_curves_plot(runs, out),
         lambda: analysis.roc_plot(sweep, steps, out),
+        lambda: frontier.frontier_plot(sweep, out),
     ):
         path = draw()
         if path is not None:
