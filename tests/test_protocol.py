@@ -249,7 +249,9 @@ def test_prompt_shows_the_hint_line_only_when_there_is_one():
 
 
 def _spec(cfg) -> CellSpec:
-    return CellSpec.from_config(cfg).with_inputs(checkpoint_sha256="c" * 64, model="m")
+    return CellSpec.from_config(cfg).with_inputs(
+        checkpoint_sha256="c" * 64, policy_weights="w", model="m"
+    )
 
 
 @pytest.mark.parametrize("env", ["fourrooms", "higherlower"])
