@@ -150,6 +150,14 @@ PRESETS: dict[str, Question | None] = {
         "ASK with the oracle, at the IR the gate spends.",
         metrics=("reward", "metric", "ir"),
     ),
+    "gates": Question(
+        "Gates by what a query costs",
+        "Every gate (entropy, epistemic, learned, IR-matched random; never and always as the "
+        "ends) with the oracle and the dice over a tau grid: reward against IR per env, the "
+        "reward-IR frontier and the tuned points; the frontier area and the gate precision and "
+        "recall at fixed IR budgets are in the local report.",
+        metrics=("reward", "metric", "ir", "or"),
+    ),
     "train": None,  # trains checkpoints only: no evaluation to compare
     "demo": None,  # a walkthrough at toy size: its report is the view
     "smoke": None,  # the machinery at toy size: nothing to compare
