@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 PPO_COLOR = "#9e9e9e"  # the PPO-only bars: the reference the other methods are read against
 METHOD_GROUPS = ("method", "gate", "slm", "prompt")  # what the `method` label is made of
+OWN_GROUP_KEYS = ("prompt.planner_hint",)  # swept keys the `method` label does not show
 AXES = {"gate.tau": "tau", "gate.mc_samples": "mc_samples"}  # config key -> its summary key
 AXIS_TITLES = {"gate.tau": "τ (entropy threshold, bits)", "gate.mc_samples": "N (MC passes)"}
 PUBLISH_TIMEOUT = 120.0  # seconds --publish waits for W&B before giving up (the file stays)
@@ -221,7 +222,7 @@ def compose_preset(preset: str, overrides: list[str] | tuple[str, ...] = ()) -> 
 def group_key(override_key: str) -> str:
     """The W&B config key a swept override key is grouped by."""
     key = override_key.lstrip("+~")
-    if key.split(".")[0] in METHOD_GROUPS and key not in AXES:
+    if key.split(".")[0] in METHOD_GROUPS and key not in AXES and key not in OWN_GROUP_KEYS:
         return "method"
     return key if "." in key else f"{key}.name"
 
