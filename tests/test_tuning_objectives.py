@@ -145,12 +145,22 @@ def test_only_a_non_default_objective_enters_the_identity(tmp_path, monkeypatch)
     """Cells and studies of the default objective keep the keys they had before objectives
     existed; another objective (or its parameter) makes another study and cell."""
     import benchmark.build as build_mod
+    import benchmark.policy.checkpoints as checkpoints_mod
 
-    monkeypatch.setattr(build_mod, "file_sha256", lambda path: "0" * 64)
+    # a stand-in checkpoint: the identity reads its digests only
+    monkeypatch.setattr(build_mod, "cached_digest", lambda path, digests=None: "0" * 64)
+    monkeypatch.setattr(checkpoints_mod, "policy_digest", lambda path, digests=None: "1" * 64)
     ckpt = tmp_path / "ppo.zip"
 
     def spec(*overrides):
-        cfg = compose_cfg(tmp_path, "env=empty5x5_random", "gate=entropy", "slm=oracle", *overrides)
+        cfg = compose_cfg(
+            tmp_path,
+            "env=empty5x5_random",
+            "gate=entropy",
+            "slm=oracle",
+            "protocol=suite",
+            *overrides,
+        )  # the suite protocol: the tuning keys as they were before objectives and protocols
         return locate_inputs(prepare(cfg)[2], cfg, ckpt)
 
     default = spec()
