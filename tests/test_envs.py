@@ -12,10 +12,10 @@ from gymnasium.utils.env_checker import check_env
 from minigrid.core.constants import IDX_TO_OBJECT, STATE_TO_IDX
 from omegaconf import OmegaConf
 
-from benchmark.envs import ENV_CONF_DIR, available_envs, is_doorkey, load_env_cfg, make_task
+from benchmark.envs import ENV_CONF_DIR, available_envs, load_env_cfg, make_task
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.higherlower import HigherLowerTask
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
+from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char, is_doorkey
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
 EXPECTED = {
