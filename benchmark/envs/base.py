@@ -118,6 +118,10 @@ class Episode(abc.ABC):
         navigation the position and direction, HigherLower the card and the decision)."""
         return {}
 
+    def walls(self) -> np.ndarray | None:
+        """A boolean [y, x] map of the walls (the report's heatmaps draw it); None without a grid."""
+        return None
+
     def expert_plan(self) -> list[int]:
         """Whole optimal action sequence from the current state (one-shot plans)."""
         raise NotImplementedError(f"{type(self).__name__} has no open-loop plan")

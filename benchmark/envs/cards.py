@@ -122,6 +122,7 @@ class CardsFamily(Family):
     """HigherLower: the card, the remaining deck, card counting."""
 
     name = "cards"
+    kinds = ("card_game",)
 
     def system(self, task, actions, level, rationale, autopilot):
         return cards_system(actions, level, rationale, autopilot)

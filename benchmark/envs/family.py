@@ -29,6 +29,7 @@ class Family:
     their prompts; `feedback` is None where the feedback paper's strategies do not apply."""
 
     name: str = ""
+    kinds: tuple[str, ...] = ()  # the `kind` values its env configs may take (report column)
     feedback: Any = None  # an object with title(task), observation(view), description(...)
 
     PARTS = {  # prompt part -> the methods a family overrides to have it

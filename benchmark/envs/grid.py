@@ -346,6 +346,7 @@ class GridFamily(Family):
     """MiniGrid navigation: the egocentric view, the known map, BFS on the true grid."""
 
     name = "grid"
+    kinds = ("navigation", "doorkey")
     feedback = GridFeedback()
 
     def system(self, task, actions, level, rationale, autopilot):

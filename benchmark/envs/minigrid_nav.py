@@ -321,5 +321,15 @@ class MiniGridEpisode(Episode):
             "dir": int(self.sim.agent_dir),
         }
 
+    def walls(self) -> np.ndarray:
+        grid = self.sim.grid
+        return np.array(
+            [
+                [(o := grid.get(x, y)) is not None and o.type == "wall" for x in range(grid.width)]
+                for y in range(grid.height)
+            ],
+            dtype=bool,
+        )
+
     def outcome(self) -> dict[str, float]:
         return {"success": 1.0 if self.terminated and self.last_reward > 0 else 0.0}
