@@ -76,15 +76,16 @@ def test_the_cue_is_remembered_only_at_the_stateful_levels():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # a short PPO training and six cells
+@pytest.mark.timeout(1800)  # a short PPO training and six cells (2 shared cores)
 def test_every_method_runs_on_the_memory_family(tmp_path):
     """PPO-only, SLM-only, ASK, ASK+, the oracle and the dice, with step records (the prompt
     levels between them: test_the_cue_is_remembered_only_at_the_stateful_levels)."""
     from benchmark.analysis.steps import STEPS_FILE, read_steps
     from benchmark.job import run_job
 
-    small = [f"env={ENV}", *SMALL_POLICY, "eval.n_episodes=3", "eval.step_records=true"]
-    small.append("env.task.max_steps=40")  # short episodes: the expert needs at most ~20 steps
+    small = [f"env={ENV}", *SMALL_POLICY, "eval.n_episodes=2", "eval.step_records=true"]
+    small.append("env.task.max_steps=20")  # short episodes: the expert needs at most 11 steps
+    small.append("prompt.rationale_max_new_tokens=24")  # the tiny model's answers are noise
     gated = ["gate.tau=0.3", "gate.mc_samples=10"]
     cells = {
         "ppo": ["method=ppo"],
@@ -99,7 +100,7 @@ def test_every_method_runs_on_the_memory_family(tmp_path):
         cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
         summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
         rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
-        assert len(rows) == 3 and all("success" in r for r in rows)
+        assert len(rows) == 2 and all("success" in r for r in rows)
     assert summaries["oracle"]["success_mean"] == 1.0
     assert summaries["ppo"]["queries_total"] == 0 and summaries["slm_only"]["ir_pooled"] == 1.0
     steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
