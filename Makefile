@@ -12,7 +12,7 @@ help: ## list the targets
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	# torch first, CPU build (GPU users: see README "GPU install")
+	# torch first, CPU build (GPU users: see docs/development.md "GPU install")
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(VENV_STAMP)
@@ -22,8 +22,8 @@ install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then 
 demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure
 	$(PY) -m benchmark +experiment=demo tracking=none -m
 	@sweep=$$(ls -dt outputs/sweeps/demo/* | head -1); \
-	$(PY) -m benchmark.report $$sweep --no-wandb && \
-	echo "figure: $$sweep/report/reward_vs_ir.png (reward and success against IR, every method)"
+	echo; \
+	$(PY) -m benchmark.report $$sweep --no-wandb --brief
 
 # pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything
 test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1

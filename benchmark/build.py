@@ -8,24 +8,25 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.config import CONF
+from benchmark.consultants.errors import ModelNotBuilt
 from benchmark.envs import Task, make_task
 from benchmark.evaluate import Evaluator
-from benchmark.gates import TAU_AUTO
-from benchmark.results import file_sha256
+from benchmark.gates import TAU_AUTO, EntropyGate
+from benchmark.policy import names
 from benchmark.seeds import TUNING_SPLIT, Splits
+from benchmark.store import Store, cached_digest
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
@@ -39,19 +40,8 @@ def prepare(cfg: DictConfig) -> tuple[Task, Splits, CellSpec]:
 
 def normalize_checkpoint(cfg: DictConfig) -> None:
     """`policy.checkpoint=tK` (the env's K-th reward threshold, so one sweep covers envs with
-    different thresholds) becomes the rNNN name it stands for."""
-    from benchmark.policy.train import checkpoint_name
-
-    name = str(cfg.policy.checkpoint)
-    if len(name) == 2 and name[0] == "t" and name[1].isdigit():
-        thresholds = list(cfg.env.thresholds)
-        k = int(name[1])
-        if not 1 <= k <= len(thresholds):
-            raise ValueError(
-                f"policy.checkpoint={name} is invalid for {cfg.env.name}: allowed "
-                f"t1..t{len(thresholds)} (thresholds {thresholds}), final, best or rNNN"
-            )
-        OmegaConf.update(cfg, "policy.checkpoint", checkpoint_name(thresholds[k - 1]))
+    different thresholds) becomes the rNNN name it stands for; validate checks the rest."""
+    OmegaConf.update(cfg, "policy.checkpoint", names.of_config(cfg, check=False))
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -106,26 +96,56 @@ def policy_checkpoint(
         return None
 
 
-def model_identity(slm_cfg: Any) -> str | None:
-    """The weights identity of the consultant a config names, without loading it."""
+def model_identity(
+    slm_cfg: Any, make: bool = False, digests: Path | None = None, legacy: bool = False
+) -> str | None:
+    """The weights identity of the consultant a config names, without loading it. A model made
+    on first use raises `ModelNotBuilt` while it is not there, unless `make` says to make it.
+    `digests`: the results store's digest cache; `legacy`: the identity of IDENTITY_VERSION 2
+    (benchmark.migrate)."""
     backend = OmegaConf.to_container(slm_cfg.backend, resolve=True)
     target = get_class(backend.pop("_target_"))
-    return target.weights_identity(**backend)
+    if make:
+        target.make_weights(**backend)
+    extra: dict[str, Any] = {"digests": str(digests)} if digests else {}
+    if legacy:
+        extra["legacy"] = True
+    return target.weights_identity(**backend, **extra)
 
 
 def locate_inputs(
-    spec: CellSpec, cfg: DictConfig, checkpoint: Path | None, train: bool = False
+    spec: CellSpec,
+    cfg: DictConfig,
+    checkpoint: Path | None,
+    train: bool = False,
+    unbuilt: str | None = None,
+    legacy: bool = False,
 ) -> CellSpec | None:
-    """The spec with its inputs' content identity; None when a checkpoint it needs (its own, or
-    that of the cell whose study supplies its tau) does not exist yet, unless `train` says to
-    train the latter."""
+    """The spec with its inputs' content identity; None when an input it needs does not exist
+    yet: a checkpoint (its own, or that of the cell whose study supplies its tau) or a model
+    made on first use. Nothing is trained or built unless `train` says so (the job, after
+    building the cell's objects); `python -m benchmark.plan` never does. `unbuilt` stands in
+    for the identity of a model not built yet (the plan's estimates; never a stored hash).
+    `legacy`: the spec of IDENTITY_VERSION 2, whose cell a job may adopt (benchmark.migrate)."""
+    from benchmark.policy.checkpoints import policy_digest
+
+    digests = Store.of(cfg.paths).digests_dir()
+    if legacy:
+        spec = replace(spec, version=2, inputs={})
     inputs: dict[str, Any] = {}
     if spec.uses_policy:
         if checkpoint is None:
             return None
-        inputs["checkpoint_sha256"] = file_sha256(checkpoint)
+        inputs["checkpoint_sha256"] = cached_digest(checkpoint, digests)
+        if not legacy:
+            inputs["policy_weights"] = policy_digest(checkpoint, digests)
     if spec.uses_consultant:
-        inputs["model"] = model_identity(cfg.slm)
+        try:
+            inputs["model"] = model_identity(cfg.slm, train, digests, legacy)
+        except ModelNotBuilt:
+            if unbuilt is None:
+                return None
+            inputs["model"] = unbuilt
     located = spec.with_inputs(**inputs)
     if spec.tunes_tau:
         source = shared_tuning_config(cfg)
@@ -133,7 +153,7 @@ def locate_inputs(
             return located.with_inputs(tau_study=located.tuning_key())
         task, splits, source_spec = prepare(source)
         source_ckpt = policy_checkpoint(source, task, splits, train=train)
-        source_spec = locate_inputs(source_spec, source, source_ckpt)
+        source_spec = locate_inputs(source_spec, source, source_ckpt, train, unbuilt, legacy)
         if source_spec is None:
             return None
         located = located.with_inputs(tau_study=source_spec.tuning_key())
@@ -170,13 +190,18 @@ class Evaluation:
     consultant: Any = None
     prompt: Any = None
     checkpoint_path: Path | None = None
+    gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
+
+    def gate(self, **gate_args: Any) -> Any:
+        """The gate, with `gate_args` replacing settings decided at run time (tuned tau, p)."""
+        return self.spec.gate.build(**self.gate_inputs, **gate_args)
 
     def evaluator(self, **gate_args: Any) -> Evaluator:
         """`gate_args` replace gate settings decided at run time (tuned tau, matched p)."""
         gate = self.spec.gate
         return Evaluator(
             task=self.task,
-            gate=gate.build(**gate_args),
+            gate=self.gate(**gate_args),
             policy=self.policy,
             consultant=self.consultant,
             prompt=self.prompt,
@@ -204,7 +229,7 @@ class Evaluation:
         if self.spec.inputs.get("tau_study") == self.spec.tuning_key():
             return self  # its own study (tuning.scope=cell, or the shared cell itself)
         source = build(shared_tuning_config(self.cfg), consultant=self.consultant)
-        source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path)
+        source.spec = locate_inputs(source.spec, source.cfg, source.checkpoint_path, train=True)
         return source
 
     def tune(
@@ -212,10 +237,19 @@ class Evaluation:
     ) -> tuple[float, list[dict]]:
         """Optuna TPE over tau on the first tuning.n_episodes VALIDATION seeds (the study under
         `study_dir` resumes after a kill). Returns (best tau, one row per trial)."""
-        from benchmark.tuning import tune
+        from benchmark.tuning import Objective, calibrate_risk, tune
 
         tuning = self.cfg.tuning
         seeds = self.splits.seeds(TUNING_SPLIT, int(tuning.n_episodes))
+        goal = Objective.from_config(tuning)
+        if goal.name == "risk":
+            return calibrate_risk(
+                self.steps_at,
+                study_dir,
+                goal=goal,
+                tau_range=self.tau_range(),
+                seeds=seeds,
+            )
 
         def objective(tau: float, seeds: list[int]) -> tuple[float, float]:
             rows = self.run(seeds, tau=tau)
@@ -234,7 +268,17 @@ class Evaluation:
             sampler_seed=int(tuning.sampler_seed),
             max_reward=self.task.max_reward,
             on_trial=on_trial,
+            goal=goal,
         )
+
+    def steps_at(self, seeds: list[int], tau: float) -> tuple[list[dict], list[dict]]:
+        """The episodes on `seeds` with the gate at `tau` and their step records: what the
+        risk objective counts missed mistakes on."""
+        from benchmark.analysis import StepRecorder
+
+        recorder = StepRecorder()
+        rows = self.evaluator(tau=tau).run(seeds, mode=str(self.cfg.eval.mode), on_step=recorder)
+        return rows, recorder.records
 
     def close(self) -> None:
         if self.consultant is not None:
@@ -267,6 +311,16 @@ def build(
             checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
+        gate_inputs = {}
+        if getattr(spec.gate.cls, "trained", False):  # gate=learned: its classifier
+            from benchmark.learned import classifier
+
+            if checkpoint is None:
+                raise ValueError(
+                    f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
+                    "as `policy`"
+                )
+            gate_inputs["classifier"] = classifier(cfg, task, policy, checkpoint)
     except BaseException:
         if consultant is not None:
             consultant.close()
@@ -280,6 +334,7 @@ def build(
         consultant=consultant,
         prompt=prompt,
         checkpoint_path=checkpoint,
+        gate_inputs=gate_inputs,
     )
 
 
@@ -294,21 +349,26 @@ def matched_query_rate(cfg: DictConfig, spec: CellSpec) -> float:
     """`gate.p=match`: the pooled IR of the completed entropy-gate cell that differs from this
     one only in its gate (same N; tau = `gate.match_tau`, default the tuned `auto`), so the
     random gate spends the same query budget."""
+    from benchmark.tuning import Objective
+
     same = {k: v for k, v in spec.identity.items() if k not in ("gate", "tuning")}
+    want_objective = Objective.from_config(cfg.tuning).identity()
     want_tau = str(spec.gate.match_tau or TAU_AUTO)
     want_n = cfg.gate.get("mc_samples")
-    for path in sorted((Path(cfg.paths.root) / "cells").glob("*/cell.json")):
-        identity = (results.read_json(path) or {}).get("identity", {})
-        gate = identity.get("gate", {})
-        if gate.get("_target_") != "benchmark.gates.EntropyGate":
+    for cell in Store.of(cfg.paths).cells():
+        if cell.gate_class is not EntropyGate:  # exactly: not its subclass EpistemicGate
             continue
+        gate = cell.identity.get("gate", {})
         if str(gate.get("tau")) != want_tau:
             continue
         if want_n is not None and gate.get("mc_samples") != want_n:
             continue
+        identity = cell.identity
+        if Objective.from_config(identity.get("tuning") or {}).identity() != want_objective:
+            continue
         if {k: v for k, v in identity.items() if k not in ("gate", "tuning")} != same:
             continue
-        done = results.complete_cell(path.parent)
+        done = cell.read()
         if done is not None:
             return float(done[0]["ir_pooled"])
     raise ValueError(

@@ -8,7 +8,8 @@ below exist once:
   `needs_policy = False`) uses no policy: what a cell does not use is not part of it.
 - The identity holds what determines the results: the resolved env, gate, eval, tuning (only
   when tau is tuned), seed and seed splits, the code versions, and the inputs by content: the
-  SHA-256 of the PPO checkpoint file and the weights identity of the consultant's model. Paths
+  PPO policy's weights and loading settings (policy.checkpoints.policy_digest) and the weights
+  identity of the consultant's model (every byte of a local model's weights). Paths
   never enter it, so a results root can move, and replaced weights are never mistaken for the
   old ones.
 - Execution settings (eval.mode, eval.torch_threads, device, progress bars) are not part of it:
@@ -25,12 +26,22 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.gates import GateSettings
+from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
-# the hf backend's prefix KV reuse gives token-identical answers (tests/test_prefix_cache.py);
+# the hf backend's prefix KV reuse and lean decode loop give token-identical answers
+# (tests/test_prefix_cache.py, tests/test_choices.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer
-BACKEND_EXECUTION_KEYS = ("prefix_cache", "wait_timeout", "url_file")
-IDENTITY_VERSION = 2  # 1: before paths left the identity and inputs entered it by content
+# not change an answer; nor does declaring that the server returns prompt log-probabilities
+BACKEND_EXECUTION_KEYS = (
+    "prefix_cache",
+    "lean_max_new_tokens",
+    "wait_timeout",
+    "url_file",
+    "prompt_logprobs",
+)
+# 1: before paths left the identity and inputs entered it by content; 2: before the policy
+# entered by its weights (not the zip's bytes) and a local model by every byte of its weights
+IDENTITY_VERSION = 3
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records"),
     "policy": ("device", "progress_bar", "path", "torch_threads"),
@@ -56,6 +67,13 @@ def tuning_key(identity: dict[str, Any]) -> str:
     return digest(key)
 
 
+def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
+    """The tuning config without the objective's keys, plus the objective and the parameters it
+    reads unless it is the default `reward` (so existing cells and studies keep their keys)."""
+    rest = {k: v for k, v in tuning.items() if k not in OBJECTIVE_KEYS}
+    return {**rest, **Objective.from_config(tuning).identity()}
+
+
 def code_versions(asks: bool) -> dict[str, int]:
     """The versions of the code that shape a cell's results (see each constant's comment)."""
     from benchmark.evaluate import EVALUATION_VERSION
@@ -75,6 +93,7 @@ class CellSpec:
     config: dict[str, Any]  # the resolved config parts the cell uses (paths included)
     gate: GateSettings
     inputs: dict[str, Any] = field(default_factory=dict)  # content digests, once known
+    version: int = IDENTITY_VERSION  # an older one only to find cells to migrate (migrate.py)
 
     # ------------------------------------------------------------------------- construction
     @classmethod
@@ -90,6 +109,12 @@ class CellSpec:
         if gate.tunes_tau:
             keys.append("tuning")
         config = {k: data[k] for k in keys if k in data}
+        if "tau" in config["gate"] and "tau" not in gate.args:  # a sweep's tau grid
+            # (+experiment=gates) means nothing to never, always or random: one cell each
+            config["gate"] = {k: v for k, v in config["gate"].items() if k != "tau"}
+        objective = Objective.from_config(data.get("tuning") or {}).identity()
+        if gate.matches_ir and objective:  # p=match spends the IR of that objective's entropy cell
+            config["gate"] = {**config["gate"], "match_objective": objective}
         return cls(config=config, gate=gate)
 
     def with_inputs(self, **inputs: Any) -> CellSpec:
@@ -116,7 +141,7 @@ class CellSpec:
         and the key of the study that supplies a tuned tau (its own, or a shared one's)."""
         needed = set()
         if self.uses_policy:
-            needed.add("checkpoint_sha256")
+            needed.add("policy_weights" if self.version >= 3 else "checkpoint_sha256")
         if self.uses_consultant:
             needed.add("model")
         if self.tunes_tau:
@@ -133,16 +158,24 @@ class CellSpec:
         out = {k: _drop(v, EXECUTION_KEYS.get(k, ())) for k, v in self.config.items()}
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "policy" in out:  # the weights by content; the recipe that made them is in them
-            out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
+            if self.version >= 3:  # the tensors and what loads them (policy_digest)
+                out["policy"] = {"weights": self.inputs["policy_weights"]}
+            else:
+                out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
         if "slm" in out:
             backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
+            # slm.decoding.mode (and its copy in the prompt's sampling) at its default "generate"
+            # is left out: cells made before the key existed keep their hash
+            for part, key in (("slm", "decoding"), ("prompt", "sampling")):
+                if isinstance(out.get(part), dict) and key in out[part]:
+                    out[part] = {**out[part], key: without_default_mode(out[part][key])}
         if "tuning" in out:
-            out["tuning"] = {**out["tuning"], "study": self.inputs["tau_study"]}
+            out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
-            "identity_version": IDENTITY_VERSION,
+            "identity_version": self.version,
             "code": code_versions(self.uses_consultant),
             **out,
         }
@@ -152,7 +185,9 @@ class CellSpec:
         return digest(self.identity)
 
     def dir(self, root: str | Path) -> Path:
-        return Path(root) / "cells" / self.hash
+        from benchmark.store import Store
+
+        return Store(root).cell_dir(self.hash)
 
     def tuning_key(self) -> str:
         """The key of the study this cell's own config would run (the study a shared-scope cell
@@ -160,8 +195,14 @@ class CellSpec:
         return tuning_key(self.with_inputs(tau_study=None).identity)
 
     def record(self) -> dict[str, Any]:
-        """cell.json: the name, the identity (what the hash is of) and the config as asked."""
-        return {"name": self.name, "identity": self.identity, "config": self.config}
+        """cell.json: the name, the identity (what the hash is of), the config as asked and the
+        inputs found (the checkpoint file's SHA-256 beside its weights' digest)."""
+        return {
+            "name": self.name,
+            "identity": self.identity,
+            "config": self.config,
+            "inputs": self.inputs,
+        }
 
     # ------------------------------------------------------------------------- labels
     @property
@@ -171,10 +212,18 @@ class CellSpec:
         parts = [c["env"]["name"], self.gate.name]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
-            parts += [c["slm"]["name"], c["prompt"]["name"] + rationale]
+            parts += [self.slm_label, c["prompt"]["name"] + rationale]
         if self.uses_policy:
             parts.append(self.policy_label)
         return "/".join(str(p) for p in parts)
+
+    @property
+    def slm_label(self) -> str:
+        """The consultant's name, `+choices` added when it answers by choice scoring
+        (slm.decoding.mode=choices), so report rows and cell names tell the two apart."""
+        slm = self.config["slm"]
+        mode = (slm.get("decoding") or {}).get("mode", "generate")
+        return str(slm["name"]) + ("+choices" if mode == "choices" else "")
 
     @property
     def policy_label(self) -> str:
@@ -195,7 +244,7 @@ class CellSpec:
             "env": c["env"]["name"],
             "metric": c["env"].get("metric"),
             "gate": self.gate.name,
-            "slm": c["slm"]["name"] if asks else None,
+            "slm": self.slm_label if asks else None,
             "prompt": c["prompt"]["name"] if asks else None,
             "rationale": bool(c["prompt"].get("rationale")) if asks else None,
             "autopilot": c["prompt"].get("autopilot") if asks else None,
@@ -204,6 +253,14 @@ class CellSpec:
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
         }
+
+
+def without_default_mode(decoding: Any) -> Any:
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` when it is the default
+    "generate" (what every cell before the key existed did); anything else as it is."""
+    if isinstance(decoding, dict) and decoding.get("mode") == "generate":
+        return _drop(decoding, ("mode",))
+    return decoding
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import json
 import logging
-import os
 import random
 import sys
 import threading
@@ -41,8 +40,6 @@ import benchmark  # noqa: F401 - registers the config resolvers
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 PPO_COLOR = "#9e9e9e"  # the PPO-only bars: the reference the other methods are read against
 METHOD_GROUPS = ("method", "gate", "slm", "prompt")  # what the `method` label is made of
 AXES = {"gate.tau": "tau", "gate.mc_samples": "mc_samples"}  # config key -> its summary key
@@ -52,7 +49,7 @@ PUBLISH_TIMEOUT = 120.0  # seconds --publish waits for W&B before giving up (the
 
 @dataclass(frozen=True)
 class Question:
-    """What a preset's dashboard answers (`title`, `text`: the README lists them) and what it
+    """What a preset's dashboard answers (`title`, `text`: docs/dashboards.md lists them) and what it
     shows: `metrics` among reward, metric (the env family's success or accuracy), ir, or,
     invalid_rate; `report`: also a W&B report (the paper's tables and figures); `curves`: the
     PPO learning curves."""
@@ -201,17 +198,9 @@ class DashboardError(RuntimeError):
 
 def compose_preset(preset: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """The root config of `+experiment=<preset> <overrides>` with its hydra node (the sweep)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from benchmark.config import compose
 
-    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[f"+experiment={preset}", *overrides],
-            return_hydra_config=True,
-        )
+    return compose([f"+experiment={preset}", *overrides], hydra=True)
 
 
 def group_key(override_key: str) -> str:
@@ -225,7 +214,7 @@ def group_key(override_key: str) -> str:
 def sweep_axes(cfg: DictConfig) -> dict[str, list[str]]:
     """Swept key -> values, in the preset's order: the keys of `hydra.sweeper.params` and any key
     the command line gives several values, expanded as Hydra's basic sweeper does."""
-    from benchmark.report.loading import expand_sweep
+    from benchmark.config import expand_sweep
 
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     values: dict[str, list[str]] = {}

@@ -218,7 +218,7 @@ def episode_masks(policy, streams: list[MaskStream], n_samples: int) -> list[tor
 
 def fallback_action(seed: int, ep: Episode) -> int:
     """SLM-only with an invalid answer: a uniformly random valid action, seeded by
-    (seed, episode seed, step), counted as invalid. Documented in README (Metrics)."""
+    (seed, episode seed, step), counted as invalid. Documented in docs/metrics.md."""
     rng = np.random.default_rng([seed, ep.seed, ep.steps, 7])
     return int(rng.integers(len(ep.action_names)))
 

@@ -35,6 +35,13 @@ class Gate:
     def mask(self, unc: Uncertainty | None, seeds: list[int], step: list[int]) -> np.ndarray:
         raise NotImplementedError
 
+    def scores(self, records: list[dict]) -> np.ndarray:
+        """The signal a threshold applies to, from per-step records (benchmark.analysis.steps),
+        for analyses of a gate's score offline (ROC, AUROC)."""
+        if self.threshold_field is None:
+            raise ValueError(f"gate {self.name!r} has no threshold to tune")
+        return np.asarray([r[self.threshold_field] for r in records], float)
+
 
 class ConstantGate(Gate):
     """A gate that never or always asks, whatever the uncertainty."""
@@ -78,6 +85,42 @@ class EpistemicGate(EntropyGate):
 
     name = "epistemic"
     threshold_field = "epistemic"
+
+
+FEATURES = ("total", "aleatoric", "epistemic")  # what a learned gate may read at run time
+
+
+class LearnedGate(EntropyGate):
+    """Query when a classifier's score of the step's MC-dropout entropies is >= tau: its
+    estimate that PPO's action is not optimal. The classifier is trained on step records of
+    TRAINING seeds only and handed in by the job (benchmark.learned builds and caches it)."""
+
+    name = "learned"
+    threshold_field = None
+    trained = True  # the job builds `classifier` (benchmark.learned.classifier)
+
+    def __init__(
+        self,
+        tau: float,
+        features: list[str] | tuple[str, ...] = FEATURES,
+        train_episodes: int = 200,
+        classifier: Any = None,
+    ) -> None:
+        super().__init__(tau)
+        self.features, self.train_episodes = tuple(features), int(train_episodes)
+        self.classifier = classifier
+
+    def _score(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        if self.classifier is None:
+            raise RuntimeError("the learned gate has no classifier: build it through the job")
+        x = np.column_stack([np.asarray(columns[f], float) for f in self.features])
+        return self.classifier.predict_proba(x)[:, 1]
+
+    def mask(self, unc, seeds, step):
+        return self._score({f: getattr(unc, f) for f in self.features}) >= self.tau
+
+    def scores(self, records: list[dict]) -> np.ndarray:
+        return self._score({f: [r[f] for r in records] for f in self.features})
 
 
 class RandomGate(Gate):

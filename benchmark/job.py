@@ -1,15 +1,12 @@
 """One job = one cell of a sweep: skip it when its complete results exist, else compute it, and
 record a failure in `error.json` so that, in a multirun, the sweep carries on. What a cell is
-lives in benchmark.cell; how its objects are built, in benchmark.build."""
+lives in benchmark.cell; how its objects are built, in benchmark.build; where it is stored, in
+benchmark.store; its summary, files and provenance, in benchmark.results."""
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -21,30 +18,12 @@ from benchmark import results
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
-from benchmark.policy.provenance import package_versions
 from benchmark.progress import EvaluationProgress, result_block, result_line
+from benchmark.store import Store
 from benchmark.tracking import Tracker
+from benchmark.tuning import Objective
 
 log = logging.getLogger(__name__)
-PACKAGES = (
-    "torch",
-    "transformers",
-    "stable-baselines3",
-    "gymnasium",
-    "minigrid",
-    "popgym",
-    "optuna",
-    "hydra-core",
-    "wandb",
-)
-RESULT_FILES = (
-    "summary.json",
-    "episodes.jsonl",
-    "episode_costs.jsonl",
-    "trials.csv",
-    "cell.json",
-    "steps.jsonl.gz",  # eval.step_records=true (benchmark.analysis.steps)
-)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
@@ -56,8 +35,9 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
         name = spec.name
         if cfg.get("train_only"):
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
-        located = locate_inputs(spec, cfg, policy_checkpoint(cfg, task, splits, train=False))
-        if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
+        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
+        located = locate_inputs(spec, cfg, checkpoint)
+        if located is not None and (done := _reuse(located, cfg, job_dir, checkpoint)) is not None:
             _log_reused(cfg, located, done)
             _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
             return done
@@ -69,14 +49,15 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            if (done := _reuse(spec, cfg, job_dir, evaluation)) is not None:  # computed meanwhile
+            done = _reuse(spec, cfg, job_dir, evaluation.checkpoint_path, evaluation)
+            if done is not None:  # computed meanwhile
                 tracker.finish(0)
                 _show(cfg, done, cell_dir, job_dir, multirun)
                 return done
             summary = _compute(evaluation, cell_dir, tracker)
         finally:
             evaluation.close()
-        _publish(cell_dir, job_dir)
+        results.publish(cell_dir, job_dir)
         tracker.finish(0)
         _show(cfg, summary, cell_dir, job_dir, multirun)
         return summary
@@ -103,15 +84,20 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
 
 
 def _reuse(
-    spec: CellSpec, cfg: DictConfig, job_dir: Path, evaluation: Evaluation | None = None
+    spec: CellSpec,
+    cfg: DictConfig,
+    job_dir: Path,
+    checkpoint: Path | None,
+    evaluation: Evaluation | None = None,
 ) -> dict | None:
-    """The summary of the complete cell `spec`, published into the job dir; None if absent.
+    """The summary of the complete cell `spec`, published into the job dir; None if absent. A
+    complete cell of an older identity is adopted once when provably the same (migrate.py).
     With eval.step_records=true, a complete cell without step records gets them first."""
-    from benchmark.migrate import adopt_legacy_cell
+    from benchmark.migrate import adopt_legacy_cell, adopt_v2_cell
 
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
-    if done is None and adopt_legacy_cell(spec, cfg):
+    if done is None and (adopt_v2_cell(spec, cfg, checkpoint) or adopt_legacy_cell(spec, cfg)):
         done = results.complete_cell(cell_dir)
     if done is None:
         return None
@@ -119,7 +105,10 @@ def _reuse(
     summary = done[0]
     if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
         summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
-    _publish(cell_dir, job_dir)
+    results.publish(cell_dir, job_dir)
+    results.write_json(
+        job_dir / results.REUSED_FILE, {"cell_dir": str(cell_dir)}
+    )  # the sweep's tally
     return summary
 
 
@@ -209,18 +198,8 @@ def _log_reused(cfg: DictConfig, spec: CellSpec, summary: dict) -> None:
     tracker.finish(0)
 
 
-def _publish(cell_dir: Path, job_dir: Path) -> None:
-    """Copy the cell's result files into the job dir (the sweep's view of the cell)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "error.json").unlink(missing_ok=True)
-    for f in RESULT_FILES:
-        if (cell_dir / f).exists() and cell_dir.resolve() != job_dir.resolve():
-            shutil.copy2(cell_dir / f, job_dir / f)
-
-
 def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     from benchmark.build import matched_query_rate
-    from benchmark.metrics import summarize
 
     t0 = time.perf_counter()
     cfg, spec = evaluation.cfg, evaluation.spec
@@ -232,7 +211,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     if spec.tunes_tau:
         source = evaluation.tuning_source()
         tau_from = source.spec.name if source is not evaluation else None
-        study_dir = Path(cfg.paths.root) / "tuning" / spec.inputs["tau_study"]
+        study_dir = Store.of(cfg.paths).study_dir(spec.inputs["tau_study"])
         gate_args["tau"], trials = source.tune(study_dir, on_trial=_trial_printer(cfg))
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
@@ -240,40 +219,30 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     recorder = StepRecorder() if cfg.eval.get("step_records") else None
     with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
         rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
-    summary = summarize(rows)
-    if recorder is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
-        summary.update(gate_quality(recorder.records))
-    summary.update(spec.labels())
-    summary.update(
-        complete=True,
-        cell_hash=cell_dir.name,
-        checkpoint_path=str(evaluation.checkpoint_path) if evaluation.checkpoint_path else None,
-        checkpoint_sha256=spec.inputs.get("checkpoint_sha256"),
-        model=spec.inputs.get("model"),
-        tau=gate_args.get("tau", spec.gate.args.get("tau")),
-        tau_from=tau_from,  # None: a fixed tau or this cell's own study
-        p=gate_args.get("p", spec.gate.args.get("p")),
-        seeds=[min(seeds), max(seeds), len(seeds)],
-        seeds_touched={
-            "tuning": sorted({s for t in trials for s in range(t["seeds"][0], t["seeds"][1] + 1)}),
-            "evaluation": seeds,
-        },
+    records = recorder.records if recorder is not None else None
+    summary = results.cell_summary(
+        evaluation,
+        rows,
+        records,
+        gate_args=gate_args,
+        trials=trials,
+        seeds=seeds,
+        tau_from=tau_from,
         wall_seconds=time.perf_counter() - t0,
-        experiment=cfg.experiment_name,
-        provenance=provenance(),
     )
-    if evaluation.consultant is not None and hasattr(evaluation.consultant, "stats"):
-        summary["cache"] = evaluation.consultant.stats()
-    outcome, costs = results.split_runtime(rows)
-    if recorder is not None:
-        write_steps(cell_dir / STEPS_FILE, recorder.records)
-    results.write_jsonl(cell_dir / "episodes.jsonl", outcome)
-    results.write_jsonl(cell_dir / "episode_costs.jsonl", costs)
-    results.write_json(cell_dir / "summary.json", summary)  # last: marks the cell complete
-    (cell_dir / "error.json").unlink(missing_ok=True)  # an earlier failure of this cell is over
+    summary.update(_objective_fields(cfg, spec))
+    outcome = results.write_cell(cell_dir, rows, summary, records)
     tracker.summary(_numbers(summary))
     tracker.table("episodes", outcome)
     return summary
+
+
+def _objective_fields(cfg: DictConfig, spec: CellSpec) -> dict:
+    """How the tau was chosen (tuning.objective and the parameters it read), for tuned cells."""
+    if not spec.tunes_tau:
+        return {}
+    goal = Objective.from_config(cfg.tuning)
+    return {"tuning_objective": goal.name, "tuning_params": goal.params()}
 
 
 def _trial_printer(cfg: DictConfig):
@@ -311,30 +280,3 @@ def _write_trials(cell_dir: Path, trials: list[dict]) -> None:
     import pandas as pd
 
     results.write_text_atomic(cell_dir / "trials.csv", pd.DataFrame(trials).to_csv(index=False))
-
-
-def provenance() -> dict:
-    """Where and with what a result was computed."""
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *args],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    versions = package_versions(PACKAGES)
-    return {
-        "git_commit": git("rev-parse", "HEAD") or None,
-        "git_dirty": bool(git("status", "--porcelain")),
-        "python": sys.version.split()[0],
-        "packages": versions,
-        "hostname": socket.gethostname(),
-        "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "torch_threads": torch.get_num_threads(),
-    }

@@ -107,7 +107,30 @@ def summarize(rows: list[dict]) -> dict[str, float]:
     out.setdefault("ir_pooled", 0.0)  # no steps at all: nothing queried
     steps = sum(r["length"] for r in rows)
     out["queried_episodes"] = sum(1 for r in rows if r.get("queries"))
-    for total in ("queries", "invalid", "prompt_tokens", "generated_tokens", "consultant_seconds"):
+    for total in (
+        "queries",
+        "invalid",
+        "prompt_tokens",
+        "generated_tokens",
+        "consultant_seconds",
+        "cache_hits",
+    ):
         out[f"{total}_total"] = float(sum(r.get(total, 0) for r in rows))
     out["steps_total"] = float(steps)
     return out
+
+
+def cache_hit_share(summary: dict) -> float | None:
+    """The share of a cell's queries the backend did not answer (`Answer.cached`: from the
+    response cache, or copied from an identical query of the same batch), counted as
+    episode_costs.jsonl counts them; None without a cache or queries. A summary written before
+    `cache_hits_total` existed: from the consultant's counts, whose misses then included the
+    in-batch copies."""
+    cache = summary.get("cache")
+    if not cache:
+        return None
+    if "cache_hits_total" in summary:
+        queries = summary.get("queries_total") or 0
+        return summary["cache_hits_total"] / queries if queries else None
+    hits, looked = cache.get("hits") or 0, (cache.get("hits") or 0) + (cache.get("misses") or 0)
+    return (hits + (cache.get("deduplicated") or 0)) / looked if looked else None

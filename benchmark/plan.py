@@ -1,10 +1,10 @@
 """`python -m benchmark.plan +experiment=<preset> [overrides] [--json] [--queries-per-s Q]
 [--tokens-per-s T] [--bench FILE]`: a sweep's cells, their status in the results root, and the
-work (and time) the cells that are not complete still need. Nothing is computed or trained; the
-only files it may write are the tiny model (built in seconds when its identity is first needed,
-as a job would).
+work (and time) the cells that are not complete still need. Nothing is computed, trained or
+built: a model made on first use (the tiny model, a fine-tuned one) that is not there yet is
+shown as "model not built yet" (the job builds it, then names the cell by its weights).
 
-The sweep is expanded as the report expands it (`benchmark.report.loading.expand_sweep`: the
+The sweep is expanded as the report expands it (`benchmark.config.sweep_jobs`: the
 preset's sweeper params, then the command line's overrides, product in Hydra's job order); each
 job's config is composed with Hydra's compose API, as `python -m benchmark` composes it. Jobs
 that are the same cell (PPO-only swept over consultants it never asks) are listed once.
@@ -14,7 +14,8 @@ Status (`<paths.root>/cells/<hash>/`, the hash from `build.prepare` + `build.loc
   or a complete v1 cell that a job would adopt as this one (`benchmark.migrate`);
 - failed: error.json (its first line shown); a rerun computes it again;
 - pending: not computed yet ("policy not trained" when its PPO checkpoint does not exist yet,
-  so its hash is not known); a cell stored under the same config but another hash is flagged
+  "model not built yet" when its consultant's model does not: its hash is not known yet); a
+  cell stored under the same config but another hash is flagged
   "inputs changed since <old hash>" (the checkpoint or model weights were replaced, or the code
   versions changed), because the old results will not be reused;
 - invalid: the config fails validation (the job would fail before any work).
@@ -44,21 +45,21 @@ import argparse
 import csv
 import json
 import logging
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import benchmark  # noqa: F401 - registers the config resolvers
 from benchmark import results
+from benchmark.config import session, sweep_jobs
+from benchmark.store import Store
+from benchmark.store import StoredCell as Stored
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 REFERENCE_SLMS = ("tiny", "oracle")  # preferred first: the tiny model reports token counts
 NON_LM_BACKENDS = (
     "benchmark.consultants.oracle.OracleConsultant",
@@ -66,6 +67,7 @@ NON_LM_BACKENDS = (
 )
 THINK_CLOSE_BYTES = len(b"</think>\n\n")  # closing an open thinking block: at most one token a byte
 COMPLETE, FAILED, PENDING, INVALID = "complete", "failed", "pending", "invalid"
+NOT_BUILT = "model not built yet"
 
 
 # ----------------------------------------------------------------------------- data
@@ -138,7 +140,11 @@ class Plan:
         projected = [c.projected_s for c in todo if c.projected_s is not None]
         return {
             **{s: self.count(s) for s in (COMPLETE, FAILED, PENDING, INVALID)},
-            "policy_not_trained": sum(c.hash is None and c.status == PENDING for c in self.cells),
+            "policy_not_trained": sum(
+                c.hash is None and c.status == PENDING and not c.note.startswith(NOT_BUILT)
+                for c in self.cells
+            ),
+            "model_not_built": sum(c.note.startswith(NOT_BUILT) for c in self.cells),
             "inputs_changed": sum(c.changed_from is not None for c in self.cells),
             **{
                 k: total(k)
@@ -166,33 +172,6 @@ class Plan:
 
 
 # ----------------------------------------------------------------------------- the sweep
-def compose_jobs(overrides: list[str]) -> tuple[DictConfig, list[list[str]]]:
-    """(the sweep's base config, the override list of every job in job order). Sweep overrides
-    on the command line (`policy.seed=0,1,2`) expand like the preset's params."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from benchmark.report.loading import expand_sweep
-
-    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    fixed = [p.input_line for p in parsed if not p.is_sweep_override()]
-    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        base = compose("config", overrides=fixed, return_hydra_config=True)
-    sweep = OmegaConf.create(
-        {
-            "hydra": {
-                "sweeper": OmegaConf.to_container(base.hydra.sweeper, resolve=False),
-                "overrides": {"task": list(overrides)},
-            }
-        }
-    )
-    return base, expand_sweep(sweep)
-
-
 def plan_sweep(
     overrides: list[str],
     throughput: Throughput | None = None,
@@ -201,21 +180,17 @@ def plan_sweep(
     """The plan of the sweep `overrides` describe (as given to `python -m benchmark ... -m`).
     `throughput` applies to every LM cell; else each cell's model is looked up in the newest
     bench JSON (`bench`: that file instead)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    base, jobs = compose_jobs(overrides)
+    base, jobs = sweep_jobs(overrides)
     root = Path(str(base.paths.root))
     stored = stored_cells(root)
     measured = bench_throughputs(Path(str(base.paths.bench)), bench)
     plan = Plan(experiment=str(base.experiment_name), root=str(root), jobs=len(jobs))
     seen: dict[str, CellPlan] = {}
     studies: set[str] = set()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with session() as compose:
         for number, job in enumerate(jobs):
             try:
-                cfg = compose("config", overrides=job)
+                cfg = compose(job)
             except Exception as exc:  # noqa: BLE001 - shown as the cell's status
                 key, cell = f"job{number}", _invalid(number, job, str(job), exc)
             else:
@@ -229,7 +204,6 @@ def plan_sweep(
                 if cell.throughput is not None:
                     cell.projected_s = cell.throughput.seconds(cell.work)
             plan.cells.append(cell)
-    GlobalHydra.instance().clear()
     return plan
 
 
@@ -259,15 +233,24 @@ def plan_cell(
     )
     reference, trials_todo = None, int(cfg.tuning.n_trials) if spec.tunes_tau else 0
     if located is None:
-        cell.note = _untrained_note(cfg, splits, spec.uses_policy and checkpoint is None)
+        untrained = spec.uses_policy and checkpoint is None
+        missing = None if untrained else spec.uses_consultant and _model_not_built(cfg)
+        cell.note = missing or _untrained_note(cfg, splits, untrained)
         key = "config:" + digest(spec.config)
+        # a cell known but for its model's content is measured like the others (its hash
+        # waits for the job to build the model)
+        provisional = locate_inputs(spec, cfg, checkpoint, unbuilt="not built") if missing else None
+        if provisional is not None:
+            reference = find_reference(provisional, stored) if spec.uses_policy else None
+            if spec.tunes_tau:
+                trials_todo = _trials_todo(cfg, task, provisional, studies)
     else:
         key = located.hash
         cell_dir = located.dir(root)
         error = results.read_json(cell_dir / "error.json")
         if results.complete_cell(cell_dir) is not None:
             cell.status = COMPLETE
-        elif (legacy := _legacy(located, cfg)) is not None:
+        elif (legacy := _legacy(located, cfg, checkpoint)) is not None:
             cell.status, cell.note = COMPLETE, legacy
         elif isinstance(error, dict):
             cell.status, cell.note = FAILED, _first_line(error)
@@ -283,16 +266,19 @@ def plan_cell(
         # the consultant alone decides how long an episode lasts: no reference, the bound
         reference = find_reference(located, stored) if spec.uses_policy else None
         if spec.tunes_tau:
-            study = str(located.inputs["tau_study"])
-            if study in studies:
-                trials_todo = 0  # counted with the first cell that needs it
-            else:
-                studies.add(study)
-                trials_todo = trials_missing(
-                    root / "tuning" / study, int(cfg.tuning.n_trials), task.max_reward
-                )
+            trials_todo = _trials_todo(cfg, task, located, studies)
     cell.work = cell_work(cfg, task, spec, trials_todo, reference)
     return key, cell
+
+
+def _trials_todo(cfg: DictConfig, task: Any, located: Any, studies: set[str]) -> int:
+    """The trials the cell's study still needs; 0 when another cell of the plan counted them."""
+    study = str(located.inputs["tau_study"])
+    if study in studies:
+        return 0  # counted with the first cell that needs it
+    studies.add(study)
+    study_dir = Store.of(cfg.paths).study_dir(study)
+    return trials_missing(study_dir, int(cfg.tuning.n_trials), task.max_reward)
 
 
 def _invalid(number: int, job: list[str], name: str, exc: BaseException) -> CellPlan:
@@ -314,24 +300,60 @@ def _first_line(error: dict) -> str:
 
 def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
     """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing."""
-    from benchmark.policy.checkpoints import checkpoint_dir
+    from benchmark.policy.checkpoints import MARKER, checkpoint_dir, manifest
+    from benchmark.results import file_sha256
 
     if not own:
         return "policy of the shared tuning cell not trained"
     ckpt_dir = checkpoint_dir(cfg, splits)
-    if ckpt_dir.is_dir():
-        return f"policy not trained (no checkpoint {cfg.policy.checkpoint} in {ckpt_dir.name})"
-    return "policy not trained"
+    if not ckpt_dir.is_dir():
+        return "policy not trained"
+    name = str(cfg.policy.checkpoint)
+    recorded = manifest(ckpt_dir)
+    redo = "a job sets the directory aside and trains again"
+    if recorded is None and (ckpt_dir / MARKER).exists():
+        return f"checkpoint changed or corrupt ({ckpt_dir.name}/{MARKER} unreadable): {redo}"
+    sha = (recorded or {}).get("checkpoints", {}).get(name)
+    zip_path = ckpt_dir / f"{name}.zip"
+    if sha is not None and (not zip_path.is_file() or file_sha256(zip_path) != sha):
+        return (
+            f"checkpoint changed or corrupt ({name}.zip in {ckpt_dir.name} no longer matches "
+            f"its {MARKER} manifest): {redo}"
+        )
+    return f"policy not trained (no checkpoint {name} in {ckpt_dir.name})"
 
 
-def _legacy(spec: Any, cfg: DictConfig) -> str | None:
-    """A complete v1 cell a job would adopt (benchmark.migrate), read-only."""
+def _model_not_built(cfg: DictConfig) -> str | None:
+    """'model not built yet (...)' when the cell's consultant is made on first use (the tiny
+    model, a fine-tuned one) and is not there: its identity waits for the job to build it."""
+    from benchmark.build import model_identity
+    from benchmark.consultants.errors import ModelNotBuilt
+
+    try:
+        model_identity(cfg.slm)
+    except ModelNotBuilt as exc:
+        return f"{NOT_BUILT}: {exc}"
+    return None
+
+
+def _legacy(spec: Any, cfg: DictConfig, checkpoint: Path | None) -> str | None:
+    """A complete cell of an older identity a job would adopt (benchmark.migrate), read-only."""
+    from benchmark.build import locate_inputs
     from benchmark.cell import digest
-    from benchmark.migrate import _changed_inputs, v1_cell_config
+    from benchmark.migrate import _changed_inputs, _model_changed, v1_cell_config
 
-    old_dir = Path(str(cfg.paths.root)) / "cells" / digest(v1_cell_config(cfg))
-    if old_dir == spec.dir(cfg.paths.root) or spec.dir(cfg.paths.root).exists():
+    store = Store.of(cfg.paths)
+    if spec.dir(cfg.paths.root).exists():
         return None
+    try:
+        v2 = locate_inputs(spec, cfg, checkpoint, legacy=True)
+    except Exception:  # noqa: BLE001 - no old identity: nothing to adopt
+        v2 = None
+    if v2 is not None and v2.hash != spec.hash:
+        old_dir = store.cell_dir(v2.hash)
+        if results.complete_cell(old_dir) is not None and not _model_changed(cfg, old_dir):
+            return f"v2 cell {old_dir.name}, adopted as this one when the sweep runs"
+    old_dir = store.cell_dir(digest(v1_cell_config(cfg)))
     done = results.complete_cell(old_dir)
     if done is None or _changed_inputs(spec, cfg, old_dir, done[0]):
         return None
@@ -339,40 +361,8 @@ def _legacy(spec: Any, cfg: DictConfig) -> str | None:
 
 
 # ----------------------------------------------------------------------------- stored cells
-@dataclass
-class Stored:
-    """A cell directory under <root>/cells: its record (cell.json, else error.json's config)."""
-
-    hash: str
-    dir: Path
-    identity: dict | None
-    config: dict | None
-    complete: bool
-    mtime: float
-
-
 def stored_cells(root: Path) -> list[Stored]:
-    out = []
-    for d in sorted((Path(root) / "cells").glob("*/")):
-        record = results.read_json(d / "cell.json")
-        error = results.read_json(d / "error.json")
-        record = record if isinstance(record, dict) else {}
-        error = error if isinstance(error, dict) else {}
-        config = record.get("config") or error.get("config")
-        if config is None and not record:
-            continue
-        src = d / "cell.json" if (d / "cell.json").exists() else d / "error.json"
-        out.append(
-            Stored(
-                hash=d.name,
-                dir=d,
-                identity=record.get("identity"),
-                config=config,
-                complete=results.complete_cell(d) is not None,
-                mtime=src.stat().st_mtime if src.exists() else 0.0,
-            )
-        )
-    return out
+    return Store(root).cells()
 
 
 IDENTITY_PARTS = {
@@ -658,7 +648,8 @@ def format_plan(plan: Plan) -> str:
     lines.append("")
     lines.append(
         f"cells: {t[COMPLETE]} complete, {t[FAILED]} failed, {t[PENDING]} pending"
-        f" ({t['policy_not_trained']} policy not trained, {t['inputs_changed']} inputs changed),"
+        f" ({t['policy_not_trained']} policy not trained, {t['model_not_built']} model not built,"
+        f" {t['inputs_changed']} inputs changed),"
         f" {t[INVALID]} invalid"
     )
     prompt = (

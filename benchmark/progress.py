@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from benchmark.metrics import MAIN_FIGURE
+from benchmark.metrics import MAIN_FIGURE, cache_hit_share
 
 PLAIN_FRACTION = 0.1  # a plain line at every tenth of the work ...
 PLAIN_INTERVAL_S = 30.0  # ... or every 30 s, whichever comes first
@@ -170,9 +170,8 @@ def result_block(summary: dict, files: dict[str, str]) -> str:
     )
     queries = int(summary.get("queries_total", 0))
     if queries:
-        cache = summary.get("cache") or {}
-        asked = cache.get("hits", 0) + cache.get("misses", 0)
-        hits = f", cache hits {cache.get('hits', 0) / asked:.0%}" if asked else ""
+        share = cache_hit_share(summary)
+        hits = f", cache hits {share:.0%}" if share is not None else ""
         lines.append(
             f"  {'consultant':<{WIDTH}}{queries} queries, {int(summary.get('prompt_tokens_total', 0))} prompt"
             f" + {int(summary.get('generated_tokens_total', 0))} generated tokens, "

@@ -31,10 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmark.config import option_file, options
 from benchmark.consultants.errors import ConsultantError
+from benchmark.store import write_text_atomic
 
 ENGINES = ("transformers", "vllm")
-CONF = Path(__file__).resolve().parents[1] / "conf"
+HUB_TIMEOUT = 10.0  # seconds to learn whether the hub can serve a model that is not local
 
 
 def resolve_model(model: str) -> str:
@@ -42,7 +44,7 @@ def resolve_model(model: str) -> str:
     of that name loads (built first for the tiny models), found in a child process: composing
     the config and building a model import hydra, torch and transformers, about 350 MB this
     process would otherwise hold for the whole sweep."""
-    if Path(model).exists() or not (CONF / "slm" / f"{model}.yaml").is_file():
+    if Path(model).exists() or not option_file("slm", model).is_file():
         return model
     code = "import sys; from benchmark.serve import slm_model; print(slm_model(sys.argv[1]))"
     out = subprocess.run(
@@ -53,14 +55,83 @@ def resolve_model(model: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def check_model(model: str, hub_timeout: float = HUB_TIMEOUT) -> None:
+    """Fail in seconds, before any server starts, on a model that is neither a local path nor in
+    the Hugging Face cache when the hub cannot be reached (or HF_HUB_OFFLINE is set): the server
+    would otherwise retry the hub for minutes and then fail."""
+    if Path(model).expanduser().exists():
+        return
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    known = ", ".join(options("slm"))
+    try:
+        snapshot_download(model, local_files_only=True)
+        return
+    except HFValidationError:
+        raise SystemExit(
+            f"--model {model!r} is not a local path (it does not exist), nor a hub id or a "
+            f"conf/slm option ({known})"
+        ) from None
+    except LocalEntryNotFoundError:
+        pass
+    where = (
+        f"--model {model!r} is neither a local path nor in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE})"
+    )
+    fix = (
+        f"download it where there is network (`hf download {model}`) and copy the cache, pass a "
+        f"local model directory, or a conf/slm option ({known})"
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise SystemExit(f"{where}, and HF_HUB_OFFLINE is set: {fix}")
+    problem = _hub_problem(model, hub_timeout)
+    if problem is not None:
+        raise SystemExit(f"{where}, and {problem}: {fix}")
+
+
+def _hub_problem(model: str, timeout: float) -> str | None:
+    """Why the hub cannot serve `model` (unreachable within `timeout` s, or no such repository),
+    None when it answers for it (or asks for a token: the server may have one)."""
+    import threading
+
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    outcome: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            model_info(model, timeout=timeout)
+            outcome.append(None)
+        except Exception as exc:  # noqa: BLE001 - judged below
+            outcome.append(exc)
+
+    # a DNS lookup is not bounded by the HTTP timeout: a daemon thread is, and never holds the
+    # exit
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(timeout + 1)
+    if not outcome:
+        return f"the hub is unreachable (no answer in {timeout:g} s)"
+    exc = outcome[0]
+    if exc is None:
+        return None
+    if isinstance(exc, RepositoryNotFoundError):
+        return "the hub has no such model repository (or it is private: set HF_TOKEN)"
+    if isinstance(exc, HfHubHTTPError):
+        return None  # the hub answered (gated, rate-limited, ...): the server may do better
+    return f"the hub is unreachable ({type(exc).__name__}: {exc})"
+
+
 def slm_model(model: str) -> str:
     """The model directory or hub id the `conf/slm` option `model` loads."""
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from benchmark.policy.__main__ import _compose  # the app's config, as a job composes it
+    from benchmark.config import compose  # the app's config, as a job composes it
 
-    cfg = _compose([f"slm={model}"])
+    cfg = compose([f"slm={model}"])
     backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
     target = get_class(str(backend.get("_target_")))
     from benchmark.consultants.tiny import TinyConsultant, build_tiny
@@ -135,12 +206,13 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"the server exited with code {proc.returncode} before it was healthy")
-        try:
-            client = OpenAIConsultant(base_url=url, timeout=5.0)
+        try:  # no probe outlasts the deadline
+            left = max(deadline - time.monotonic(), 0.1)
+            client = OpenAIConsultant(base_url=url, timeout=min(5.0, left))
         except ConsultantError as exc:
             if time.monotonic() > deadline:
                 raise SystemExit(f"server at {url} not healthy after {timeout:g} s: {exc}") from exc
-            time.sleep(0.5)
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
             continue
         client.close()
         return client.model
@@ -148,10 +220,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
 
 def write_url_file(path: Path, url: str) -> None:
     """Atomically: a cell never reads half a URL."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(url + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, url + "\n")
 
 
 def remove_url_file(path: Path, url: str) -> None:
@@ -192,6 +261,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     model = resolve_model(args.model)
+    check_model(model)
     port = args.port or free_port(args.host)
     cmd = server_command(args.engine, model, args.host, port, args.device, args.bin, args.extra)
     url = advertised_url(args.host, port)

@@ -16,16 +16,191 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
 from filelock import FileLock
 
+from benchmark.results import write_json
+from benchmark.store import write_bytes_atomic
+
 log = logging.getLogger(__name__)
 WORKER = "worker"  # trial user attribute: [host, pid] of the process running it
 PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
+# tuning.objective -> the tuning keys it reads (all of them enter the study's identity, and none
+# for the default, so studies and cells made before objectives existed keep their keys)
+OBJECTIVE_PARAMS = {
+    "reward": (),
+    "budget": ("budget",),
+    "frugal": ("epsilon",),
+    "risk": ("alpha", "delta"),
+}
+OBJECTIVE_KEYS = ("objective", *{k for v in OBJECTIVE_PARAMS.values() for k in v})
+RISK_FILE = "risk.json"  # the risk objective's calibration, in the study dir
+
+
+@dataclass(frozen=True)
+class Objective:
+    """How the tuned threshold is chosen (`tuning.objective`), always on validation seeds:
+
+    reward  the papers': the largest validation reward
+    budget  the largest validation reward among trials with validation IR <= `budget` (the
+            sampler treats the budget as a constraint; with no trial inside it, the lowest IR)
+    frugal  the largest tau whose validation reward is within `epsilon` of the best: as good,
+            fewer queries
+    risk    no reward search: Learn-then-Test on validation step records certifies, with
+            probability >= 1 - `delta`, that the share of PPO mistakes the gate does not ask
+            about is <= `alpha` (calibrate_risk)"""
+
+    name: str = "reward"
+    budget: float | None = None
+    epsilon: float | None = None
+    alpha: float | None = None
+    delta: float | None = None
+
+    @classmethod
+    def from_config(cls, tuning: Mapping[str, Any]) -> Objective:
+        """From the `tuning` config; a bad name or parameter fails naming what is allowed."""
+        name = tuning.get("objective", "reward")
+        if name not in OBJECTIVE_PARAMS:
+            raise ValueError(
+                f"tuning.objective={name!r} is invalid: allowed {', '.join(OBJECTIVE_PARAMS)}"
+            )
+        params = {}
+        every = [k for keys in OBJECTIVE_PARAMS.values() for k in keys]
+        for key in every:  # every one present is checked; the objective's own are required
+            if key not in OBJECTIVE_PARAMS[name] and tuning.get(key) is None:
+                continue
+            value = tuning.get(key)
+            low_open = key != "epsilon"
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and (0 < value if low_open else 0 <= value) and value <= 1
+            ok = ok and not (key in ("alpha", "delta") and value >= 1)
+            if not ok:
+                allowed = {
+                    "budget": "a number in (0, 1] (the largest validation IR)",
+                    "epsilon": "a number in [0, 1] (the validation reward one may give up)",
+                    "alpha": "a number in (0, 1) (the largest missed-mistake rate)",
+                    "delta": "a number in (0, 1) (the chance the guarantee may fail)",
+                }[key]
+                raise ValueError(
+                    f"tuning.{key}={value!r} is invalid for tuning.objective={name}: "
+                    f"allowed {allowed}"
+                )
+            if key in OBJECTIVE_PARAMS[name]:
+                params[key] = float(value)
+        return cls(name=name, **params)
+
+    def params(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if k != "name" and v is not None}
+
+    def identity(self) -> dict[str, Any]:
+        """What enters the study's (and the cell's) identity: nothing for the default."""
+        return {} if self.name == "reward" else {"objective": self.name, **self.params()}
+
+    def constraints(self, trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+        """Optuna's constraint (<= 0 is feasible): validation IR within the budget."""
+        return [float(trial.user_attrs.get("ir", 1.0)) - float(self.budget)]
+
+    @property
+    def constraints_func(self) -> Callable | None:
+        return self.constraints if self.name == "budget" else None
+
+    def choose(self, rows: list[dict]) -> dict:
+        """The trial row this objective picks (rows in trial order; the first of equals)."""
+        if not rows:
+            raise ValueError("no completed trial to choose a tau from")
+        if self.name == "budget":
+            inside = [r for r in rows if r["ir"] <= self.budget + 1e-12]
+            if not inside:
+                log.warning(
+                    "no trial kept validation IR <= %s: the lowest-IR trial is used", self.budget
+                )
+                return min(rows, key=lambda r: r["ir"])
+            rows = inside
+        best = max(rows, key=lambda r: r["reward"])  # the first of equals, as Optuna's
+        if self.name != "frugal":
+            return best
+        good = [r for r in rows if r["reward"] >= best["reward"] - self.epsilon - 1e-12]
+        return max(good, key=lambda r: r["tau"])
+
+
+def risk_p_value(missed: int, mistakes: int, alpha: float) -> float:
+    """Learn-then-Test's p-value for H0 "the missed-mistake rate exceeds alpha" from `missed` of
+    `mistakes` PPO mistakes (MAPIE's Hoeffding-Bentkus bound, binary losses); 1 without
+    mistakes (nothing to learn from)."""
+    from mapie.risk_control.methods import compute_hoeffding_bentkus_p_value
+
+    if mistakes == 0:
+        return 1.0
+    p = compute_hoeffding_bentkus_p_value(
+        np.array([missed / mistakes]), np.array([float(mistakes)]), alpha, binary=True
+    )
+    return float(np.ravel(p)[0])
+
+
+def risk_grid(tau_range: tuple[float, float], n_grid: int = 20) -> list[float]:
+    """The taus the risk objective tests, from the lowest (asks most, misses least) up."""
+    return [float(t) for t in np.linspace(*(float(v) for v in tau_range), n_grid)]
+
+
+def calibrate_risk(
+    run_at: Callable[[list[int], float], tuple[list[dict], list[dict]]],
+    study_dir: Path,
+    *,
+    goal: Objective,
+    tau_range: tuple[float, float],
+    seeds: list[int],
+) -> tuple[float, list[dict]]:
+    """The risk objective's tau: Learn-then-Test with fixed-sequence testing over `risk_grid`.
+    `run_at(seeds, tau)` runs the gate at `tau` on the validation `seeds`, asking as it would
+    at test time, and returns (episode rows, step records); the missed-mistake rate at `tau` is
+    counted on the trajectories that tau produces (the consultant changes what PPO visits). Taus
+    are tested from the lowest up, each on its own run, and the first one whose p-value exceeds
+    delta ends the sequence (the order is fixed in advance, so no multiplicity correction is
+    needed); the tau chosen is the last one certified. With none certified, tau = 0: the gate
+    asks at every step, which misses nothing. One row per tested tau (trials.csv); the result
+    is kept in `<study_dir>/risk.json`, computed once under the study lock.
+    Steps of one episode are not independent, so the guarantee is checked on test seeds too
+    (benchmark.analysis.risk)."""
+    study_dir = Path(study_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = study_dir / RISK_FILE
+    with FileLock(str(study_dir / "study.lock")):
+        if path.exists():
+            done = json.loads(path.read_text())
+        else:
+            rows, tau, certified = [], 0.0, False
+            for k, t in enumerate(risk_grid(tau_range)):
+                episodes, records = run_at(seeds, t)
+                wrong = [r for r in records if r.get("ppo_optimal") is False]
+                missed = sum(not r["queried"] for r in wrong)
+                p = risk_p_value(missed, len(wrong), goal.alpha)
+                steps = sum(e["length"] for e in episodes)
+                rows.append(
+                    {
+                        "trial": k,
+                        "tau": t,
+                        "reward": sum(e["reward"] for e in episodes) / len(episodes),
+                        "ir": sum(e["queries"] for e in episodes) / max(steps, 1),
+                        "mistakes": len(wrong),
+                        "missed": missed,
+                        "miss_rate": missed / len(wrong) if wrong else None,
+                        "p_value": p,
+                        "certified": p <= goal.delta,
+                        "seeds": [min(seeds), max(seeds), len(seeds)],
+                    }
+                )
+                if p > goal.delta:
+                    break
+                tau, certified = t, True
+            done = {"tau": tau, "certified": certified, **goal.params(), "trials": rows}
+            write_json(path, done)
+    return float(done["tau"]), done["trials"]
 
 
 def tune(
@@ -38,11 +213,17 @@ def tune(
     sampler_seed: int,
     max_reward: float,
     on_trial: Callable[[int, dict, dict], None] | None = None,
+    goal: Objective | None = None,
 ) -> tuple[float, list[dict]]:
     """Run (or resume) the study on validation `seeds` (benchmark.build passes the first
     tuning.n_episodes of the validation split); `objective(tau, seeds) -> (mean reward, IR)`.
-    Returns the best tau among the first `n_trials` completed trials and one row for each.
-    `on_trial(k, row, best_row)` hears of every trial this call completes (progress lines)."""
+    Returns the tau that `goal` (default: maximise reward) picks among the first `n_trials`
+    completed trials, and one row for each. With `goal.name == "budget"` the sampler treats
+    IR <= budget as a constraint. `on_trial(k, row, best_row)` hears of every trial this call
+    completes (progress lines)."""
+    goal = goal or Objective()
+    if goal.name == "risk":
+        raise ValueError("tuning.objective=risk is calibrated from step records (calibrate_risk)")
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -73,20 +254,25 @@ def tune(
             tau = trial.suggest_float("tau", *tau_range)
             reward, ir = objective(tau, seeds)
             trial.set_user_attr("ir", ir)
+            if goal.name == "budget" and hasattr(trial, "set_constraint"):  # Optuna >= 5
+                trial.set_constraint("ir_over_budget", ir - float(goal.budget))
             trial.set_user_attr("seeds", [min(seeds), max(seeds), len(seeds)])
             return reward
 
         def stop_at_max(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            if trial.value is not None and trial.value >= max_reward - 1e-9:
+            if _at_max(trial, max_reward, goal):
                 study.stop()
 
-        while not _finished(study, n_trials, max_reward):
+        while not _finished(study, n_trials, max_reward, goal):
             # The k-th completed trial is always proposed by a sampler seeded with (seed, k) from
             # the k trials before it, so a study resumed after a kill, or extended by a larger
             # n_trials, proposes exactly the taus of one that ran through.
             k = len(_complete(study))
             sampler = optuna.samplers.TPESampler(
-                seed=int(np.random.SeedSequence([sampler_seed, k]).generate_state(1)[0])
+                seed=int(np.random.SeedSequence([sampler_seed, k]).generate_state(1)[0]),
+                constraints_func=None
+                if hasattr(optuna.Trial, "set_constraint")
+                else goal.constraints_func,
             )
             study = optuna.load_study(study_name="tau", storage=storage, sampler=sampler)
             study.optimize(trial_fn, n_trials=1, callbacks=[stop_at_max])
@@ -97,8 +283,7 @@ def tune(
     # cells asking for fewer trials than the study holds see the first n_trials of it: with
     # exact resume these are the trials a study of that size would have run
     rows = _rows(sorted(_complete(study), key=lambda t: t.number)[:n_trials])
-    best = max(rows, key=lambda r: r["reward"])  # the first of equals, as Optuna's best_trial
-    return float(best["tau"]), rows
+    return float(goal.choose(rows)["tau"]), rows
 
 
 def _rows(trials: list[optuna.trial.FrozenTrial]) -> list[dict]:
@@ -156,9 +341,7 @@ def set_aside_torn_tail(journal: Path) -> None:
     aside = journal.with_name(f"{journal.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(journal, aside)
     keep = lines[:-1] if bad else lines
-    tmp = journal.with_name(f".{journal.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(b"".join(line + b"\n" for line in keep))
-    os.replace(tmp, journal)  # never a half-written journal
+    write_bytes_atomic(journal, b"".join(line + b"\n" for line in keep))  # never half a journal
     log.warning("%s ended in a partial line (a killed writer): kept a copy at %s", journal, aside)
 
 
@@ -183,6 +366,14 @@ def _complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
-def _finished(study: optuna.Study, n_trials: int, max_reward: float) -> bool:
+def _at_max(trial: optuna.trial.FrozenTrial, max_reward: float, goal: Objective) -> bool:
+    """A trial at the task's maximum reward ends the study, unless it breaks the IR budget or
+    the goal wants fewer queries than the best (frugal: a larger tau may do as well)."""
+    if trial.value is None or trial.value < max_reward - 1e-9 or goal.name == "frugal":
+        return False
+    return goal.name != "budget" or trial.user_attrs.get("ir", 1.0) <= goal.budget + 1e-12
+
+
+def _finished(study: optuna.Study, n_trials: int, max_reward: float, goal: Objective) -> bool:
     done = _complete(study)
-    return len(done) >= n_trials or any(t.value >= max_reward - 1e-9 for t in done)
+    return len(done) >= n_trials or any(_at_max(t, max_reward, goal) for t in done)

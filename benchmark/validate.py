@@ -5,20 +5,17 @@ message names the bad value and what is allowed."""
 from __future__ import annotations
 
 import math
-import re
 from functools import cache
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.gates import P_MATCH, TAU_AUTO
-from benchmark.policy.train import as_dict, checkpoint_name, validate_policy
+from benchmark.config import CONF, option_file, options
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
+from benchmark.policy import names
+from benchmark.policy.train import as_dict, validate_policy
 from benchmark.seeds import Splits
+from benchmark.tuning import Objective
 
-CHECKPOINT = re.compile(r"^(final|best|r\d{3}|t\d)$")
-
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
 # nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
 # (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
 OPTION_GROUPS = ("gate", "slm", "prompt")
@@ -68,6 +65,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
     _check_tuning_scope(cfg)
+    Objective.from_config(cfg.tuning)  # tuning.objective and the parameters it reads
     n_trials = cfg.tuning.n_trials
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
@@ -80,18 +78,24 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"gate.mc_samples={n} is invalid for gate 'epistemic': one sample has no epistemic "
             "spread, so the gate could never fire; allowed an integer >= 2"
         )
-    tau = gate.get("tau")
-    if tau is not None and str(tau) != TAU_AUTO:
-        if not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
-            raise ValueError(f"gate.tau={tau!r} is invalid: allowed 'auto' or a number >= 0 (bits)")
-    if "tau_range" in gate:
-        low, high = _pair("gate.tau_range", gate.tau_range)
-        max_h = math.log2(len(task.action_names)) if task is not None else math.inf
-        if low < 0 or high <= low or low >= max_h:
+    _check_taus(cfg, task)
+    features = gate.get("features")
+    if features is not None:
+        bad = (
+            [f for f in features if f not in FEATURES]
+            if not isinstance(features, str)
+            else [features]
+        )
+        if bad or not features:
             raise ValueError(
-                f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed "
-                f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
+                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
+                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
             )
+    n_train = gate.get("train_episodes")
+    if n_train is not None and (
+        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
+    ):
+        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
     p = gate.get("p")
     if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
         raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
@@ -114,15 +118,77 @@ def validate(cfg: DictConfig, task=None) -> Splits:
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
     _check_server_wait(cfg)
+    _check_decoding_mode(cfg)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
-    ckpt = str(cfg.policy.checkpoint)
-    if not CHECKPOINT.match(ckpt):
-        raise ValueError(
-            f"policy.checkpoint={ckpt!r} is invalid: allowed final, best, tK (K-th threshold) or rNNN "
-            f"(reward threshold x100, one of {[checkpoint_name(t) for t in cfg.env.thresholds]})"
-        )
+    names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
     return splits
+
+
+def _check_decoding_mode(cfg: DictConfig) -> None:
+    """slm.decoding.mode: generate or choices; choices only where the backend can score
+    (the hf backend; the openai backend with a server that returns prompt log-probabilities)."""
+    mode = OmegaConf.select(cfg, "slm.decoding.mode")
+    if mode is None or mode == "generate":
+        return
+    if mode != "choices":
+        raise ValueError(
+            f"slm.decoding.mode={mode!r} is invalid: allowed generate, choices (docs/protocol.md)"
+        )
+    temperature = OmegaConf.select(cfg, "slm.decoding.temperature") or 0
+    if temperature > 0:
+        raise ValueError(
+            f"slm.decoding.mode=choices answers with the most likely action: it needs "
+            f"slm.decoding.temperature=0, got {temperature!r}"
+        )
+    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
+    if target.endswith("OpenAIConsultant") and not OmegaConf.select(
+        cfg, "slm.backend.prompt_logprobs"
+    ):
+        from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
+
+        raise ValueError(CHOICES_NEED_LOGPROBS)
+
+
+def _check_taus(cfg: DictConfig, task) -> None:
+    """gate.tau and gate.match_tau in [0, log2|A|] bits (the largest entropy a policy over |A|
+    actions can have: a tau above it never asks), or 'auto'; gate.tau_range finite with its low
+    end below log2|A| (the range is clipped to it). `allow_tau_above_max=true` accepts a finite
+    tau above the maximum on purpose."""
+    gate = cfg.gate
+    max_h = math.log2(len(task.action_names)) if task is not None else math.inf
+    for key in ("tau", "match_tau"):
+        tau = gate.get(key)
+        if tau is None or str(tau) == TAU_AUTO:
+            continue
+        if not _finite_number(tau) or tau < 0:
+            raise ValueError(
+                f"gate.{key}={tau!r} is invalid: allowed 'auto' or a number >= 0 (bits), at most "
+                f"log2(|A|) = {max_h:.3f} for {cfg.env.name}"
+            )
+        if tau > max_h and not cfg.get("allow_tau_above_max", False):
+            raise ValueError(
+                f"gate.{key}={tau!r} is invalid for {cfg.env.name}: allowed 'auto' or a number "
+                f"in [0, log2(|A|) = {max_h:.3f}] bits; a tau above the maximum entropy of "
+                f"{len(task.action_names)} actions never asks (set allow_tau_above_max=true "
+                "to run such a gate on purpose)"
+            )
+    if "tau_range" in gate:
+        low, high = _pair("gate.tau_range", gate.tau_range)
+        if (
+            not (_finite_number(low) and _finite_number(high))
+            or low < 0
+            or high <= low
+            or (low >= max_h)
+        ):
+            raise ValueError(
+                f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed finite "
+                f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it)"
+            )
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _check_server_wait(cfg: DictConfig) -> None:
@@ -154,9 +220,10 @@ def _check_tuning_scope(cfg: DictConfig) -> None:
         )
     for key, value in (shared or {}).items():
         if key == "prompt":
-            if not (CONF / "prompt" / f"{value}.yaml").is_file():
-                known = sorted(p.stem for p in (CONF / "prompt").glob("*.yaml"))
-                raise ValueError(f"tuning.shared.prompt={value!r} is invalid: allowed {known}")
+            if not option_file("prompt", str(value)).is_file():
+                raise ValueError(
+                    f"tuning.shared.prompt={value!r} is invalid: allowed {options('prompt')}"
+                )
         elif OmegaConf.select(cfg, str(key), default="<missing>") == "<missing>":
             raise ValueError(
                 f"tuning.shared names {key!r}, which is not a config key: allowed dotted keys of "

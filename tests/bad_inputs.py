@@ -1,5 +1,5 @@
-"""The bad-input table (README "Bad input"), shared by the test and the README:
-(case, overrides, extra environment, text the error must contain). The README table is kept by
+"""The bad-input table (docs/bad-input.md), shared by the test and the doc:
+(case, overrides, extra environment, text the error must contain). The doc's table is kept by
 hand; tests/test_bad_inputs.py checks that it lists every case."""
 
 GOOD = ["gate=always", "slm=oracle", "prompt=basic", "env=empty5x5_random", "eval.n_episodes=2"]
@@ -143,4 +143,17 @@ CASES = [
         {},
         "gate.mc_samples=1 is invalid for gate 'epistemic'",
     ),
+    (
+        "checkpoint threshold not in the recipe",
+        ["gate=never", "policy.checkpoint=r999"],
+        {},
+        "policy.checkpoint=r999 is invalid for empty5x5_random: its reward thresholds are",
+    ),
+    (
+        "tau above the maximum entropy",
+        ["gate=entropy", "gate.tau=5"],
+        {},
+        "a tau above the maximum entropy of 4 actions never asks",
+    ),
+    ("tau not finite", ["gate=entropy", "gate.tau=inf"], {}, "gate.tau=inf is invalid"),
 ]

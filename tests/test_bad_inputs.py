@@ -1,4 +1,4 @@
-"""Every row of the README's bad-input table: the exact error text, a non-zero exit, and no
+"""Every row of the bad-input table (docs/bad-input.md): the exact error text, a non-zero exit, and no
 expensive work done first (nothing trained, no model loaded)."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from tests.conftest import REPO, SMALL_POLICY, run_cli
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("case", "overrides", "env", "expected"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "overrides", "env", "expected"),
+    CASES,
+    ids=[c[0] for c in CASES],
+)
 def test_bad_input_fails_fast_with_a_clear_error(
     tmp_path, monkeypatch, case, overrides, env, expected
 ):
@@ -53,16 +57,15 @@ def test_checkpoint_from_another_env_is_refused(trained_root, tmp_path):
     assert "Discrete(7)" in proc.stderr and "Discrete(4)" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_readme_bad_input_table_matches_the_cases():
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Bad input", 1)[1].split("\n## ", 1)[0]
+def test_docs_bad_input_table_matches_the_cases():
+    section = (REPO / "docs" / "bad-input.md").read_text()
     rows = [
         r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| bad input")
     ]
     assert len(rows) >= 15
     for case, overrides, _, expected in CASES:
         row = next((r for r in rows if r.startswith(f"| {case} |")), None)
-        assert row is not None, f"README lacks the row {case!r}"
+        assert row is not None, f"docs/bad-input.md lacks the row {case!r}"
         assert expected in row and all(o in row for o in overrides), row
     assert any("another env" in r for r in rows)
 

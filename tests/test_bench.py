@@ -76,10 +76,20 @@ def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
     assert "capped at" in proc.stdout  # a shortened episode is said, never silent
     assert params["paths"] == {
         "default": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
+        "generate": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
+        "choices": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
         "batch1": {"mode": "sequential", "prefix_cache": 0, "max_batch_size": 32},
     }
     default, batch1 = ir1["default"], ir1["batch1"]
     assert ir1["identical"] is True and default["episodes"] == batch1["episodes"]
+    assert ir1["generate"]["episodes"] == batch1["episodes"]  # lean decode == generate()
+    # the lean path and choice scoring time their prefill and decode; generate() cannot
+    for key in ("default", "choices"):
+        split = ir1[key]["split_ms"]
+        assert split["prefill"] > 0 and split["decode"] > 0
+        assert sum(split.values()) == pytest.approx(ir1[key]["stats"]["consultant_ms_per_query"])
+    assert ir1["batch1"]["split_ms"] is None and ir1["floor"]["suffix_ms"] > 0
+    assert ir1["floor"]["suffix_tokens"] > 0 and ir1["floor"]["prefix_tokens"] > 0
     assert len(default["episodes"]) == params["episodes"]
     for run in (default, batch1):
         stats = run["stats"]
@@ -117,6 +127,10 @@ def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
     assert kernels["chunk_gated_delta_rule"] == kernels["causal_conv1d_fn"] == "reference"
     assert kernels["prefix_reuse"] == "unpadded"
     assert "chunk_gated_delta_rule=reference" in proc.stdout and ".[gpu]" in proc.stdout
+    for entry in data["models"].values():  # choice scoring on the hybrid architecture
+        assert set(entry["choices"]) == {"1", "8"}
+        assert all(r["queries_per_s"] > 0 for r in entry["choices"].values())
+        assert all(r["prefill_s_per_query"] > 0 for r in entry["choices"].values())
     prefill = data["models"]["qwen3.5-2b"]["prefill"]
     assert 0 < prefill["prefill_tokens"] < prefill["prefill_tokens_without_reuse"]
 

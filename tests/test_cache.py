@@ -128,7 +128,7 @@ def test_dedup_within_batch_and_sampling_bypass(tmp_path) -> None:
     assert inner.seen == ["a", "b"]
     assert [a.text for a in out] == ["echo:a", "echo:b", "echo:a", "echo:a"]
     assert [a.cached for a in out] == [False, False, True, True]
-    assert c.stats() == dict(hits=0, misses=4, deduplicated=2, bypassed=0)
+    assert c.stats() == dict(hits=2, misses=2, deduplicated=2, bypassed=0)  # copies are hits
     sampled = [q("a", temperature=0.7), q("a", temperature=0.7)]
     c.answer(sampled)
     c.answer(sampled)
@@ -551,3 +551,69 @@ def test_newer_index_format_is_left_alone(tmp_path) -> None:
     reader = ResponseStore(d)
     assert len(reader) == 100 and not reader.compact()
     assert newer.exists() and index.exists() and not _corrupt_copies(d)
+
+
+# ---------------------------------------------------------------------- the cap and the counts
+def test_a_capped_job_never_evicts_a_default_jobs_entries(tmp_path, caplog) -> None:
+    """Issue 25.7: one job's slm.cache_max_entries=20 compacted the shared cache of the results
+    root down to 18 entries, evicting every other job's. The cap is the cache's own setting
+    (<cache>/responses/settings.json): a job's key never evicts others' entries."""
+    cache = tmp_path / "cache"
+    default = make_cached(cache, "default", cache_max_entries=100_000)
+    default.answer([q(f"d{i}") for i in range(30)])
+    default.close()
+    with caplog.at_level(logging.WARNING, logger="benchmark.consultants"):
+        capped = make_cached(cache, "capped", cache_max_entries=20)
+    assert "slm.cache_max_entries=20" in caplog.text and "settings.json" in caplog.text
+    for i in range(30):
+        capped.answer([q(f"c{i}")])
+    capped.close()
+    again = make_cached(cache, "default", cache_max_entries=100_000)
+    again.answer([q(f"d{i}") for i in range(30)])
+    assert again.inner.seen == [] and again.stats()["hits"] == 30  # all still cached
+    assert len(again.store) == 60
+    again.close()
+
+
+def test_the_caches_own_cap_applies_to_every_job(tmp_path) -> None:
+    from benchmark.consultants.cache import cache_cap, set_cache_cap
+
+    responses = tmp_path / "cache" / "responses"
+    assert cache_cap(responses) == 100_000  # no settings: the default
+    set_cache_cap(responses, 20)
+    assert json.loads((responses / "settings.json").read_text()) == {"max_entries": 20}
+    job = make_cached(tmp_path / "cache", "any")  # the job's 1000 does not matter
+    assert job.store.max_entries == 20
+    for i in range(40):
+        job.answer([q(f"x{i}")])
+    assert len(job.store) <= 20
+    job.close()
+    with pytest.raises(ValueError, match="max_entries=0 is invalid: allowed an integer >= 1"):
+        set_cache_cap(responses, 0)
+    (responses / "settings.json").write_text("{not json")
+    with pytest.raises(ValueError, match="settings.json is corrupt"):
+        cache_cap(responses)
+
+
+def test_in_batch_duplicates_count_as_hits_like_the_episodes_do(tmp_path) -> None:
+    """Issue 25.7: the result line said "cache hits 0%" while episode_costs.jsonl counted 81
+    in-batch duplicates as hits. Everywhere a hit is an answer the backend did not give
+    (`Answer.cached`): from the store, or a copy of the same query earlier in its batch."""
+    from benchmark.metrics import cache_hit_share, summarize
+    from benchmark.progress import result_block
+
+    c = CachedConsultant(Counting(), tmp_path / "r")
+    out = c.answer([q("a"), q("b"), q("a"), q("a")]) + c.answer([q("b")])
+    stats = c.stats()
+    assert stats == dict(hits=3, misses=2, deduplicated=2, bypassed=0)
+    assert stats["hits"] == sum(a.cached for a in out)
+    rows = [
+        {"seed": 0, "reward": 1.0, "length": 5, "queries": 4, "cache_hits": 3},
+        {"seed": 1, "reward": 1.0, "length": 5, "queries": 1, "cache_hits": 0},
+    ]
+    summary = {**summarize(rows), "cache": stats, "n_episodes": 2}
+    assert summary["cache_hits_total"] == 3 and cache_hit_share(summary) == pytest.approx(0.6)
+    assert "cache hits 60%" in result_block(summary, {})
+    # a summary of the code before: its misses included the duplicates, its hits did not
+    old = {"queries_total": 100.0, "cache": dict(hits=0, misses=100, deduplicated=81)}
+    assert cache_hit_share(old) == pytest.approx(0.81)

@@ -26,7 +26,7 @@ SLM_ONLY = ["env=empty5x5_random", "gate=always", "prompt=basic", "eval.n_episod
 
 def _spec(root, *overrides, checkpoint=None):
     cfg = compose_cfg(root, *overrides)
-    return locate_inputs(prepare(cfg)[2], cfg, checkpoint)
+    return locate_inputs(prepare(cfg)[2], cfg, checkpoint, train=True)  # builds the tiny model
 
 
 def test_identity_does_not_depend_on_the_results_root(tmp_path):

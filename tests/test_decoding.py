@@ -126,6 +126,7 @@ def test_feedback_preset_samples_like_ollama(tmp_path):
         "top_p": 0.9,
         "top_k": 40,
         "seed": 0,
+        "mode": "generate",
     }
 
 

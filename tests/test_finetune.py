@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from benchmark.consultants.errors import ModelNotBuilt
 from benchmark.envs import make_task
 from benchmark.finetune import dataset as ds
 from benchmark.finetune.store import DataSettings, Recipe
@@ -230,7 +231,7 @@ def test_cell_identity_and_cache_key_never_hold_a_location(tmp_path):
     backend = OmegaConf.to_container(a.slm.backend, resolve=True)
     backend.pop("_target_"), backend.pop("_recursive_")
     serve = ("dtype", "device_map", "trust_remote_code", "max_batch_size", "num_threads")
-    for key in (*serve, "prefix_cache"):
+    for key in (*serve, "prefix_cache", "lean_max_new_tokens"):
         backend.pop(key)
     ra = Recipe.from_backend(**backend)
     backend_b = OmegaConf.to_container(b.slm.backend, resolve=True)
@@ -290,6 +291,9 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     cfg = finetuned_cfg(tmp_path)
     backend = OmegaConf.to_container(cfg.slm.backend, resolve=True)
     backend.pop("_target_")
+    with pytest.raises(ModelNotBuilt, match="not made yet"):  # an identity never fine-tunes
+        FinetunedConsultant.weights_identity(**backend)
+    FinetunedConsultant.make_weights(**backend)  # what the job does when it builds the cell
     identity = FinetunedConsultant.weights_identity(**backend)
     models = [
         p
@@ -327,9 +331,14 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     finally:
         store.fine_tune = saved
     assert (model_dir / store.MARKER).stat().st_mtime_ns == marker
-    # a damaged model is made again, not used
+    # its record is not its identity (issue 25: timings in finetune.json); damaged weights are
     (model_dir / "finetune.json").write_text("{}")
-    assert not store.intact(model_dir)
+    assert store.intact(model_dir)
+    weights = model_dir / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    assert not store.intact(model_dir)  # made again, not used
 
 
 # ----------------------------------------------------------------------------- demo figure

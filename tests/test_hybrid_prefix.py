@@ -35,13 +35,13 @@ LINEAR_KERNELS = {  # function -> package, as transformers' Qwen3.5 modeling cod
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory):
-    """The tiny Qwen3.5 twice: prefix reuse on (the default) and off."""
+    """The tiny Qwen3.5 twice: prefix reuse on (the default) and off, through generate()."""
     import torch
 
     threads = torch.get_num_threads()
     path = str(save_tiny_hybrid(tmp_path_factory.getbasetemp() / "tiny-qwen35-s0"))
-    on = HFConsultant(path=path, num_threads=1)
-    off = HFConsultant(path=path, num_threads=1, prefix_cache=0)
+    on = HFConsultant(path=path, num_threads=1, lean_max_new_tokens=0)  # generate()
+    off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off
     torch.set_num_threads(threads)
 

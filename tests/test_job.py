@@ -63,6 +63,7 @@ def test_tau_zero_always_asks_and_huge_tau_equals_ppo_only(trained_root, tmp_pat
         tmp_path / "b",
         "gate=entropy",
         "gate.tau=5",
+        "allow_tau_above_max=true",  # above log2(3): never asks, on purpose
         "gate.mc_samples=8",
         "slm=tiny",
         "prompt=basic",

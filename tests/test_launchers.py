@@ -121,6 +121,8 @@ def test_slurm_cpu_profile_requests_no_gpu(config_dir: Path) -> None:
     assert node._target_ == SLURM_TARGET
     assert node.gpus_per_node is None
     assert node.cpus_per_task == 2 and node.mem_gb == 8
+    # a PPO training saves its state on the time-limit signal and is requeued (policy/resume.py)
+    assert node.max_num_timeout == 3 and node.signal_delay_s == 120
     # Everything else is inherited from `slurm`.
     assert node.tasks_per_node == 1
     assert list(node.setup) == list(_launcher(config_dir, "slurm").setup)

@@ -139,6 +139,69 @@ def test_never_healthy_fails_after_the_timeout_naming_url_and_timeout() -> None:
     assert f"unreachable at {url}/models" in msg  # the last cause
 
 
+@pytest.fixture
+def black_hole():
+    """A 127.0.0.1 server that accepts connections (the kernel's backlog does) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_wait_timeout_is_a_deadline_against_a_server_that_never_answers(black_hole) -> None:
+    """Issue 25.6: each probe waited up to 10 s whatever the deadline (wait_timeout=5: ~16 s)."""
+    t0 = time.monotonic()
+    with pytest.raises(ConsultantError) as err:
+        OpenAIConsultant(base_url=black_hole, wait_timeout=2)
+    waited = time.monotonic() - t0
+    assert 2 <= waited < 3, waited
+    assert f"at {black_hole} not healthy after slm.backend.wait_timeout=2 s" in str(err.value)
+
+
+def test_serve_start_timeout_is_a_deadline_too(black_hole) -> None:
+    from benchmark.serve import wait_healthy
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit, match=f"server at {black_hole} not healthy after 2 s"):
+            wait_healthy(black_hole, proc, 2.0)
+        waited = time.monotonic() - t0
+    finally:
+        stop_process(proc)
+    assert 2 <= waited < 3, waited
+
+
+@pytest.mark.parametrize("offline", ["0", "1"])
+def test_serve_fails_fast_on_a_model_neither_local_nor_cached(tmp_path, offline) -> None:
+    """Issue 25.6: with no network the server retried the hub for minutes (unless offline)."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env |= {"HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": offline}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark.serve", "--model", "someone/unknown-model"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    waited = time.monotonic() - t0
+    assert proc.returncode != 0 and waited < 20, (waited, proc.stderr[-2000:])
+    assert "--model 'someone/unknown-model' is neither a local path nor in the Hugging Face " in (
+        proc.stderr
+    )
+    assert ("HF_HUB_OFFLINE" if offline == "1" else "the hub is unreachable") in proc.stderr
+    assert "starting:" not in proc.stderr  # no server was started
+
+
+def test_serve_names_a_missing_local_path(tmp_path) -> None:
+    from benchmark.serve import check_model
+
+    with pytest.raises(SystemExit, match="--model '/nonexistent/model' is not a local path"):
+        check_model("/nonexistent/model")
+
+
 def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> None:
     url_file = tmp_path / "never.url"
     with pytest.raises(ConsultantError) as err:  # the config's base_url is not what it waits for

@@ -190,6 +190,26 @@ def test_untrained_policy_and_invalid_values(tmp_path):
     assert invalid.note.startswith("ValueError: policy.checkpoint=t9 is invalid")
 
 
+def test_a_checkpoint_that_fails_its_manifest_is_changed_or_corrupt(trained_root, tmp_path):
+    """Issue 25.8: a zip that no longer matches COMPLETE was shown as "policy not trained"."""
+    import shutil
+
+    from benchmark.policy.checkpoints import checkpoint_dir
+
+    over = ["env=empty5x5_random", "gate=never", *SMALL_POLICY]
+    source = checkpoint_dir(compose_cfg(trained_root, *over))
+    over.append(f"paths.root={tmp_path}")
+    ckpt_dir = tmp_path / "checkpoints" / source.name
+    shutil.copytree(source, ckpt_dir)
+    (ckpt_dir / "best.zip").write_bytes((ckpt_dir / "best.zip").read_bytes()[:100])
+    (cell,) = plan_sweep(over).cells
+    assert cell.status == PENDING and cell.hash is None
+    assert cell.note.startswith(f"checkpoint changed or corrupt (best.zip in {ckpt_dir.name}")
+    (ckpt_dir / "COMPLETE").write_text("{trunc")
+    (cell,) = plan_sweep(over).cells
+    assert cell.note.startswith(f"checkpoint changed or corrupt ({ckpt_dir.name}/COMPLETE")
+
+
 def test_bench_prints_each_section_and_the_time_left(tmp_path, capsys):
     from benchmark.bench.cpu import QUICK, SECTIONS, CpuBench
 
@@ -256,3 +276,41 @@ def test_bench_time_left_comes_from_the_last_run_of_the_same_size(tmp_path):
         (tmp_path / name).write_text(json.dumps(data))
     assert last_section_seconds(tmp_path, quick=True) == {"gate": 3.0}
     assert last_section_seconds(tmp_path, quick=False) == {"gate": 90.0}
+
+
+def test_plan_builds_no_model_and_trains_nothing(tmp_path):
+    """Computing a cell's identity has no side effect (issue 24): on a fresh root, the plan of
+    SLM-only and ASK cells with the tiny model and a fine-tuned one (whose recipe needs the tiny
+    base and a PPO policy) builds no model, trains no policy and writes nothing; the cells are
+    pending with "model not built yet" (or "policy not trained")."""
+    import benchmark.policy.checkpoints as checkpoints
+
+    root = tmp_path / "fresh"
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("plan trained a policy")
+
+    saved, checkpoints.train = checkpoints.train, no_training
+    try:
+        plan = plan_sweep(
+            [
+                f"paths.root={root}",
+                "env=empty5x5_random",
+                "eval.n_episodes=2",
+                "method=slm_only,ask",
+                "slm=tiny,finetuned",
+            ]
+        )
+    finally:
+        checkpoints.train = saved
+    assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))
+    by = {(c.overrides[-2], c.overrides[-1][4:]): c for c in plan.cells}
+    assert len(by) == 4 and all(c.status == PENDING and c.hash is None for c in plan.cells)
+    assert by[("method=slm_only", "tiny")].note.startswith("model not built yet: tiny model")
+    assert by[("method=slm_only", "finetuned")].note == (
+        "model not built yet: fine-tuned model not made yet (its PPO policy is not trained)"
+    )
+    assert by[("method=ask", "tiny")].note.startswith("policy not trained")
+    totals = plan.totals()
+    assert (totals["model_not_built"], totals["policy_not_trained"]) == (2, 2)
+    assert "2 model not built" in format_plan(plan)

@@ -162,6 +162,68 @@ def test_bundle_selection_and_clear_errors(bundle, tmp_path, caplog):
         policy_checkpoint(cfg, task, splits)
 
 
+def _load_best(out: Path, tmp_path: Path) -> Path:
+    cfg = compose_cfg(tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.path={out}")
+    task, splits, _ = prepare(cfg)
+    return policy_checkpoint(cfg, task, splits, train=False)
+
+
+def test_manifests_cover_every_file_of_a_bundle(bundle, tmp_path):
+    """Issue 25.5: each policy's COMPLETE lists every file of its directory, and the bundle's
+    COMPLETE lists bundle.json, the model card and each policy's COMPLETE; an edited file of
+    either fails the load, naming it (before, an edited results.json passed)."""
+    out = tmp_path / "b"
+    shutil.copytree(bundle["out"], out)
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    listed = json.loads((policy / "COMPLETE").read_text())
+    files = {p.name for p in policy.iterdir() if p.suffix != ".zip" and p.name != "COMPLETE"}
+    assert {"results.json", "config.json", "system.json", "curve.csv"} <= files
+    assert set(listed["files"]) == files
+    top = json.loads((out / "COMPLETE").read_text())
+    assert set(top["files"]) == {"bundle.json", "README.md", f"{policy.name}/COMPLETE"}
+    assert _load_best(out, tmp_path) == policy / "best.zip"
+    for edited in (policy / "results.json", out / "bundle.json", out / "README.md"):
+        copy = tmp_path / f"edit-{edited.name}"
+        shutil.copytree(out, copy)
+        target = copy / edited.relative_to(out)
+        target.write_text(target.read_text().replace("0", "1", 1))
+        with pytest.raises(CheckpointError, match="does not match the SHA-256") as err:
+            _load_best(copy, tmp_path)
+        assert str(target) in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["bundle.json", "COMPLETE", "policy/COMPLETE"])
+def test_a_corrupt_manifest_or_index_says_corrupt(bundle, tmp_path, name):
+    """Before, a corrupt bundle.json was reported as missing ("neither ... nor a bundle")."""
+    out = tmp_path / "b"
+    shutil.copytree(bundle["out"], out)
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    target = out / name.replace("policy", policy.name)
+    target.write_text(target.read_text()[:30])  # truncated
+    with pytest.raises(CheckpointError, match="is corrupt") as err:
+        _load_best(out, tmp_path)
+    assert str(target) in str(err.value)
+    if name == "bundle.json":  # extending such a bundle would drop its other policies
+        with pytest.raises(CheckpointError, match="is corrupt"):
+            export([bundle["source"]], out)
+
+
+def test_a_bundle_of_the_first_format_still_loads(bundle, tmp_path):
+    """Bundles exported before manifests covered every file: their zips are still verified."""
+    out = tmp_path / "b"
+    shutil.copytree(bundle["out"], out)
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    (out / "COMPLETE").unlink()
+    index = json.loads((out / "bundle.json").read_text())
+    results.write_json(out / "bundle.json", {**index, "format": "ask-benchmark-policies/1"})
+    listed = json.loads((policy / "COMPLETE").read_text())
+    results.write_json(policy / "COMPLETE", {"checkpoints": listed["checkpoints"]})
+    assert _load_best(out, tmp_path) == policy / "best.zip"
+    (policy / "best.zip").write_bytes(b"edited")
+    with pytest.raises(CheckpointError, match="sha256"):
+        _load_best(out, tmp_path)
+
+
 def _hf_cache(bundle_dir: Path, cache: Path, repo: str, commit: str) -> None:
     """What `hf download <repo>` leaves in the HF cache (files instead of blob symlinks)."""
     storage = cache / f"models--{repo.replace('/', '--')}"
@@ -230,18 +292,17 @@ def test_cli_export_by_overrides_and_presets(bundle, trained_root, tmp_path, cap
     index = json.loads((out / "bundle.json").read_text())
     assert [p["seed"] for p in index["policies"]] == [0]
     assert (out / index["policies"][0]["name"] / "best.zip").is_file()
-    # a preset's sweep is expanded: +experiment=policies is its 3 envs x 3 seeds
+    # a preset's sweep is expanded (benchmark.config.sweep_jobs, Hydra's job order):
+    # +experiment=policies is its 3 envs x 3 seeds; the command line wins over the preset's sweep
     combos = combinations(["+experiment=policies", f"paths.root={tmp_path}"])
-    assert (
-        len(combos) == 9
-        and ["+experiment=policies", f"paths.root={tmp_path}", "env=doorkey8", "policy.seed=1"]
-        in combos
-    )
-    assert combinations(["+experiment=policies", "env=doorkey8"])[0][:2] == [
+    assert len(combos) == 9 and {
         "+experiment=policies",
+        f"paths.root={tmp_path}",
         "env=doorkey8",
-    ]
-    assert len(combinations(["+experiment=policies", "env=doorkey8"])) == 3
+        "policy.seed=1",
+    } in [set(c) for c in combos]
+    pinned = combinations(["+experiment=policies", "env=doorkey8"])
+    assert len(pinned) == 3 and all("env=doorkey8" in c for c in pinned)
 
 
 def test_multirun_end_bundles_the_sweeps_policies(bundle, tmp_path, caplog):

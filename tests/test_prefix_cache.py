@@ -16,13 +16,14 @@ from tests.conftest import compose_cfg
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """The tiny model twice: prefix reuse on (the default) and off."""
+    """The tiny model twice: prefix reuse on (the default) and off, both through generate() (the
+    lean decode loop: tests/test_choices.py)."""
     import torch
 
     threads = torch.get_num_threads()
     path = str(build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0))
-    on = HFConsultant(path=path, num_threads=1)
-    off = HFConsultant(path=path, num_threads=1, prefix_cache=0)
+    on = HFConsultant(path=path, num_threads=1, lean_max_new_tokens=0)  # generate()
+    off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off
     torch.set_num_threads(threads)
 

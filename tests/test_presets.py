@@ -10,7 +10,6 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from benchmark.build import prepare, shared_tuning_config
-from benchmark.validate import validate
 from tests.conftest import CONF
 
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
@@ -28,7 +27,9 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "belief": (3 * 2, 3 * 2),
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
-    "demo": (3 * 3, 3),
+    "demo": (3 * 3 * 4, 3 * 4),  # {never, entropy, always} x consultants x (auto + 3 taus)
+    # envs x {oracle, dice} x {never, always, entropy, epistemic, learned, random} x (10 taus + auto)
+    "gates": (3 * 2 * 6 * 11, 3 * 6 * 11),
 }
 
 
@@ -50,7 +51,7 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
 
 
 # the presets with the most cells compose for a while: they run with the slow tests
-BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples"}
+BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples", "gates"}
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_preset_cells_compose_and_count(preset, tmp_path):
             cfg = compose(
                 "config", overrides=[f"+experiment={preset}", *cell, f"paths.root={tmp_path}"]
             )
-        validate(cfg)
+        prepare(cfg)  # validate against the env's task (taus, checkpoint thresholds)
         source = shared_tuning_config(cfg)  # tuning.scope=shared names a cell that composes
         if source is not None:
             prepare(source)

@@ -11,6 +11,7 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
+from benchmark.config import CONF
 from benchmark.consultants.base import Answer
 from benchmark.prompts import navfeatures as nf
 from benchmark.prompts import showcase
@@ -332,7 +333,7 @@ def test_hint_ablation_preset_runs_ask_plus_with_and_without_the_hint(tmp_path):
     from benchmark.validate import validate
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(showcase.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", ["+experiment=hint_ablation"], return_hydra_config=True)
         params = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
         assert sorted(params["env"]) == ["doorkey8", "fourrooms", "higherlower"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +19,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from benchmark.cell import CellSpec
+from benchmark.config import expand_sweep
 from benchmark.envs import available_envs, get_family, load_env_cfg
 from benchmark.metrics import episode_rates, summarize
 from benchmark.report import build_report, load_sweep
 from benchmark.report.__main__ import main as report_main
 from benchmark.report.__main__ import tracking_config
-from benchmark.report.loading import LABELS, expand_sweep
+from benchmark.report.loading import LABELS
 from benchmark.report.model import ENV_ORDER, Layout, env_kind, env_label, method_label
 from tests.conftest import compose_cfg
 
@@ -713,3 +715,24 @@ def test_details_say_where_a_shared_tau_came_from():
         " (from fourrooms/entropy/q/stateful+r/final-s0)"
     )
     assert tau_source({}, True) == " (tuned)" and tau_source({}, False) == ""
+
+
+def test_brief_report_is_the_main_and_paired_tables_and_where_the_rest_is(sweep):
+    """`--brief` (make demo): the main table, the paired differences, one line on the largest
+    paired gain, and the paths of the full report and figures; no other section."""
+    from benchmark.report.__main__ import brief
+
+    report = sweep["report"]
+    text = brief(report)
+    assert "## Results" in text and "## Paired comparison with PPO-only" in text
+    assert "Thresholds and cost" not in text and "Failed and missing" not in text
+    line = next(x for x in text.splitlines() if x.startswith("What it shows: "))
+    paired = report.table("paired")
+    firsts = [
+        float(m.group(0))
+        for _, vals in paired.rows
+        if (m := re.match(r"[+-]?\d+\.\d+", str(vals[0])))
+    ]
+    assert f"{max(firsts):+.3f}" in line
+    assert f"full report: {report.out / 'report.md'}" in text
+    assert all(f"figure: {p}" in text for p in report.plots)

@@ -152,7 +152,7 @@ def _smoke_cmd(root: Path, sweep: Path) -> list[str]:
         PYTHON,
         "-m",
         "benchmark",
-        "-m",  # before the overrides: argparse takes no overrides after it otherwise
+        "-m",  # anywhere: benchmark/__main__.py moves it where Hydra wants it
         "+experiment=smoke",
         "hydra/launcher=slurm",
         *SMALL,

@@ -105,7 +105,7 @@ def test_killed_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
 
 
 def test_failing_cell_is_recorded_and_the_sweep_carries_on(tmp_path):
-    run_cli(
+    proc = run_cli(
         tmp_path,
         "+experiment=smoke",
         "method=slm_only",
@@ -114,7 +114,10 @@ def test_failing_cell_is_recorded_and_the_sweep_carries_on(tmp_path):
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "-m",
         timeout=600,
+        check=False,
     )
+    assert proc.returncode == 1  # the tally: a failed cell fails the sweep's exit status
+    assert "2 jobs: 1 completed, 0 reused, 1 failed" in proc.stdout
     ok, failed = _jobs(tmp_path / "sweep")
     assert json.loads((ok / "summary.json").read_text())["success_mean"] == 1.0
     error = json.loads((failed / "error.json").read_text())

@@ -1,6 +1,6 @@
 """Why ASK works or not (issue 16): per-step records judged by the environment's expert, gate
 quality (precision, recall, entropy AUROC, consultant help and harm rates) and where queries
-land. The report draws them (benchmark.report.analysis); README "Gate quality" says how to read
+land. The report draws them (benchmark.report.analysis); docs/analysis.md says how to read
 them.
 
 steps         StepRecorder (the evaluator's on_step hook), the steps.jsonl.gz format

@@ -20,6 +20,9 @@ One JSON object per step, in (seed, step) order:
                         invalid) and whether it is optimal
     action, action_optimal
                         the action taken and whether it is optimal
+    consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
+                        each valid action's probability (action name -> float, over the valid
+                        actions), the consultant's own confidence beside PPO's entropy
     ...                 the env family's fields (Episode.step_fields): navigation `pos`, `dir`
                         (the agent's world (x, y), direction 0 E, 1 S, 2 W, 3 N); HigherLower
                         `rank`, `decision` (the card's rank 0 = ace ... 12 = king, the 0-based
@@ -80,6 +83,9 @@ def step_record(event: StepEvent) -> dict[str, Any]:
         "action": int(event.action),
         "action_optimal": _judge(int(event.action), optimal),
     }
+    scored = [a.choices for a in decision.answers if a.choices] if decision is not None else []
+    if scored:
+        record["consultant_probs"] = {k: _f32(v) for k, v in scored[-1].items()}
     record.update(ep.step_fields())  # the family's fields: position, card, ...
     return record
 

@@ -11,6 +11,7 @@ Exit codes: 0 done (a MISS is reported, not an error), 2 no CUDA device for the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -42,6 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sections", default=None, help="comma-separated subset of the cpu sections (default: all)"
     )
+    p.add_argument(
+        "--ir1-max-steps",
+        type=int,
+        default=None,
+        help="cpu ir1 section: episode step cap (default: the size's, 500 = the paper setting)",
+    )
     p.add_argument("--device", default="cuda", help="gpu benchmark device (cuda, cuda:0, cpu)")
     p.add_argument(
         "--tiny-shapes",
@@ -67,7 +74,7 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
 
     from benchmark.bench.common import compose
     from benchmark.bench.cpu import FULL, QUICK, SECTIONS, CpuBench, sizes_dict
-    from benchmark.job import provenance
+    from benchmark.results import provenance
 
     if args.threads < 1:
         raise SystemExit(f"--threads={args.threads} must be >= 1")
@@ -75,6 +82,10 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
     default_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else FULL
+    if args.ir1_max_steps is not None:
+        if args.ir1_max_steps < 1:
+            raise SystemExit(f"--ir1-max-steps={args.ir1_max_steps} must be >= 1")
+        sizes = dataclasses.replace(sizes, ir1_max_steps=args.ir1_max_steps)
     bench_dir = Path(str(compose(root).paths.bench))
     started = time.perf_counter()
     before = machine_info()

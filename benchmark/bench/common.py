@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
 GIB = 1 << 30
 
 
@@ -123,16 +121,9 @@ def machine_info() -> dict[str, Any]:
 
 def compose(root: Path, *overrides: str) -> Any:
     """The job config exactly as `python -m benchmark <overrides>` composes it, under `root`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from benchmark import config
 
-    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(
-            "config", overrides=[f"paths.root={root}", "tracking=none", *overrides]
-        )
+    return config.compose([f"paths.root={root}", "tracking=none", *overrides])
 
 
 def default_root() -> Path:

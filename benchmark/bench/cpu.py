@@ -25,6 +25,8 @@ import numpy as np
 import torch
 
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
+from benchmark.consultants.cache import cache_cap
+from benchmark.store import Store
 
 SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
 TARGETS = {
@@ -381,6 +383,39 @@ class CpuBench:
         }
 
     # -------------------------------------------------------------------------------- ir1
+    def suffix_floor(self, cfg: Any, task: Any, repeats: int = 5) -> dict[str, float]:
+        """The floor of a query at IR 1: the first step's user message (the suffix every path
+        must prefill) through the model's layers on top of the cached system prompt, batch 1,
+        no sampling or decoding, timed alone (median of `repeats`): what attention and MLP cost,
+        against which the paths' prefill ms/query compare."""
+        import copy as _copy
+
+        from benchmark.build import build_prompt
+        from benchmark.consultants import make_consultant
+
+        consultant = make_consultant(cfg.slm, cfg.paths)  # slm.cache=false: the hf backend
+        try:
+            variant = build_prompt(cfg, task)
+            query = next(variant.session(task.episode(0), False).consult(0))[0]
+            prompt = consultant.prompt(query)
+            ids, anchor = prompt.ids, prompt.anchor
+            base = consultant._new_cache()
+            with torch.inference_mode():
+                consultant._extend(base, [ids[:anchor]])
+                times = []
+                for _ in range(repeats + 1):
+                    cache = _copy.deepcopy(base)
+                    t0 = time.perf_counter()
+                    consultant._extend(cache, [ids[anchor:]])
+                    times.append(time.perf_counter() - t0)
+            return {
+                "suffix_tokens": len(ids) - anchor,
+                "prefix_tokens": anchor,
+                "suffix_ms": 1e3 * sorted(times[1:])[repeats // 2],
+            }
+        finally:
+            consultant.close()
+
     def section_ir1(self) -> dict[str, Any]:
         """ASK at interaction rate 1 (the entropy gate with tau=0 asks at every step, and the
         PPO suggestion stays in the prompt; gate=always would drop the policy), `stateful`
@@ -406,9 +441,12 @@ class CpuBench:
             "gate.tau=0",
             f"eval.n_episodes={z.ir1_episodes}",
         ]
+        generate = "slm.backend.lean_max_new_tokens=0"  # every answer through generate()
         paths = {  # path -> (eval mode, config)
             "default": ("lockstep", self.cfg(*base)),
-            "batch1": ("sequential", self.cfg(*base, "slm.backend.prefix_cache=0")),
+            "generate": ("lockstep", self.cfg(*base, generate)),
+            "choices": ("lockstep", self.cfg(*base, "slm.decoding.mode=choices")),
+            "batch1": ("sequential", self.cfg(*base, "slm.backend.prefix_cache=0", generate)),
         }
         prepared = prepare(paths["default"][1])
         policy = self._policy(paths["default"][1], prepared[0])
@@ -430,7 +468,10 @@ class CpuBench:
             finally:
                 evaluation.close()
         default, batch1 = runs["default"], runs["batch1"]
-        identical = default.outcome == batch1.outcome and default.actions == batch1.actions
+        identical = all(
+            runs[k].outcome == batch1.outcome and runs[k].actions == batch1.actions
+            for k in ("default", "generate")
+        )
         s = "ir1"
         self.check(
             s,
@@ -438,8 +479,27 @@ class CpuBench:
             default.stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
             target=TARGETS["ir1"],
         )
+        self.check(
+            s,
+            "choice scoring vs batch-1 sequential (decisions/s)",
+            runs["choices"].stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
+            target=TARGETS["ir1"],
+        )
+        self.check(
+            s,
+            "lean decode vs generate(), both lockstep with reuse (decisions/s)",
+            default.stats["decisions_per_s"] / runs["generate"].stats["decisions_per_s"],
+        )
         self.check(s, "identical per-episode results and actions", float(identical), "", target=1.0)
-        for key, label in (("default", "default path"), ("batch1", "batch-1 sequential")):
+        floor = self.suffix_floor(paths["default"][1], prepared[0])
+        self.check(s, "floor: one suffix's prefill on the cached prefix", floor["suffix_ms"], "ms")
+        labels = {
+            "default": "default path (lean decode)",
+            "generate": "generate() path",
+            "choices": "choice scoring",
+            "batch1": "batch-1 sequential",
+        }
+        for key, label in labels.items():
             run = runs[key]
             self.check(s, f"{label} decisions/s", run.stats["decisions_per_s"], "1/s")
             self.check(
@@ -447,6 +507,10 @@ class CpuBench:
             )
             if run.prefill is not None:
                 self.check(s, f"{label} prefill tokens", run.prefill["prefill_tokens"], "tokens")
+                split = query_split(run)
+                if split is not None:
+                    for part in ("prefill", "decode", "overhead"):
+                        self.check(s, f"{label} {part} ms/query", split[part], "ms")
         self.check(s, "interaction rate (IR)", default.stats["ir"], "")
         cfg = paths["default"][1]
         return {
@@ -473,9 +537,12 @@ class CpuBench:
                 "torch_threads": torch.get_num_threads(),
                 "policy": f"PPO short-trained for {z.train_steps} steps (the same in both paths)",
             },
-            **{key: run.summary() for key, run in runs.items()},
+            **{key: {**run.summary(), "split_ms": query_split(run)} for key, run in runs.items()},
             "ratio": default.stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
+            "ratio_choices": runs["choices"].stats["decisions_per_s"]
+            / batch1.stats["decisions_per_s"],
             "identical": identical,
+            "floor": floor,
         }
 
     # -------------------------------------------------------------------------------- 3. tuning
@@ -521,7 +588,7 @@ class CpuBench:
                     store.flush()  # publish the last few seconds' answers before measuring
                     entry["cache_rows"] = len(store)
                     entry["cache_bytes"] = store.disk_bytes()
-                    entry["cache_max_entries"] = int(slm.cache_max_entries)
+                    entry["cache_max_entries"] = store.max_entries
                     entry["cache_row_bytes_estimate"] = store.row_bytes_estimate()
                 out[key] = entry
             finally:
@@ -612,7 +679,7 @@ class CpuBench:
         s = "memory"
         data: dict[str, Any] = {
             "peak_rss_bytes": peak,
-            "cache_max_entries": int(cfg.slm.cache_max_entries),
+            "cache_max_entries": cache_cap(Store.of(cfg.paths).responses_dir()),
         }
         if self.eval_rss is not None:
             data["eval_lockstep_rss_bytes"] = self.eval_rss
@@ -788,6 +855,22 @@ def timed_run(
     wall = time.perf_counter() - t0
     prefill = {k: v - before[k] for k, v in counts().items()} if counts else None
     return TimedRun(_run_stats(rows, wall), results.split_runtime(rows)[0], prefill, actions)
+
+
+def query_split(run: TimedRun) -> dict[str, float] | None:
+    """A path's consultant time per query split into prefill, decode (scoring the choices or
+    the lean greedy loop) and overhead (the rest: templating, tokenizing, batching, parsing;
+    generate()'s own machinery when it ran), in ms; None when the backend timed no part of it
+    (every answer through generate(): its prefill and decode are not separable)."""
+    p = run.prefill or {}
+    queries = max(1, run.stats["queries"])
+    prefill, decode = p.get("prefill_seconds", 0.0), p.get("decode_seconds", 0.0)
+    if not prefill and not decode:
+        return None
+    total = run.stats["consultant_ms_per_query"]
+    out = {"prefill": 1e3 * prefill / queries, "decode": 1e3 * decode / queries}
+    out["overhead"] = total - out["prefill"] - out["decode"]
+    return out
 
 
 def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:

@@ -127,6 +127,41 @@ def throughput(
     return out
 
 
+def choice_throughput(
+    consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: GpuSizes, device: str
+) -> dict[str, Any]:
+    """Choice scoring (slm.decoding.mode=choices, issue 30): queries/s per batch size with every
+    valid action scored on the prompt's cache (median over repeats, after a warmup), and the
+    split of the backend's time into prefill and scoring."""
+    decoding = Decoding(max_new_tokens=sizes.answer_tokens, mode="choices")
+    out: dict[str, Any] = {}
+    for bs in sizes.batch_sizes:
+        queries = [
+            Query(messages[i % len(messages)], actions, lambda a, r: a, decoding) for i in range(bs)
+        ]
+        consultant.answer(queries)  # warmup
+        times = []
+        consultant.reset_prefill_stats()
+        for _ in range(sizes.repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            answers = consultant.answer(queries)
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+        if not all(a.choices and a.text in actions for a in answers):
+            raise RuntimeError("choice scoring returned an answer without per-action scores")
+        stats = consultant.prefill_stats()
+        med = statistics.median(times)
+        out[str(bs)] = {
+            "median_s": med,
+            "times_s": times,
+            "queries_per_s": bs / med,
+            "prefill_s_per_query": stats["prefill_seconds"] / (bs * sizes.repeats),
+            "scoring_s_per_query": stats["decode_seconds"] / (bs * sizes.repeats),
+        }
+    return out
+
+
 def ask_lockstep_vs_sequential(
     consultant: HFConsultant,
     root: Path,
@@ -241,11 +276,23 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
             "kernels": consultant.kernels,
             "throughput": throughput(consultant, messages, tuple(task.action_names), sizes, device),
             "prefill": consultant.prefill_stats(),
+            "choices": choice_throughput(
+                consultant, messages, tuple(task.action_names), sizes, device
+            ),
         }
         print(f"{name}: {describe_kernels(consultant.kernels)}", flush=True)
         for bs, r in entry["throughput"].items():
             checks.append(
                 Check("gpu", f"{name} queries/s at batch {bs}", r["queries_per_s"], "1/s")
+            )
+        for bs, r in entry["choices"].items():
+            checks.append(
+                Check(
+                    "gpu",
+                    f"{name} choice scoring queries/s at batch {bs}",
+                    r["queries_per_s"],
+                    "1/s",
+                )
             )
         tp = entry["throughput"]
         lo, hi = str(min(sizes.batch_sizes)), str(max(sizes.batch_sizes))

@@ -139,15 +139,21 @@ def save_tiny_hybrid(directory: str | os.PathLike, seed: int = 0) -> Path:
     full-attention layers, random weights from `seed`) with the tiny model's small tokenizer to
     `directory`, so that tests load it through `from_pretrained` like a real checkpoint: the
     hybrid cache (recurrent and conv states beside keys and values) on a CPU, with no download.
-    Returns the directory (built only when missing)."""
+    Returns the directory (built only when missing, once across processes)."""
+    from benchmark.consultants.tiny import is_built
+    from benchmark.store import build_once
+
+    target = Path(directory)
+    build_once(target, lambda work: _write_hybrid(work, seed), is_built, aside="incomplete")
+    return target
+
+
+def _write_hybrid(out: Path, seed: int) -> None:
     import torch
     from transformers import GenerationConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     from benchmark.consultants.tiny import _train_tokenizer
 
-    target = Path(directory)
-    if (target / "config.json").exists():
-        return target
     tokenizer = _train_tokenizer()
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     values = {
@@ -173,8 +179,5 @@ def save_tiny_hybrid(directory: str | os.PathLike, seed: int = 0) -> Path:
     model.generation_config = GenerationConfig(
         eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
-    tmp = target.with_name(target.name + ".tmp")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(target)
-    return target
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)

@@ -5,43 +5,69 @@ OpenAI-compatible server), dice (random valid action), oracle (expert action).""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 from benchmark.consultants.errors import ConsultantError
 
+log = logging.getLogger(__name__)
 __all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make_consultant"]
 
 
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache in
-    `<paths.cache>/responses/` (capped at `slm.cache_max_entries` entries; a
+    `<paths.cache>/responses/` (capped by the cache's own setting, its settings.json, so that
+    no job evicts another's entries: `slm.cache_max_entries` only warns when it differs; a
     `<paths.cache>/responses.sqlite` of earlier versions is migrated into it on first use).
     Backends that declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never
     wrapped."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.consultants.cache import DEFAULT_MAX_ENTRIES, LEGACY_NAME, CachedConsultant
+    from benchmark.consultants.cache import LEGACY_NAME, SETTINGS, CachedConsultant
+    from benchmark.store import Store
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):
         slm_cfg = OmegaConf.create(dict(slm_cfg))
     if "backend" not in slm_cfg:
         raise ConsultantError(f"slm config {slm_cfg.get('name', '?')!r} has no `backend` entry")
-    backend = instantiate(slm_cfg.backend, _convert_="all")
+    extra = {}
+    digests = Store.of(paths_cfg).digests_dir() if paths_cfg is not None else None
+    if digests and getattr(_target_class(slm_cfg.backend), "uses_digests", False):
+        extra["digests"] = str(digests)  # a local model is hashed once, not on every job
+    backend = instantiate(slm_cfg.backend, _convert_="all", **extra)
     if not isinstance(backend, Consultant):
         raise ConsultantError(
             f"slm.backend._target_={slm_cfg.backend.get('_target_')!r} built a "
             f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
-        cache = Path(str(paths_cfg.cache))
-        return CachedConsultant(
-            backend,
-            cache / "responses",
-            max_entries=int(slm_cfg.get("cache_max_entries", DEFAULT_MAX_ENTRIES)),
-            legacy=cache / LEGACY_NAME,
-        )
+        store = Store.of(paths_cfg)
+        cached = CachedConsultant(backend, store.responses_dir(), legacy=store.cache / LEGACY_NAME)
+        asked = slm_cfg.get("cache_max_entries")
+        if asked is not None and asked != cached.store.max_entries:
+            log.warning(
+                "slm.cache_max_entries=%s is not applied: the response cache %s is shared by "
+                "every job of the results root, so its cap is its own setting (%d entries, from "
+                "its %s), never one job's, which would evict the others' entries; set it with "
+                "`python -m benchmark.consultants.cache %s --max-entries N`",
+                asked,
+                cached.store.directory,
+                cached.store.max_entries,
+                SETTINGS,
+                cached.store.directory,
+            )
+        return cached
     return backend
+
+
+def _target_class(backend_cfg: Any) -> type | None:
+    """The backend's class, None when `_target_` names none (instantiate then says why)."""
+    from hydra.utils import get_class
+
+    try:
+        return get_class(str(backend_cfg.get("_target_")))
+    except Exception:  # noqa: BLE001 - reported by instantiate with its own message
+        return None

@@ -11,9 +11,12 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")  # what `slm.decoding` may set
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
+DECODING_FIELDS = (*SAMPLING_FIELDS, "mode")  # what `slm.decoding` may set
+MODES = ("generate", "choices")  # Decoding.mode
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,19 @@ class Decoding:
     top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens with this mass (1 = off)
     top_k: int = 0  # keep the k most likely tokens (0 = off)
     seed: int | None = None  # None: sampled answers are not reproducible
+    # "choices": a query whose answer is one bare action is answered by scoring every valid
+    # action as a continuation of the prompt (backends that can; docs/protocol.md, "Choice
+    # scoring"); other queries (rationale, belief updates, plans) still generate
+    mode: str = "generate"
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"slm.decoding.mode={self.mode!r} is not one of {list(MODES)}")
+        if self.mode == "choices" and self.temperature > 0:
+            raise ValueError(
+                f"slm.decoding.mode=choices answers with the most likely action; it needs "
+                f"temperature=0, got temperature={self.temperature!r}"
+            )
         if not self.temperature >= 0:
             raise ValueError(f"decoding temperature={self.temperature!r} must be >= 0")
         if not 0 < self.top_p <= 1:
@@ -53,21 +67,25 @@ class Decoding:
 
 
 def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The sampling fields of a `Decoding` from a config mapping (`slm.decoding`: temperature,
-    top_p, top_k, seed; missing ones keep their defaults, null = default). Unknown keys fail."""
+    """The `slm.decoding` fields of a `Decoding` from a config mapping (temperature, top_p,
+    top_k, seed, mode; missing ones keep their defaults, null = default). Unknown keys fail."""
     if sampling is None:
         return {}
     items = dict(sampling.items())
-    unknown = sorted(set(items) - set(SAMPLING_FIELDS))
+    unknown = sorted(set(items) - set(DECODING_FIELDS))
     if unknown:
         raise ValueError(
-            f"slm.decoding: unknown key(s) {unknown}; allowed: {list(SAMPLING_FIELDS)}"
+            f"slm.decoding: unknown key(s) {unknown}; allowed: {list(DECODING_FIELDS)}"
         )
     out: dict[str, Any] = {}
     for key, value in items.items():
         if value is None:
             continue
-        if key in ("temperature", "top_p"):
+        if key == "mode":
+            if value not in MODES:
+                raise ValueError(f"slm.decoding.mode={value!r} is not one of {list(MODES)}")
+            out[key] = str(value)
+        elif key in ("temperature", "top_p"):
             out[key] = float(value)
         elif key == "top_k" or key == "seed":
             if isinstance(value, bool) or int(value) != value:
@@ -124,6 +142,19 @@ class Answer:
     seconds: float = 0.0
     cached: bool = False
     complete: bool = True
+    # choice scoring (Decoding.mode "choices"): each valid action's probability, normalized over
+    # the valid actions, in the query's action order; None for a generated answer
+    choices: dict[str, float] | None = None
+
+
+def scores_choices(query: Query) -> bool:
+    """Does `query` take choice scoring: mode "choices", no thinking phase, and an answer format
+    that is the bare action (render_answer(a, "") == a for every valid action; a rationale, a
+    belief update or a JSON answer keeps generation)."""
+    d = query.decoding
+    if d.mode != "choices" or d.enable_thinking or not query.actions:
+        return False
+    return all(query.render_answer(a, "") == a for a in query.actions)
 
 
 class Consultant(abc.ABC):
@@ -135,7 +166,20 @@ class Consultant(abc.ABC):
     def weights_identity(cls, **backend_args: object) -> str | None:
         """The identity of the weights a backend config names, found without loading them (a
         cell's identity must follow the model's content, not where it lies). None when the
-        config itself says it all (dice, oracle, a server's URL and model)."""
+        config itself says it all (dice, oracle, a server's URL and model). Never builds,
+        trains or downloads: a model made on first use that is not there yet raises
+        `ModelNotBuilt` (the job calls `make_weights` first)."""
+        return None
+
+    @classmethod  # noqa: B027 - an optional hook
+    def make_weights(cls, **backend_args: object) -> None:
+        """Make the weights a backend config names when they are made on first use (the tiny
+        model, a fine-tuned one); nothing for the others."""
+
+    @classmethod
+    def local_dir(cls, **backend_args: object) -> Path | None:
+        """The local directory of the weights a backend config names, None when there is none
+        (a hub model, a server, the dice); a model not made yet has none either."""
         return None
 
     @property

@@ -44,7 +44,11 @@ before its name appears.
 Size: compaction evicts the least recently used entries (by last hit, else by creation) down to
 `max_entries - max_entries // 10` (default cap 100,000, tens of MB for short answers); hits are
 recorded in memory and written with the process's next shard. Between compactions the entries a
-reader sees exceed the cap by at most what was published since the last one.
+reader sees exceed the cap by at most what was published since the last one. The cap is the
+cache's own setting, in its `settings.json` (`{"max_entries": N}`; absent: the default), set with
+`python -m benchmark.consultants.cache <dir> --max-entries N`: every process sharing the cache
+evicts by the same cap, so one job's setting can never evict the entries of the others (a job's
+`slm.cache_max_entries` only warns when it differs).
 
 An existing SQLite cache (`<paths.cache>/responses.sqlite`, written before this layout) is
 migrated on first use: the first store that sees it folds its rows into a new index, reading the
@@ -80,9 +84,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query, scores_choices
 
 DEFAULT_MAX_ENTRIES = 100_000
+SETTINGS = "settings.json"  # the cache's own configuration, shared by every process using it
 DEFAULT_PUBLISH_SECONDS = 5.0
 DEFAULT_MAX_SHARDS = 1024
 DEFAULT_CLAIM_STALE_SECONDS = 120.0
@@ -125,6 +130,8 @@ SAMPLING_ONLY = ("top_p", "top_k", "seed")
 def decoding_key(decoding: Decoding) -> dict:
     """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
     data = dataclasses.asdict(decoding)
+    if data["mode"] == "generate":  # the default: keys made before the field existed still hit
+        data.pop("mode")
     if decoding.temperature == 0:
         for name in SAMPLING_ONLY:
             data.pop(name)
@@ -315,9 +322,43 @@ def _set_aside(path: Path, why: object) -> None:
     )
 
 
+def _check_cap(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{where} max_entries={value!r} is invalid: allowed an integer >= 1")
+    return value
+
+
+def cache_cap(directory: str | os.PathLike) -> int:
+    """The cap of the cache in `directory`: its settings.json's max_entries, else the default."""
+    path = Path(directory) / SETTINGS
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return DEFAULT_MAX_ENTRIES
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"response cache {path} is corrupt ({exc}): set the cap again with `python -m "
+            f"benchmark.consultants.cache {directory} --max-entries N`, or delete the file for "
+            f"the default {DEFAULT_MAX_ENTRIES}"
+        ) from None
+    return _check_cap(data.get("max_entries") if isinstance(data, dict) else data, str(path))
+
+
+def set_cache_cap(directory: str | os.PathLike, max_entries: int) -> None:
+    """Give the cache in `directory` its cap (every process that opens it later uses it; one
+    open now keeps the cap it read)."""
+    _check_cap(max_entries, "response cache")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps({"max_entries": max_entries}) + "\n").encode()
+    write_file_atomic(directory, SETTINGS, data)
+
+
 class ResponseStore:
     """The cache's files in `directory` (see the module docstring), safe for concurrent processes
     on one or many hosts. `legacy`: an SQLite cache of the code before, migrated on first use.
+    `max_entries`: None for the cache's own cap (`cache_cap`); a number caps what this store
+    compacts to, evicting any process's entries (tests, tools).
 
     A path that names an existing file is taken for such a SQLite cache (`responses.sqlite`): the
     store then lives beside it, in the directory of the same name without the suffix."""
@@ -325,18 +366,19 @@ class ResponseStore:
     def __init__(
         self,
         directory: str | os.PathLike,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_entries: int | None = None,
         *,
         legacy: str | os.PathLike | None = None,
         publish_seconds: float = DEFAULT_PUBLISH_SECONDS,
         max_shards: int = DEFAULT_MAX_SHARDS,
         claim_stale_seconds: float = DEFAULT_CLAIM_STALE_SECONDS,
     ) -> None:
-        if max_entries < 1:
-            raise ValueError(f"cache max_entries={max_entries} must be >= 1")
         directory = Path(directory)
         if directory.is_file():  # an SQLite cache of the code before
             legacy, directory = directory, directory.with_name(directory.stem)
+        if max_entries is None:
+            max_entries = cache_cap(directory)
+        _check_cap(max_entries, "response cache")
         self.directory = directory
         self.legacy = Path(legacy) if legacy is not None else None
         self.max_entries = int(max_entries)
@@ -924,7 +966,7 @@ class CachedConsultant(Consultant):
         self,
         inner: Consultant,
         path: str | os.PathLike,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_entries: int | None = None,
         **store_options,
     ) -> None:
         self.inner = inner
@@ -940,8 +982,10 @@ class CachedConsultant(Consultant):
         return self.inner.identity
 
     def stats(self) -> dict[str, int]:
-        """hits / misses count greedy queries; `deduplicated` counts misses answered by an
-        identical query of the same batch; `bypassed` counts sampled (uncached) queries."""
+        """Greedy queries: `hits` were answered without the backend (`Answer.cached`, as the
+        episodes count them): from the store, or, `deduplicated` of them, as a copy of an
+        identical query earlier in the same batch; `misses` were asked of the backend.
+        `bypassed` counts sampled and choice-scored (uncached) queries."""
         return dict(
             hits=self._hits,
             misses=self._misses,
@@ -951,7 +995,14 @@ class CachedConsultant(Consultant):
 
     def answer(self, queries: list[Query]) -> list[Answer]:
         identity = self.inner.identity
-        keys = [cache_key(identity, q) if q.decoding.temperature == 0 else None for q in queries]
+        # sampled answers are never cached; nor are choice-scored ones, whose per-action
+        # probabilities the store has no place for (and which cost one forward pass anyway)
+        keys = [
+            cache_key(identity, q)
+            if q.decoding.temperature == 0 and not scores_choices(q)
+            else None
+            for q in queries
+        ]
         t0 = time.perf_counter()
         found = self.store.get_many(k for k in keys if k is not None)
         n_hits = sum(k in found for k in keys if k is not None)
@@ -966,7 +1017,7 @@ class CachedConsultant(Consultant):
             elif k in found:
                 self._hits += 1
             elif k in first_of:
-                self._misses += 1
+                self._hits += 1
                 self._deduplicated += 1
             else:
                 self._misses += 1
@@ -996,3 +1047,27 @@ class CachedConsultant(Consultant):
     def close(self) -> None:
         self.store.close()
         self.inner.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmark.consultants.cache <dir> [--max-entries N]`: show or set the cap of
+    the response cache in <dir> (`<paths.cache>/responses`)."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m benchmark.consultants.cache", description=main.__doc__
+    )
+    p.add_argument("directory", type=Path, help="the cache directory, <paths.cache>/responses")
+    p.add_argument("--max-entries", type=int, default=None, help="the cap for every job using it")
+    args = p.parse_args(argv)
+    try:
+        if args.max_entries is not None:
+            set_cache_cap(args.directory, args.max_entries)
+        print(f"{args.directory}: max_entries {cache_cap(args.directory)}")
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

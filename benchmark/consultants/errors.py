@@ -6,3 +6,9 @@ from __future__ import annotations
 class ConsultantError(RuntimeError):
     """A backend could not be built or could not answer (bad config, missing weights, a server
     that stays unreachable after retries). The message names the bad value or URL and the cause."""
+
+
+class ModelNotBuilt(LookupError):
+    """The model a config names is made on first use (the tiny model, a fine-tuned one) and is
+    not there yet: the content of its weights, hence a cell's identity, is not known until the
+    job builds it. Computing an identity never builds anything (`python -m benchmark.plan`)."""

@@ -36,6 +36,17 @@ recurrent and one conv state per linear layer (independent of the prefix's lengt
 `prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
 path runs one forward per distinct row length instead of one for the batch (not measured yet).
 
+Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
+is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
+unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
+continuation (`choice_ids`: its tokens and the first stop token) in one batched forward on that
+cache; the most likely action is the answer, every action's probability goes in
+`Answer.choices`. Short greedy answers (at most `lean_max_new_tokens`) take the same prefill and
+a plain argmax loop instead of `generate` (`_lean_ids`), only where generation would apply no
+logits processor (`plain_greedy`): the same tokens (tests/test_choices.py). On CPU, attention is
+"prefix_sdpa" (benchmark.consultants.attention): an unpadded suffix on a cached prefix is
+attended without the masked rectangle.
+
 Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
 and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
 transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
@@ -65,6 +76,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -74,7 +86,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query, query_seed
+from benchmark.consultants.base import (
+    Answer,
+    Consultant,
+    Decoding,
+    Query,
+    query_seed,
+    scores_choices,
+)
 from benchmark.consultants.errors import ConsultantError
 from benchmark.prompts.parse import THINK_END, THINK_START
 from benchmark.prompts.parse import strip_thinking as split_thinking
@@ -82,6 +101,7 @@ from benchmark.prompts.parse import strip_thinking as split_thinking
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
+DEFAULT_LEAN_MAX_NEW_TOKENS = 16  # greedy answers up to this long take the lean decode loop
 _MB = 1 << 20
 GPU_EXTRA_HINT = "pip install -e '.[gpu]' on a CUDA machine"
 log = logging.getLogger(__name__)
@@ -159,8 +179,11 @@ class HFConsultant(Consultant):
         max_batch_size: int = 32,
         num_threads: int | None = None,
         prefix_cache: int = 8,  # DEFAULT_PREFIX_CACHE
+        lean_max_new_tokens: int = 16,  # DEFAULT_LEAN_MAX_NEW_TOKENS
+        digests: str | None = None,
     ) -> None:
-        """`num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
+        """`digests`: the results store's digest cache (benchmark.store; make_consultant passes
+        it), so a multi-GB local model is not hashed again on every job. `num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
         small shared CPU one thread is several times faster than OpenMP threads that contend
         with other processes for the same cores. `prefix_cache`: how many prompt prefixes'
         key/value caches to keep (LRU; 0 = no prefix reuse; module docstring)."""
@@ -175,9 +198,14 @@ class HFConsultant(Consultant):
         if isinstance(prefix_cache, bool) or int(prefix_cache) < 0:
             raise ConsultantError(f"slm.backend.prefix_cache={prefix_cache!r} must be >= 0")
         self.prefix_cache = PrefixCache(int(prefix_cache))
+        if isinstance(lean_max_new_tokens, bool) or int(lean_max_new_tokens) < 0:
+            raise ConsultantError(
+                f"slm.backend.lean_max_new_tokens={lean_max_new_tokens!r} must be >= 0"
+            )
+        self.lean_max_new_tokens = int(lean_max_new_tokens)
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
-        source, local_only, self._identity = _resolve_source(model, path, revision)
+        source, local_only, self._identity = _resolve_source(model, path, revision, digests)
         cuda = torch.cuda.is_available()
         if dtype == "auto":  # the weights' own dtype on GPU; bf16/fp16 matmuls crawl on CPU
             torch_dtype: Any = "auto" if cuda else torch.float32
@@ -200,15 +228,25 @@ class HFConsultant(Consultant):
         self.model.eval()
         self._setup_tokens()
 
+    uses_digests = True  # make_consultant passes the results store's digest cache
+
+    @classmethod
+    def local_dir(cls, path: str | None = None, **_: object) -> Path | None:
+        p = Path(os.path.expanduser(str(path))) if path else None
+        return p if p is not None and p.is_dir() else None
+
     @classmethod
     def weights_identity(
         cls,
         model: str | None = None,
         path: str | None = None,
         revision: str | None = None,
+        digests: str | None = None,
+        legacy: bool = False,
         **_: object,
     ) -> str | None:
-        return _resolve_source(model, path, revision)[2]
+        """`legacy`: the identity cells of IDENTITY_VERSION 2 recorded (benchmark.migrate)."""
+        return _resolve_source(model, path, revision, digests, legacy)[2]
 
     # ----------------------------------------------------------------------------- setup
     def _setup_tokens(self) -> None:
@@ -229,21 +267,34 @@ class HFConsultant(Consultant):
         self.close_ids = (
             tok.encode(THINK_CLOSE, add_special_tokens=False) if self.think_end is not None else []
         )
+        if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
+            self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
+        if not hasattr(self, "lean_max_new_tokens"):
+            self.lean_max_new_tokens = DEFAULT_LEAN_MAX_NEW_TOKENS
         gc = copy.deepcopy(self.model.generation_config)
         gc.update(temperature=None, top_p=None, top_k=None, min_p=None, do_sample=False)
         gc.pad_token_id, gc.eos_token_id = self.pad_id, self.eos_ids
         self._base_gc = gc
+        self._lean_ok = self.lean_max_new_tokens > 0 and plain_greedy(gc)
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
         self._logits_to_keep = "logits_to_keep" in params
+        self._prefix_attention()
         self.reuse_mode = prefix_reuse_mode(self.model)
         self.reuses_prefixes = self.reuse_mode is not None
         self.kernels = kernel_report(self.model)
         log.info("%s: %s", self.identity, describe_kernels(self.kernels))
-        if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
-            self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
         self._anchors: dict[tuple, list[int] | None] = {}
         self._stats = dict.fromkeys(PREFILL_STATS, 0)
+
+    def _prefix_attention(self) -> None:
+        """On CPU, sdpa becomes "prefix_sdpa" (benchmark.consultants.attention): a suffix on a
+        cached prefix is prefilled without the masked rectangle; every other call is sdpa's."""
+        from benchmark.consultants import attention
+
+        config = self.model.config
+        if self.device.type == "cpu" and getattr(config, "_attn_implementation", None) == "sdpa":
+            self.model.set_attn_implementation(attention.register())
 
     @property
     def identity(self) -> str:
@@ -255,10 +306,110 @@ class HFConsultant(Consultant):
 
     # ----------------------------------------------------------------------------- answer
     def answer(self, queries: list[Query]) -> list[Answer]:
-        return [
-            Answer(g.text, len(g.prompt_ids), len(g.new_ids), s)
-            for g, s in self.generate_with_times(queries)
-        ]
+        """Choice-scored queries (`scores_choices`) by `score_choices`, the rest generated."""
+        out: list[Answer | None] = [None] * len(queries)
+        scored = [i for i, q in enumerate(queries) if scores_choices(q)]
+        generated = sorted(set(range(len(queries))) - set(scored))
+        if generated:
+            gens = self.generate_with_times([queries[i] for i in generated])
+            for i, (g, s) in zip(generated, gens, strict=True):
+                out[i] = Answer(g.text, len(g.prompt_ids), len(g.new_ids), s)
+        if scored:
+            for i, a in zip(scored, self.score_choices([queries[i] for i in scored]), strict=True):
+                out[i] = a
+        return out  # type: ignore[return-value]
+
+    def score_choices(self, queries: list[Query]) -> list[Answer]:
+        """Each query answered with its most likely valid action (module docstring, "Choice
+        scoring"); `Answer.choices` holds every action's probability over the valid set."""
+        out = []
+        for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True):
+            best = max(range(len(q.actions)), key=lambda k: (logp[k], -k))  # ties: first action
+            top = max(logp)
+            weights = [math.exp(v - top) for v in logp]
+            total = sum(weights)
+            probs = {a: w / total for a, w in zip(q.actions, weights, strict=True)}
+            text = q.actions[best]
+            out.append(Answer(text, n, 0, seconds, choices=probs))
+        return out
+
+    def choice_ids(self, action: str) -> list[int]:
+        """An action's continuation: its tokens, then the end of the answer (the first stop
+        token: the token greedy generation would end an answer of exactly this action with)."""
+        return [*self.tokenizer.encode(action, add_special_tokens=False), self.eos_ids[0]]
+
+    def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
+        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`, all
+        its tokens) after the prompt, the prompt's length and the query's share of its batch's
+        seconds. Batches of
+        `max_batch_size` prompts, longest first; the prompt's prefix cache is reused and each
+        length group is prefilled unpadded (`_prefill_groups`)."""
+        prompts = [self.prompt(q) for q in queries]
+        conts = [[self.choice_ids(a) for a in q.actions] for q in queries]
+        out: list[tuple[list[float], int, float] | None] = [None] * len(queries)
+        order = sorted(range(len(queries)), key=lambda i: -len(prompts[i].ids))
+        for s in range(0, len(order), self.max_batch_size):
+            chunk = order[s : s + self.max_batch_size]
+            t0 = time.perf_counter()
+            scores = self._score_batch([prompts[i] for i in chunk], [conts[i] for i in chunk])
+            per = (time.perf_counter() - t0) / len(chunk)
+            for i, v in zip(chunk, scores, strict=True):
+                out[i] = (v, len(prompts[i].ids), per)
+        return out  # type: ignore[return-value]
+
+    def _score_batch(self, rows: list[Prompt], conts: list[list[list[int]]]) -> list[list[float]]:
+        import torch
+
+        seqs = [r.ids for r in rows]
+        out: list[list[float]] = [[] for _ in rows]
+        with torch.inference_mode():
+            for members, cache, last in self._prefill_groups(seqs, rows):
+                t0 = time.perf_counter()
+                first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
+                pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
+                width = max(len(c) for _, c in pairs) - 1
+                rest = None
+                if width > 0:  # the actions' later tokens, right-padded: padding comes after
+                    index = torch.tensor([j for j, _ in pairs], device=self.device)
+                    cache.reorder_cache(index)
+                    ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
+                    for m, (_, c) in enumerate(pairs):
+                        ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+                    logits = self.model(
+                        input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
+                    ).logits
+                    rest = torch.log_softmax(logits.float(), dim=-1)
+                for m, (j, c) in enumerate(pairs):
+                    v = float(first[j, c[0]])
+                    for t in range(1, len(c)):
+                        v += float(rest[m, t - 1, c[t]])  # type: ignore[index]
+                    out[members[j]].append(v)
+                self._stats["decode_seconds"] += time.perf_counter() - t0
+        return out
+
+    def _prefill_groups(self, seqs: list[list[int]], rows: list[Prompt]):
+        """Yield (row indices, their batch cache, their last position's logits [g, V]) per group
+        of equal-length rows, each group prefilled unpadded on a copy of the shared prefix's
+        cache (or from an empty cache): no padding and no mask beyond the causal one, so every
+        row computes exactly what it would alone; the suffix costs what it costs."""
+        import torch
+
+        t0 = time.perf_counter()
+        p, prefix = self._shared_prefix(seqs, rows)
+        groups: dict[int, list[int]] = {}
+        for r, s in enumerate(seqs):
+            groups.setdefault(len(s), []).append(r)
+        self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        self._stats["prefill_tokens_without_reuse"] += len(seqs) * max(map(len, seqs))
+        self._stats["prefill_seconds"] += time.perf_counter() - t0
+        for members in groups.values():
+            t0 = time.perf_counter()
+            cache = copy.deepcopy(prefix) if prefix is not None else self._new_cache()
+            if prefix is not None and len(members) > 1:
+                cache.reorder_cache(torch.zeros(len(members), dtype=torch.long, device=self.device))
+            last = self._extend(cache, [seqs[r][p:] for r in members])
+            self._stats["prefill_seconds"] += time.perf_counter() - t0
+            yield members, cache, last
 
     def generate(self, queries: list[Query]) -> list[Generation]:
         return [g for g, _ in self.generate_with_times(queries)]
@@ -438,6 +589,8 @@ class HFConsultant(Consultant):
         how many tokens each row has generated before (its sampling stream's position)."""
         import torch
 
+        if not d.sampling and self._lean_ok and max_new <= self.lean_max_new_tokens:
+            return self._lean_ids(seqs, max_new, stop, prompts)
         n = len(seqs)
         width = max(len(s) for s in seqs)
         with torch.inference_mode():
@@ -478,6 +631,40 @@ class HFConsultant(Consultant):
             cut = next((k for k, t in enumerate(row) if t in stop), None)
             rows.append(row if cut is None else row[: cut + 1])
         return rows
+
+    def _lean_ids(
+        self, seqs: list[list[int]], max_new: int, stop: list[int], prompts: list[Prompt]
+    ) -> list[list[int]]:
+        """Greedy decoding without `generate`: each length group prefilled unpadded on the
+        shared prefix (`_prefill_groups`), then one forward per new token on the group's own
+        cache; a row leaves the batch at its stop token. Only taken when greedy generation
+        would apply no logits processor (`_lean_ok`), so argmax of the logits is its choice:
+        the same tokens as `generate` (tests/test_choices.py)."""
+        import torch
+
+        out: list[list[int]] = [[] for _ in seqs]
+        stops = torch.tensor(stop, device=self.device)
+        with torch.inference_mode():
+            for members, cache, last in self._prefill_groups(seqs, prompts):
+                t0 = time.perf_counter()
+                alive = list(members)
+                for step in range(max_new):
+                    token = last.argmax(-1)
+                    for r, t in zip(alive, token.tolist(), strict=True):
+                        out[r].append(t)
+                    keep = ~torch.isin(token, stops)
+                    if step == max_new - 1 or not bool(keep.any()):
+                        break
+                    if not bool(keep.all()):
+                        index = keep.nonzero().flatten()
+                        cache.reorder_cache(index)
+                        alive = [alive[k] for k in index.tolist()]
+                        token = token[index]
+                    last = self.model(
+                        input_ids=token[:, None], use_cache=True, **{self._cache_arg: cache}
+                    ).logits[:, -1]
+                self._stats["decode_seconds"] += time.perf_counter() - t0
+        return out
 
     def _shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
         """(p, a fresh batch-1 cache of seqs[0][:p]) for the prefix every row shares, or (0,
@@ -547,20 +734,21 @@ class HFConsultant(Consultant):
 
         return DynamicCache(config=self.model.config)
 
-    def _extend(self, cache: Any, rows: list[list[int]]) -> None:
+    def _extend(self, cache: Any, rows: list[list[int]]) -> Any:
         """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
-        same batch size), which grows in place."""
+        same batch size), which grows in place; the last position's logits [rows, V]."""
         import torch
 
         self._stats["prefill_tokens"] += sum(len(r) for r in rows)
         kwargs = {self._cache_arg: cache}
         if self._logits_to_keep:
-            kwargs["logits_to_keep"] = 1  # the prefix's logits are never read
-        self.model(
+            kwargs["logits_to_keep"] = 1  # only the last position's logits are read
+        out = self.model(
             input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
             use_cache=True,
             **kwargs,
         )
+        return out.logits[:, -1]
 
     def close(self) -> None:
         import torch
@@ -578,7 +766,42 @@ PREFILL_STATS = (
     "prefill_tokens_without_reuse",
     "prefix_hits",
     "prefix_misses",
+    "prefill_seconds",  # choice scoring and the lean path: time in prefill
+    "decode_seconds",  # ... and in scoring the continuations / the greedy decode loop
 )
+
+
+# generation settings under which greedy `generate` would transform the logits before argmax
+_PROCESSOR_FIELDS = {
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,),
+    "num_beams": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "low_memory": (None, False),
+    "max_time": (None,),
+    "stop_strings": (None,),
+    "assistant_model": (None,),
+    "prompt_lookup_num_tokens": (None,),
+}
+
+
+def plain_greedy(gc: Any) -> bool:
+    """Is greedy generation under `gc` the argmax of the raw logits (no logits processor, no
+    beam search, no extra stopping rule)? Then the lean decode loop gives its tokens."""
+    return all(getattr(gc, k, None) in allowed for k, allowed in _PROCESSOR_FIELDS.items())
 
 
 def prefix_reuse_mode(model: Any) -> str | None:
@@ -718,7 +941,11 @@ def _thinking_count(ids: list[int], was_open: bool, start: int | None, end: int 
 
 
 def _resolve_source(
-    model: str | None, path: str | None, revision: str | None
+    model: str | None,
+    path: str | None,
+    revision: str | None,
+    digests: str | None = None,
+    legacy: bool = False,
 ) -> tuple[str, bool, str]:
     """(what to pass to from_pretrained, local_files_only, identity)."""
     if path is not None:
@@ -730,7 +957,8 @@ def _resolve_source(
             )
         if not (p / "config.json").is_file():
             raise ConsultantError(f"slm.backend.path={str(path)!r} has no config.json")
-        return str(p), True, "hf-local:" + local_fingerprint(p)
+        fingerprint = legacy_fingerprint(p) if legacy else local_fingerprint(p, digests)
+        return str(p), True, "hf-local:" + fingerprint
     if not model:
         raise ConsultantError("the hf backend needs slm.backend.model (hub id) or slm.backend.path")
     from huggingface_hub import try_to_load_from_cache
@@ -754,17 +982,56 @@ def _offline_hint(model: str | None, cause: object) -> str:
     )
 
 
-def local_fingerprint(directory: Path) -> str:
-    """Hash of a local model: small config/tokenizer files in full, and for each weight file
-    its size plus its first and last MB. Fast on multi-GB weights, stable across copies."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+CONFIG_SUFFIXES = (".json", ".jinja", ".txt", ".model")
+# files beside the weights that never change an output: fine-tuning's record (its timings and
+# held-out measurement) and the Trainer's own logs
+NOT_MODEL_FILES = frozenset({"finetune.json", "trainer_state.json", "training_args.bin"})
+WHOLE_ABOVE = 2 * _MB  # a file this small is covered whole by its first and last MB
+
+
+def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None) -> str:
+    """Hash of the bytes that determine a local model's outputs: every weight file whole, the
+    config, generation config, tokenizer and chat template; never logs or statistics
+    (NOT_MODEL_FILES). A weight file of at most 2 MB enters by its size and its first and last
+    MB, which is every byte of it (so the identities of the tiny models are those of earlier
+    releases); a larger one by the SHA-256 of its whole content, cached in the results store
+    (`digests`) by (path, size, mtime_ns, inode): read once, not on every job."""
+    from benchmark.store import cached_digest
+
+    h = hashlib.sha256()
+    for f in sorted(directory.iterdir()):
+        if not f.is_file() or f.name in NOT_MODEL_FILES:
+            continue
+        size = f.stat().st_size
+        if f.suffix in CONFIG_SUFFIXES and size < 64 * _MB:
+            h.update(json.dumps([f.name, size]).encode())
+            h.update(f.read_bytes())
+        elif f.suffix in WEIGHT_SUFFIXES:
+            h.update(json.dumps([f.name, size]).encode())
+            if size <= WHOLE_ABOVE:
+                with f.open("rb") as fh:
+                    h.update(fh.read(_MB))
+                    fh.seek(max(0, size - _MB))
+                    h.update(fh.read(_MB))
+            else:
+                h.update(b"sha256:" + cached_digest(f, digests).encode())
+    return h.hexdigest()[:16]
+
+
+def legacy_fingerprint(directory: Path) -> str:
+    """The fingerprint of IDENTITY_VERSION 2 (every config-like file, finetune.json included,
+    and of each weight file only its size and first and last MB), for the migration of cells
+    named by it (benchmark.migrate). Not an identity: a change in the middle of a large weight
+    file goes unseen."""
     h = hashlib.sha256()
     for f in sorted(directory.iterdir()):
         if not f.is_file():
             continue
-        if f.suffix in (".json", ".jinja", ".txt", ".model") and f.stat().st_size < 64 * _MB:
+        if f.suffix in CONFIG_SUFFIXES and f.stat().st_size < 64 * _MB:
             h.update(json.dumps([f.name, f.stat().st_size]).encode())
             h.update(f.read_bytes())
-        elif f.suffix in (".safetensors", ".bin", ".gguf"):
+        elif f.suffix in WEIGHT_SUFFIXES:
             size = f.stat().st_size
             h.update(json.dumps([f.name, size]).encode())
             with f.open("rb") as fh:

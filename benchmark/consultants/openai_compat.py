@@ -40,7 +40,16 @@ not know it may ignore or refuse it, so set top_k 0 there) and `seed`: the query
 (benchmark.consultants.base.query_seed, from the decoding seed, rng_key and messages), mod 2^31.
 The same query thus sends the same seed in lockstep and sequential evaluation; whether the answer
 is then the same is the server's affair (vLLM seeds a generator per request). Greedy requests are
-unchanged: `temperature: 0` and no other sampling field."""
+unchanged: `temperature: 0` and no other sampling field.
+
+Choice scoring (`slm.decoding.mode=choices`, docs/protocol.md "Choice scoring"): needs a server
+that returns prompt log-probabilities, declared with `slm.backend.prompt_logprobs: true` (vLLM:
+its /tokenize endpoint applies the chat template, /v1/completions takes token ids and returns
+`prompt_logprobs`); without it the config is refused at validation. A choice-scored query costs
+one /tokenize of the prompt, two per action (the action alone, and the chat with the action as
+the assistant's reply: the token after the action there is the end of the turn) and one /v1/completions request
+with every action's sequence (max_tokens 1); the answer is the action whose continuation is most
+likely, with every action's probability in `Answer.choices`, as in the hf backend."""
 
 from __future__ import annotations
 
@@ -50,14 +59,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Query, query_seed
+from benchmark.consultants.base import Answer, Consultant, Query, query_seed, scores_choices
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
 
+CHOICES_NEED_LOGPROBS = (
+    "slm.decoding.mode=choices needs prompt log-probabilities from the server: set "
+    "slm.backend.prompt_logprobs=true for a vLLM server (its /tokenize and /v1/completions "
+    "prompt_logprobs), or use slm.decoding.mode=generate with this server"
+)
+
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
 # show (retry warnings, ConsultantError).
 logging.getLogger("httpx").setLevel(logging.WARNING)
+PROBE_TIMEOUT = 10.0  # seconds one start-up probe may take (less when wait_timeout ends sooner)
 
 
 class OpenAIConsultant(Consultant):
@@ -75,7 +91,10 @@ class OpenAIConsultant(Consultant):
         identity: str | None = None,
         wait_timeout: float = 0.0,
         url_file: str | None = None,
+        prompt_logprobs: bool = False,
     ) -> None:
+        """`prompt_logprobs`: the server returns prompt log-probabilities (vLLM), so
+        slm.decoding.mode=choices can score the actions (module docstring)."""
         import httpx
 
         if concurrency < 1:
@@ -90,6 +109,11 @@ class OpenAIConsultant(Consultant):
         self.max_retries = int(max_retries)
         self.concurrency = int(concurrency)
         self.extra_body = dict(extra_body or {})
+        if not isinstance(prompt_logprobs, bool):
+            raise ConsultantError(
+                f"slm.backend.prompt_logprobs={prompt_logprobs!r} must be true or false"
+            )
+        self.prompt_logprobs = prompt_logprobs
         headers = {}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -126,13 +150,17 @@ class OpenAIConsultant(Consultant):
 
     def _wait_healthy(self) -> list[str]:
         """Probe until the server lists its models, for at most `wait_timeout` seconds (one
-        probe when 0); sets base_url from `url_file` when given."""
+        probe when 0); sets base_url from `url_file` when given. No probe outlasts the deadline:
+        against a server that accepts and never answers, the wait ends on time."""
         deadline = time.monotonic() + self.wait_timeout
         while True:
+            probe_timeout = min(self.timeout, PROBE_TIMEOUT)
+            if self.wait_timeout > 0:
+                probe_timeout = min(probe_timeout, max(deadline - time.monotonic(), 0.1))
             try:
                 if self.url_file is not None:
                     self.base_url = read_url_file(self.url_file)
-                return self._probe()
+                return self._probe(probe_timeout)
             except Retryable as exc:
                 last = str(exc)
             if time.monotonic() >= deadline:
@@ -152,13 +180,13 @@ class OpenAIConsultant(Consultant):
             "(python -m benchmark.serve), check its log, or raise the timeout"
         )
 
-    def _probe(self) -> list[str]:
+    def _probe(self, timeout: float) -> list[str]:
         """GET /models once: the model ids, Retryable while the server is not (yet) up."""
         import httpx
 
         url = f"{self.base_url}/models"
         try:
-            r = self._client.get(url, timeout=min(self.timeout, 10.0))
+            r = self._client.get(url, timeout=timeout)
         except httpx.HTTPError as exc:
             raise Retryable(f"unreachable at {url} ({type(exc).__name__}: {exc})") from exc
         if r.status_code in (401, 403):
@@ -249,13 +277,112 @@ class OpenAIConsultant(Consultant):
     def answer(self, queries: list[Query]) -> list[Answer]:
         if not queries:
             return []
+        if not self.prompt_logprobs and any(scores_choices(q) for q in queries):
+            raise ConsultantError(CHOICES_NEED_LOGPROBS)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(queries))) as pool:
-            answers = list(pool.map(self._one, queries))
+            answers = list(
+                pool.map(lambda q: self._scored(q) if scores_choices(q) else self._one(q), queries)
+            )
         per = (time.perf_counter() - t0) / len(queries)
         for a in answers:
             a.seconds = per
         return answers
+
+    # ------------------------------------------------------------------ choice scoring
+    def _post(self, url: str, body: dict[str, Any]) -> Any:
+        """POST with retries; the reply's JSON (choice scoring's requests)."""
+        import httpx
+
+        def call() -> Any:
+            try:
+                r = self._client.post(url, json=body)
+            except httpx.TransportError as exc:
+                raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+            if r.status_code == 429 or r.status_code >= 500:
+                raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
+            if r.status_code != 200:
+                raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+            try:
+                return r.json()
+            except ValueError as exc:
+                raise Retryable(f"HTTP 200 with a body that is not JSON: {r.text[:200]!r}") from exc
+
+        return with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
+
+    def _tokenize(self, **body: Any) -> list[int]:
+        root = self.base_url.removesuffix("/v1")  # type: ignore[union-attr]
+        data = self._post(f"{root}/tokenize", {"model": self.model, **body})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise ConsultantError(f"{root}/tokenize returned no token list: {str(data)[:200]}")
+        return [int(t) for t in tokens]
+
+    def choice_sequences(self, q: Query) -> tuple[list[int], list[list[int]]]:
+        """The templated prompt's token ids and each action's continuation (its tokens and the
+        end-of-turn token after them, as the chat template writes the assistant's reply)."""
+        kwargs = {"enable_thinking": q.decoding.enable_thinking}
+        prompt = self._tokenize(
+            messages=q.messages, add_generation_prompt=True, chat_template_kwargs=kwargs
+        )
+        conts = []
+        for a in q.actions:
+            full = self._tokenize(
+                messages=[*q.messages, {"role": "assistant", "content": a}],
+                add_generation_prompt=False,
+                chat_template_kwargs=kwargs,
+            )
+            own = self._tokenize(prompt=a, add_special_tokens=False)
+            # the reply's tokens, last occurrence (templates may drop an empty thinking block
+            # from a past reply, so the rendering need not extend the generation prompt)
+            at = next(
+                (
+                    i
+                    for i in range(len(full) - len(own) - 1, -1, -1)
+                    if full[i : i + len(own)] == own
+                ),
+                None,
+            )
+            if not own or at is None:
+                raise ConsultantError(
+                    f"slm.decoding.mode=choices: the chat template of {self.model!r} does not "
+                    f"write the reply {a!r} as its own tokens; use mode=generate"
+                )
+            conts.append(own + [full[at + len(own)]])
+        return prompt, conts
+
+    def _scored(self, q: Query) -> Answer:
+        """One choice-scored query (module docstring)."""
+        import math
+
+        prompt, conts = self.choice_sequences(q)
+        url = f"{self.base_url}/completions"
+        body = {
+            "model": self.model,
+            "prompt": [prompt + c for c in conts],
+            "max_tokens": 1,
+            "temperature": 0,
+            "prompt_logprobs": 0,
+        }
+        data = self._post(url, body)
+        logp = [0.0] * len(conts)
+        try:
+            for choice in data["choices"]:
+                k = int(choice.get("index", 0))
+                rows = choice["prompt_logprobs"]
+                for t, token in enumerate(conts[k]):
+                    logp[k] += float(rows[len(prompt) + t][str(token)]["logprob"])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ConsultantError(
+                f"{url} returned no prompt_logprobs for the choices ({type(exc).__name__}: "
+                f"{exc}); the server does not support prompt log-probabilities (vLLM does): "
+                "set slm.backend.prompt_logprobs=false and slm.decoding.mode=generate"
+            ) from exc
+        top = max(logp)
+        weights = [math.exp(v - top) for v in logp]
+        probs = {a: w / sum(weights) for a, w in zip(q.actions, weights, strict=True)}
+        best = max(range(len(logp)), key=lambda k: (logp[k], -k))
+        return Answer(q.actions[best], len(prompt), 0, choices=probs)
 
     def close(self) -> None:
         self._client.close()

@@ -9,12 +9,10 @@ text, which the suite counts like any other invalid answer."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
 from benchmark.consultants.hf import HFConsultant
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -233,33 +231,21 @@ def build_tiny(directory: str | os.PathLike, seed: int = 0, size: str = "tiny") 
     """Build the tiny model (`size`: a key of SIZES) into `directory` unless it is already there;
     return its path.
 
-    Atomic (built in a temp dir beside it, then renamed; an existing target is never deleted)
-    and guarded by a file lock that only saves duplicate builds, so processes on any host
-    never see a half-written model."""
-    from filelock import FileLock
+    Built once across processes in a private directory and renamed into place
+    (benchmark.store.build_once): an incomplete leftover is set aside, never deleted."""
+    from benchmark.store import build_once
 
     if size not in SIZES:
         raise ConsultantError(f"slm.backend.size={size!r} is not one of {list(SIZES)}")
     target = Path(directory)
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "config.json").exists():
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-        try:
-            _write_tiny(tmp, seed, size)
-            try:
-                os.rename(tmp, target)
-            except OSError:  # the target exists: never delete it, others may be loading it
-                if not (target / "config.json").exists():  # an incomplete leftover
-                    os.rename(target, target.with_name(f".{target.name}.incomplete-{tmp.name}"))
-                    os.rename(tmp, target)
-                # else another host built the same model first (the lock may not reach it)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    build_once(target, lambda work: _write_tiny(work, seed, size), is_built, aside="incomplete")
     return target
+
+
+def is_built(directory: Path) -> bool:
+    """The model's files are there (config.json is written with them, in the directory renamed
+    into place whole)."""
+    return (Path(directory) / "config.json").exists()
 
 
 def _write_tiny(directory: Path, seed: int, size: str = "tiny") -> None:
@@ -302,7 +288,14 @@ class TinyConsultant(HFConsultant):
 
     @classmethod
     def weights_identity(
-        cls, path: str, seed: int = 0, size: str = "tiny", **_: object
+        cls, path: str, seed: int = 0, size: str = "tiny", **kwargs: object
     ) -> str | None:
-        build_tiny(path, seed, size)  # seconds; the identity is the built files' fingerprint
-        return super().weights_identity(path=path)
+        """The built files' fingerprint; `ModelNotBuilt` before the job builds them."""
+        if not is_built(Path(path)):
+            raise ModelNotBuilt(f"tiny model (seed {seed}, size {size}) not built yet")
+        wanted = {k: kwargs[k] for k in ("digests", "legacy") if k in kwargs}
+        return super().weights_identity(path=path, **wanted)
+
+    @classmethod
+    def make_weights(cls, path: str, seed: int = 0, size: str = "tiny", **_: object) -> None:
+        build_tiny(path, seed, size)

@@ -5,13 +5,13 @@ Task class; a new family adds its module (benchmark.envs.family, docs/families.m
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from benchmark.config import CONF
 from benchmark.envs.base import CardView, Episode, Memory, NavView, Task
 from benchmark.envs.family import Family, available_families, family_of, get_family
 
-ENV_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "env"
+ENV_CONF_DIR = CONF / "env"
 
 __all__ = [
     "ENV_CONF_DIR",

@@ -3,11 +3,12 @@ first use (benchmark.finetune.store) and found in the cache afterwards."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from benchmark.consultants.errors import ConsultantError
-from benchmark.consultants.hf import HFConsultant, local_fingerprint
-from benchmark.finetune.store import Recipe, ensure, plain
+from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
+from benchmark.consultants.hf import HFConsultant, legacy_fingerprint, local_fingerprint
+from benchmark.finetune.store import Recipe, ensure, find, plain
 
 RECIPE_ARGS = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
 
@@ -57,13 +58,31 @@ class FinetunedConsultant(HFConsultant):
             )
         )
         self.model_dir = ensure(recipe)
+        kwargs.setdefault("digests", recipe.digests())
         kwargs.setdefault("dtype", "float32")
         kwargs.setdefault("device_map", "cpu")
         super().__init__(model=None, path=str(self.model_dir), **kwargs)
 
     @classmethod
     def weights_identity(cls, **backend_args: object) -> str | None:
-        """Makes (or finds) the fine-tuned model, then fingerprints its files: minutes the first
-        time, as the PPO checkpoint a job trains."""
-        model_dir = ensure(_recipe(dict(backend_args)))
-        return "hf-local:" + local_fingerprint(model_dir)
+        """The fingerprint of the fine-tuned model's files, found by its recipe's key; raises
+        `ModelNotBuilt` when it (or the base model, or the PPO policy whose states it learns
+        from) is not made yet: never trains."""
+        recipe = _recipe(dict(backend_args))
+        digests = backend_args.get("digests") or recipe.digests()
+        model_dir = find(recipe, digests)
+        if backend_args.get("legacy"):
+            return "hf-local:" + legacy_fingerprint(model_dir)
+        return "hf-local:" + local_fingerprint(model_dir, digests)
+
+    @classmethod
+    def local_dir(cls, **backend_args: object) -> Path | None:
+        try:
+            return find(_recipe(dict(backend_args)))
+        except ModelNotBuilt:
+            return None
+
+    @classmethod
+    def make_weights(cls, **backend_args: object) -> None:
+        """Fine-tune (minutes the first time, as the PPO checkpoint a job trains)."""
+        ensure(_recipe(dict(backend_args)))

@@ -3,9 +3,10 @@
 `<models>/<env>-<prompt>-<base>-<hash>/` is a plain Hugging Face model directory (config,
 safetensors, tokenizer with its chat template) plus `finetune.json` (the recipe, the training
 statistics, the held-out measurement) and `dataset.jsonl` (the examples it was trained on),
-written in a temporary directory beside it and renamed into place, then marked by a `COMPLETE`
-file (the directory's fingerprint) written last. A file lock beside it makes concurrent jobs
-fine-tune once; a directory whose files no longer match `COMPLETE` is made again.
+written in a private directory beside it and renamed into place, then marked by a `COMPLETE`
+file (the directory's fingerprint) written last, once across processes
+(`benchmark.store.build_once`); a directory whose files no longer match `COMPLETE` is set aside
+and made again.
 
 The hash covers the base model's weights identity, the env config, the prompt config and the
 prompt code's version, the PPO checkpoint's SHA-256 (the states come from it), the data, training
@@ -19,8 +20,6 @@ import json
 import logging
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark import config
 from benchmark.finetune.dataset import AUTOPILOT_MODES, Example, collect, dataset_seeds, parse
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits
@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 # that changes the weights a recipe trains to, so no model of older code is reused.
 FINETUNE_VERSION = 1
 MARKER = "COMPLETE"
+FINGERPRINT_VERSION = 2  # COMPLETE's fingerprint: 2 = consultants.hf.local_fingerprint (whole)
 INFO = "finetune.json"
 DATASET = "dataset.jsonl"
-CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,11 @@ class Recipe:
     def base_backend(self) -> dict[str, Any]:
         """The base's `slm.backend`, resolved against this job's paths; `locations.base` (a
         local copy of its weights) replaces its `path`."""
-        file = CONF / "slm" / f"{self.base}.yaml"
+        file = config.option_file("slm", self.base)
         if not file.is_file():
-            known = sorted(p.stem for p in (CONF / "slm").glob("*.yaml"))
-            raise ValueError(f"slm.base={self.base!r} is not a conf/slm option: allowed {known}")
+            raise ValueError(
+                f"slm.base={self.base!r} is not a conf/slm option: allowed {config.options('slm')}"
+            )
         root = OmegaConf.create(
             {"paths": self.locations["paths"], "seed": self.seed, "slm": OmegaConf.load(file)}
         )
@@ -141,9 +142,9 @@ class Recipe:
             backend["path"] = str(self.locations["base"])
         return backend
 
-    def base_source(self) -> tuple[str, dict[str, Any], str]:
+    def base_source(self, make: bool = True) -> tuple[str, dict[str, Any], str]:
         """(what from_pretrained loads, its keyword arguments, the base's weights identity);
-        a tiny base is built first."""
+        a tiny base is built first (`make`), else `ModelNotBuilt` while it is not there."""
         from hydra.utils import get_class
 
         from benchmark.consultants.hf import HFConsultant, _resolve_source
@@ -155,7 +156,9 @@ class Recipe:
                 f"slm.base={self.base!r} is served by {target.__name__}: only models loaded "
                 "through transformers (the hf and tiny backends) can be fine-tuned"
             )
-        identity = target.weights_identity(**backend)  # builds a tiny base
+        if make:
+            target.make_weights(**backend)  # builds a tiny base
+        identity = target.weights_identity(**backend)
         source, local_only, _ = _resolve_source(
             backend.get("model"), backend.get("path"), backend.get("revision")
         )
@@ -192,12 +195,15 @@ class Recipe:
         prompt.check(task)
         return prompt
 
-    def policy_checkpoint(self, task: Any) -> Path:
+    def policy_checkpoint(self, task: Any, train: bool = True) -> Path | None:
+        """The PPO checkpoint whose states it learns from (None: not trained, and `train` is
+        False)."""
         from benchmark.build import policy_checkpoint
 
         if not self.locations.get("policy"):
             raise ValueError("slm.backend.path.policy is missing: the PPO whose states are used")
-        return policy_checkpoint(self.job_config(), task, Splits.from_config(self.splits))
+        splits = Splits.from_config(self.splits)
+        return policy_checkpoint(self.job_config(), task, splits, train=train)
 
     # ------------------------------------------------------------------------- key
     def key(self, base_identity: str, checkpoint_sha256: str) -> dict[str, Any]:
@@ -207,7 +213,8 @@ class Recipe:
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
             "env": self.env,
-            "prompt": self.prompt,
+            # how the model is asked (generate or choice scoring) does not change its training
+            "prompt": _sans_mode(self.prompt),
             "prompt_version": PROMPT_VERSION,
             "policy": {"checkpoint_sha256": checkpoint_sha256},
             "data": asdict(self.data),
@@ -226,8 +233,16 @@ class Recipe:
         env = self.env.get("name", "env")
         return f"{env}-{self.prompt.get('name', 'prompt')}{rationale}-{self.base}-{digest}"
 
+    def digests(self) -> Path:
+        """The results store's digest cache (benchmark.store.cached_digest)."""
+        from benchmark.store import Store
+
+        return Store.of(self.locations["paths"]).digests_dir()
+
     def models_dir(self) -> Path:
-        return Path(str(self.locations["paths"]["models"])) / "finetuned"
+        from benchmark.store import Store
+
+        return Store.of(self.locations["paths"]).models_dir("finetuned")
 
 
 def plain(value: Any) -> Any:
@@ -238,23 +253,46 @@ def plain(value: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- the cache
-def intact(model_dir: Path) -> bool:
-    """Complete (marker written last) and its files still those the marker fingerprinted."""
-    from benchmark.consultants.hf import local_fingerprint
+def intact(model_dir: Path, digests: Path | None = None) -> bool:
+    """Complete (marker written last) and its files still those the marker fingerprinted (a
+    marker of earlier releases holds the legacy fingerprint: checked as it was made)."""
+    from benchmark.consultants.hf import legacy_fingerprint, local_fingerprint
 
     try:
         marker = json.loads((model_dir / MARKER).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError):
         return False
-    return marker.get("fingerprint") == local_fingerprint(model_dir)
+    if marker.get("fingerprint_version") == FINGERPRINT_VERSION:
+        return marker.get("fingerprint") == local_fingerprint(model_dir, digests)
+    return marker.get("fingerprint") == legacy_fingerprint(model_dir)
+
+
+def find(recipe: Recipe, digests: Path | None = None) -> Path:
+    """The complete fine-tuned model directory of `recipe`, found by its key without making
+    anything; `ModelNotBuilt` when it (or what its key needs: the base model, the PPO
+    checkpoint) is not made yet."""
+    from benchmark.consultants.errors import ModelNotBuilt
+    from benchmark.store import file_sha256
+
+    checkpoint = recipe.policy_checkpoint(recipe.task(), train=False)
+    if checkpoint is None:
+        raise ModelNotBuilt("fine-tuned model not made yet (its PPO policy is not trained)")
+    try:
+        base_identity = recipe.base_source(make=False)[2]
+    except ModelNotBuilt as exc:
+        raise ModelNotBuilt(f"fine-tuned model not made yet (its base: {exc})") from exc
+    target = recipe.models_dir() / recipe.dir_name(
+        recipe.key(base_identity, file_sha256(checkpoint))
+    )
+    if not intact(target, digests):
+        raise ModelNotBuilt(f"fine-tuned model not made yet ({target.name})")
+    return target
 
 
 def ensure(recipe: Recipe) -> Path:
     """The complete fine-tuned model directory of `recipe`, made first if needed (once across
     processes). The PPO checkpoint it needs is found, or trained, like any job's."""
-    from filelock import FileLock
-
-    from benchmark.results import file_sha256
+    from benchmark.store import build_once, file_sha256
 
     task = recipe.task()
     prompt = recipe.prompt_variant(task)  # a prompt that does not fit the env fails first
@@ -262,25 +300,18 @@ def ensure(recipe: Recipe) -> Path:
     base_source, base_kwargs, base_identity = recipe.base_source()
     key = recipe.key(base_identity, file_sha256(checkpoint))
     target = recipe.models_dir() / recipe.dir_name(key)
-    if intact(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if intact(target):
-            return target
-        if target.exists():
-            log.warning("%s is incomplete or changed since it was made: fine-tuning again", target)
-            shutil.rmtree(target)
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-        try:
-            _make(recipe, key, task, prompt, checkpoint, base_source, base_kwargs, tmp)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(Path(str(tmp) + ".trainer"), ignore_errors=True)
+
+    def make(work: Path) -> None:
+        _make(recipe, key, task, prompt, checkpoint, base_source, base_kwargs, work)
+
+    def mark(model_dir: Path) -> None:  # the fingerprint of what was renamed into place, last
         from benchmark.consultants.hf import local_fingerprint
 
-        _write_json(target / MARKER, {"fingerprint": local_fingerprint(target), "pid": os.getpid()})
+        fingerprint = local_fingerprint(model_dir, recipe.digests())
+        marker = {"fingerprint": fingerprint, "fingerprint_version": FINGERPRINT_VERSION}
+        _write_json(model_dir / MARKER, {**marker, "pid": os.getpid()})
+
+    build_once(target, make, lambda d: intact(d, recipe.digests()), finish=mark)
     return target
 
 
@@ -457,3 +488,11 @@ def _write_json(path: Path, data: Any) -> None:
     from benchmark.results import write_json
 
     write_json(path, data)
+
+
+def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:
+    """The prompt config without its sampling's decoding mode (slm.decoding.mode)."""
+    sampling = prompt.get("sampling")
+    if isinstance(sampling, dict) and "mode" in sampling:
+        return {**prompt, "sampling": {k: v for k, v in sampling.items() if k != "mode"}}
+    return prompt

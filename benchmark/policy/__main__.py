@@ -14,70 +14,20 @@ directory the app would train or use. The bundle goes to --out (default
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
-import os
 import sys
 from pathlib import Path
 
 import benchmark  # noqa: F401 - registers the config resolvers
+from benchmark.config import compose, sweep_jobs
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
 log = logging.getLogger("benchmark.policy")
-
-
-def split_values(value: str) -> list[str]:
-    """`a,b,[1,2]` -> ['a', 'b', '[1,2]']: commas inside brackets or quotes do not split."""
-    out, depth, quote, cur = [], 0, "", ""
-    for ch in value:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    return [*out, cur]
-
-
-def _compose(overrides: list[str], hydra_config: bool = False):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    os.environ.setdefault("BENCHMARK_REPO", str(REPO))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra_config)
 
 
 def combinations(overrides: list[str]) -> list[list[str]]:
     """Every job the overrides (and a preset's hydra.sweeper.params) describe, as override lists;
     the command line wins over the preset's sweep, as in Hydra."""
-    fixed, swept = [], {}
-    for o in overrides:
-        key, _, value = o.partition("=")
-        values = split_values(value)
-        if len(values) > 1:
-            swept[key] = values
-        else:
-            fixed.append(o)
-    given = {o.partition("=")[0].lstrip("+~") for o in overrides}
-    cfg = _compose(fixed, hydra_config=True)
-    for key, value in (cfg.hydra.sweeper.params or {}).items():
-        if key.lstrip("+~") not in given:
-            swept[key] = split_values(str(value))
-    keys = sorted(swept)
-    return [
-        [*fixed, *(f"{k}={v}" for k, v in zip(keys, combo, strict=True))]
-        for combo in itertools.product(*(swept[k] for k in keys))
-    ]
+    return sweep_jobs(overrides)[1]
 
 
 def from_overrides(overrides: list[str]):
@@ -88,7 +38,7 @@ def from_overrides(overrides: list[str]):
 
     selected, missing, first = [], [], None
     for combo in combinations(overrides):
-        cfg = _compose(combo)
+        cfg = compose(combo)
         first = first or cfg
         _, splits, _ = prepare(cfg)
         if cfg.policy.get("path") or cfg.policy.get("source"):
@@ -121,11 +71,11 @@ def export_main(args: argparse.Namespace) -> int:
     if root is None and args.sweep:
         root = root_of(Path(args.sweep[0]))
     if root is None:
-        cfg = cfg or _compose([])
+        cfg = cfg or compose([])
         root = cfg.paths.root
     out = args.out
     if out is None:
-        cfg = cfg or _compose([])
+        cfg = cfg or compose([])
         out = Path(cfg.paths.root) / "bundles" / str(cfg.experiment_name)
     for note in missing:
         print(f"not exported: {note}", file=sys.stderr)

@@ -17,7 +17,10 @@ A bundle:
         results.json                  test metrics with 95% CIs from the PPO-only cells of the
                                       results root (huggingface_sb3's mean_reward, std_reward, ...)
         system.json                   machine and package versions it was trained with
-        COMPLETE                      SHA-256 of every zip, checked on every load
+        COMPLETE                      SHA-256 of every zip and of every other file, checked on
+                                      every load
+    COMPLETE                  SHA-256 of bundle.json, README.md and each policy's COMPLETE, so
+                              the manifests cover every file: an edited or corrupt one is refused
 
 The zips are copied unchanged, so a cell evaluated from the bundle has the same checkpoint
 SHA-256, hence the same cell identity and byte-identical episodes, as one evaluated from the
@@ -40,6 +43,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import results
+from benchmark.gates import NeverGate
 from benchmark.policy.checkpoints import (
     MARKER,
     CheckpointError,
@@ -47,18 +51,20 @@ from benchmark.policy.checkpoints import (
     intact,
     manifest,
     resolve,
-    sort_key,
 )
+from benchmark.policy.names import order
 from benchmark.policy.provenance import system_info
+from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.store import Store, replace_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = "ask-benchmark-policies/1"
+FORMAT = "ask-benchmark-policies/2"  # 2: COMPLETE manifests cover every file, not only zips
+FIRST_FORMAT = "ask-benchmark-policies/1"  # still loaded: its zips are verified
 INDEX = "bundle.json"
 CARD = "README.md"
 SYSTEM = "system.json"  # written beside the zips at training time (checkpoints.ensure_dir)
-NEVER_GATE = "benchmark.gates.NeverGate"
 # a cell's summary fields copied into results.json (those present)
 RESULT_FIELDS = tuple(
     f"{m}_{s}"
@@ -83,25 +89,22 @@ def policy_name(config: dict[str, Any], ckpt_dir: Path) -> str:
 
 
 def evaluations(root: Path | None, sha256s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-    """Per checkpoint name, the complete PPO-only cells under `root/cells` that evaluated it (by
+    """Per checkpoint name, the complete PPO-only cells of the results root that evaluated it (by
     the checkpoint file's SHA-256), test split first, then larger first."""
     found: dict[str, list[dict[str, Any]]] = {}
-    if root is None or not (Path(root) / "cells").is_dir():
+    if root is None:
         return found
     by_sha = {sha: name for name, sha in sha256s.items()}
-    for cell_json in sorted((Path(root) / "cells").glob("*/cell.json")):
-        identity = (results.read_json(cell_json) or {}).get("identity", {})
-        sha = (identity.get("policy") or {}).get("checkpoint_sha256")
-        if sha not in by_sha or (identity.get("gate") or {}).get("_target_") != NEVER_GATE:
+    for cell in Store(root).cells():
+        sha = cell.checkpoint_sha256
+        if sha not in by_sha or cell.gate_class is not NeverGate or (done := cell.read()) is None:
             continue
-        done = results.complete_cell(cell_json.parent)
-        if done is None:
-            continue
+        identity = cell.identity or {}
         summary, episodes = done
         rewards = [float(e["reward"]) for e in episodes]
         found.setdefault(by_sha[sha], []).append(
             {
-                "cell_hash": cell_json.parent.name,
+                "cell_hash": cell.hash,
                 "cell": summary.get("cell"),
                 "env": summary.get("env"),
                 "metric": summary.get("metric"),
@@ -162,30 +165,30 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
     config["config_hash"] = src.name.rsplit("-", 1)[-1]
     config["checkpoint_dir"] = src.name
     name = policy_name(config, src)
-    dest = out / name
-    tmp = out / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    names = sorted(sha256s, key=sort_key)
+    names = sorted(sha256s, key=order)
     metas = {}
-    for ckpt in names:
-        shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
-        if (src / f"{ckpt}.json").is_file():
-            shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
-            metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
-    if (src / "curve.csv").is_file():
-        shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
+    headline = _headline(selected, names)
     system = results.read_json(src / SYSTEM) or {
         "unknown": "trained before checkpoint directories recorded their machine and versions"
     }
-    headline = _headline(selected, names)
     evals = evaluations(root, sha256s)
-    results.write_json(tmp / "config.json", config)
-    results.write_json(tmp / SYSTEM, system)
-    results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
-    results.write_json(tmp / MARKER, {"checkpoints": sha256s})  # last: marks it complete
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
+
+    def fill(tmp: Path) -> None:
+        for ckpt in names:
+            shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
+            if (src / f"{ckpt}.json").is_file():
+                shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
+                metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
+        if (src / "curve.csv").is_file():
+            shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
+        results.write_json(tmp / "config.json", config)
+        results.write_json(tmp / SYSTEM, system)
+        results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != ".zip"}
+        # last: marks it complete
+        results.write_json(tmp / MARKER, {"checkpoints": sha256s, "files": files})
+
+    replace_dir(out / name, fill)
     return {
         "name": name,
         "env": config["env"]["name"],
@@ -224,7 +227,7 @@ def export(
     root whose PPO-only cells give the test metrics."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    index = results.read_json(out / INDEX) or {}
+    index = _read_index(out) or {}
     entries = {e["name"]: e for e in index.get("policies", [])}
     for item in selected:
         item = item if isinstance(item, Selected) else Selected(Path(item))
@@ -241,6 +244,10 @@ def export(
     }
     results.write_json(out / INDEX, index)
     results.write_text_atomic(out / CARD, model_card(index))
+    files = [INDEX, CARD, *(f"{name}/{MARKER}" for name in sorted(entries))]
+    results.write_json(
+        out / MARKER, {"format": FORMAT, "files": {f: file_sha256(out / f) for f in files}}
+    )
     return out
 
 
@@ -365,8 +372,10 @@ def model_card(index: dict[str, Any]) -> str:
         "`final` = last weights, `rNNN` = first to reach validation reward NNN/100), their "
         "`.json` metas, the validation learning curve `curve.csv`, the resolved training config "
         "with its hash `config.json`, the test metrics `results.json`, the machine and package "
-        "versions it was trained with `system.json`, and `COMPLETE` (SHA-256 of every zip, "
-        "checked on every load). `bundle.json` indexes them.",
+        "versions it was trained with `system.json`, and `COMPLETE` (SHA-256 of every file "
+        "there, checked on every load). `bundle.json` indexes them; the top `COMPLETE` holds the "
+        "SHA-256 of `bundle.json`, this card and each policy's `COMPLETE`, so an edited or corrupt "
+        "file is refused, by name.",
         "",
         "## Reproducibility",
         "",
@@ -394,10 +403,50 @@ def model_card(index: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- import
 def _read_index(directory: Path) -> dict[str, Any] | None:
-    index = results.read_json(directory / INDEX)
-    if index is not None and not str(index.get("format", "")).startswith(FORMAT.split("/")[0]):
-        raise CheckpointError(f"{directory / INDEX} is not a policy bundle index")
+    """bundle.json, None when there is none; corrupt or foreign: CheckpointError naming it."""
+    path = directory / INDEX
+    if not path.exists():
+        return None
+    index = results.read_json(path)
+    if not isinstance(index, dict):
+        raise CheckpointError(
+            f"{path} is corrupt (not a JSON bundle index): export the bundle again or download "
+            "it again"
+        )
+    if not str(index.get("format", "")).startswith(FORMAT.split("/")[0]):
+        raise CheckpointError(f"{path} is not a policy bundle index")
     return index
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    data = results.read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("files", {}), dict):
+        raise CheckpointError(
+            f"{path} is corrupt (not a JSON manifest): export the bundle again or download it again"
+        )
+    return data
+
+
+def verify(directory: Path) -> dict[str, Any]:
+    """The COMPLETE manifest of a bundle or of one of its policies, after checking that every
+    file it lists (`files`; the zips under `checkpoints` are checked when one is loaded) still
+    has its SHA-256. CheckpointError naming the file that is missing, corrupt or changed."""
+    path = Path(directory) / MARKER
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the bundle is incomplete, export it again")
+    data = _read_manifest(path)
+    for name, sha in data.get("files", {}).items():
+        file = Path(directory) / name
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing (listed in {path}): export it again")
+        if name.endswith(MARKER):  # a policy's manifest: a corrupt one says so
+            _read_manifest(file)
+        if file_sha256(file) != sha:
+            raise CheckpointError(
+                f"{file} is corrupt or was changed: it does not match the SHA-256 recorded in "
+                f"{path}; export the bundle again or download it again"
+            )
+    return data
 
 
 def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
@@ -405,15 +454,17 @@ def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPL
     `cfg` asks for: the policy trained with exactly `cfg`'s recipe (same hash), else the one for
     `env.name` and `policy.seed`."""
     directory = Path(directory)
-    if (directory / MARKER).is_file():
-        return directory
     index = _read_index(directory)
+    if index is None and (directory / MARKER).is_file():
+        return directory  # one policy directory (or a bundle whose bundle.json is missing)
     if index is None:
         raise CheckpointError(
             f"policy.path={str(directory)!r} is a directory but neither an exported policy (no "
             f"{MARKER}) nor a bundle (no {INDEX}): give an SB3 .zip, a bundle, or one of its "
             "policy directories"
         )
+    if index.get("format") != FIRST_FORMAT:  # the first format had no bundle manifest
+        verify(directory)
     policies = index.get("policies", [])
     want = config_hash(cfg, splits)
     exact = [p for p in policies if p["config_hash"] == want]
@@ -444,6 +495,9 @@ def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPL
 def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
     """The verified zip `policy.checkpoint` of the policy `cfg` asks for in a bundle directory."""
     policy_dir = select_policy(directory, cfg, splits)
+    verify(
+        policy_dir
+    )  # every file but the zips (a policy of the first format: none); the zip below
     wanted = results.read_json(policy_dir / "config.json") or {}
     trained_on = (wanted.get("env") or {}).get("task")
     if trained_on is not None and trained_on != OmegaConf.to_container(cfg.env.task, resolve=True):
@@ -497,11 +551,8 @@ def from_sweep(sweep_dir: Path) -> tuple[list[Selected], list[str]]:
 
 
 def root_of(path: Path) -> Path | None:
-    """The results root above a sweep dir (the first ancestor with cells/ or checkpoints/)."""
-    for parent in Path(path).resolve().parents:
-        if (parent / "cells").is_dir() or (parent / "checkpoints").is_dir():
-            return parent
-    return None
+    """The results root above a sweep dir (benchmark.store)."""
+    return Store.root_of(path)
 
 
 class ExportOnMultirunEnd(Callback):

@@ -2,8 +2,8 @@
 
 `<paths.checkpoints>/<env.name>-<hash>/` holds final/best/rNNN zips, their JSON metas, curve.csv
 and a COMPLETE manifest (sha256 of every zip) written last and atomically: a directory without
-it is an interrupted training and is wiped and retrained; a zip whose hash disagrees with the
-manifest is refused. A file lock beside the directory makes concurrent jobs train once."""
+it is an interrupted training and is set aside and retrained; a zip whose hash disagrees with the
+manifest is refused. `benchmark.store.build_once` makes concurrent jobs train once."""
 
 from __future__ import annotations
 
@@ -11,33 +11,37 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
-import socket
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
+from benchmark.policy import names, resume
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
-from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.store import Store, build_once, cached_digest, file_sha256
 
 log = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^(final|best|r\d{3})$")
 MARKER = "COMPLETE"
 # keys that do not change the trained weights (path, source, revision: a policy from elsewhere)
-UNHASHED_POLICY_KEYS = ("checkpoint", "device", "progress_bar", "path", "source", "revision")
+UNHASHED_POLICY_KEYS = (
+    "checkpoint",
+    "device",
+    "progress_bar",
+    "path",
+    "source",
+    "revision",
+    "resume_every_steps",
+)
 
 
 class CheckpointError(RuntimeError):
@@ -77,15 +81,15 @@ def legacy_config_hash(cfg: DictConfig) -> str:
 
 
 def checkpoint_dir(cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
-    """`<paths.checkpoints>/<env.name>-<hash>`."""
-    return Path(cfg.paths.checkpoints) / f"{cfg.env.name}-{config_hash(cfg, splits)}"
+    """`<paths.checkpoints>/<env.name>-<hash>` (benchmark.store)."""
+    return Store.of(cfg.paths).checkpoint_dir(str(cfg.env.name), config_hash(cfg, splits))
 
 
 def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
     """Move a complete checkpoint directory of the old layout (hash without splits and training
     version) to its new name, once. Only with the default splits: the old hash did not record
     which validation seeds picked `best`, and the default ones are all the presets ever used."""
-    old = ckpt_dir.parent / f"{cfg.env.name}-{legacy_config_hash(cfg)}"
+    old = Store.of(cfg.paths).checkpoint_dir(str(cfg.env.name), legacy_config_hash(cfg))
     if old == ckpt_dir or not intact(old):
         return False
     if splits != DEFAULT_SPLITS:
@@ -111,17 +115,16 @@ def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
     return True
 
 
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+def file_name(name: str) -> str:
+    """`name` when it names a checkpoint file (final, best, rNNN); tK must be resolved first
+    (benchmark.build.normalize_checkpoint)."""
+    parsed = names.parse(name)
+    if not parsed.is_file_name:
         raise ValueError(
-            f"policy.checkpoint={name!r} is not a checkpoint name: allowed final, best, or rNNN "
-            "(reward threshold x 100, e.g. r030 for 0.3)"
+            f"policy.checkpoint={name!r} names the env's K-th threshold, not a file: resolve it "
+            "to its rNNN name first (benchmark.build.normalize_checkpoint)"
         )
-    return name
-
-
-def sort_key(name: str) -> tuple[int, str]:
-    return ({"final": 0, "best": 1}.get(name, 2), name)
+    return parsed.name
 
 
 def manifest(ckpt_dir: Path) -> dict[str, Any] | None:
@@ -152,27 +155,9 @@ def ensure_dir(
     """The complete checkpoint directory for `cfg`, training it first if needed (once across
     processes). Returns (directory, whether this call trained)."""
     ckpt_dir = checkpoint_dir(cfg, splits)
-    if intact(ckpt_dir):
-        return ckpt_dir, False
-    ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(ckpt_dir) + ".lock"):
-        if intact(ckpt_dir) or _adopt_legacy(cfg, ckpt_dir, splits):
-            return ckpt_dir, False
-        if ckpt_dir.exists():  # left by older code, or corrupted since: set aside, not deleted
-            aside = ckpt_dir.with_name(f".{ckpt_dir.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-            log.warning(
-                "%s is incomplete or corrupt (interrupted training or a checkpoint that "
-                "no longer matches its sha256): moved to %s, retraining",
-                ckpt_dir,
-                aside.name,
-            )
-            os.rename(ckpt_dir, aside)
-        # Train into a private directory and publish it whole with one rename, so no process on
-        # any host ever sees a half-trained directory (the file lock only saves duplicate work:
-        # on some network filesystems it does not reach other hosts).
-        work = ckpt_dir.with_name(f".{ckpt_dir.name}.train-{socket.gethostname()}-{os.getpid()}")
-        shutil.rmtree(work, ignore_errors=True)  # our own leftover (same host and pid)
-        work.mkdir(parents=True)
+
+    def make(work: Path) -> None:
+        nonlocal task
         if task is None:
             from benchmark.envs import make_task
 
@@ -190,17 +175,22 @@ def ensure_dir(
         # the machine and versions, for policy bundles (benchmark.policy.bundle)
         write_json_atomic(system_info(), work / "system.json")
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
-        train(task, cfg.policy, work, log_fn=log_fn, splits=splits)
+        state = resume.state_path(ckpt_dir)
+        try:
+            train(task, cfg.policy, work, log_fn=log_fn, splits=splits, resume_path=state)
+        except BaseException as e:  # stopped or failed: what it wrote is in the saved state
+            shutil.rmtree(work, ignore_errors=True)  # now: deliver() may end the process
+            if isinstance(e, resume.Interrupted):  # end the process as the signal would have
+                log.warning("%s", e)
+                e.deliver()
+            raise
         files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
         write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
-        try:
-            os.rename(work, ckpt_dir)
-        except OSError:
-            if not intact(ckpt_dir):
-                raise
-            shutil.rmtree(work)  # another host published the same training first
-            return ckpt_dir, False
-        return ckpt_dir, True
+
+    # trained in a private directory and published whole with one rename (benchmark.store)
+    trained = build_once(ckpt_dir, make, intact, adopt=lambda: _adopt_legacy(cfg, ckpt_dir, splits))
+    resume.remove(resume.state_path(ckpt_dir))  # complete: its resumable state is done
+    return ckpt_dir, trained
 
 
 def ensure(
@@ -212,20 +202,20 @@ def ensure(
     """Path of the checkpoint `cfg.policy.checkpoint` (final | best | rNNN), training once if the
     directory for this env + policy config is not complete yet. `task` defaults to
     `benchmark.envs.make_task(cfg.env)`."""
-    name = check_name(cfg.policy.checkpoint)
+    name = file_name(cfg.policy.checkpoint)
     ckpt_dir, _ = ensure_dir(cfg, task, log_fn, splits)
     return resolve(ckpt_dir, name)
 
 
 def resolve(ckpt_dir: Path, name: str) -> Path:
     """The verified zip for `name` in a complete directory."""
-    check_name(name)
+    file_name(name)
     recorded = manifest(ckpt_dir)
     if recorded is None:
         raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
     files: dict[str, str] = recorded["checkpoints"]
     if name not in files:
-        available = ", ".join(sorted(files, key=sort_key)) or "none"
+        available = ", ".join(sorted(files, key=names.order)) or "none"
         raise CheckpointError(
             f"policy.checkpoint={name} does not exist for {ckpt_dir.name}: available {available}"
             " (a reward threshold is saved only if validation reached it)"
@@ -278,3 +268,79 @@ def load(path: str | Path, device: str = "cpu", task: Task | None = None) -> PPO
                 f"obs={obs_space}, act={act_space}"
             )
     return model
+
+
+# ----------------------------------------------------------------------------- identity
+POLICY_DIGEST = "policy-weights-v1"  # what `policy_digest` computes (the digest cache's kind)
+
+
+def policy_digest(path: str | Path, digests: str | Path | None = None) -> str:
+    """A PPO policy's identity: its weights (the tensors of the zip's policy.pth and
+    pytorch_variables.pth) and the settings that load them (the policy class, its kwargs, the
+    observation and action spaces). Not the zip's bytes: they also hold pickled schedules with
+    object addresses, the training's start time and counters, so two trainings with identical
+    weights had different SHA-256s and named different cells. Cached in the results store's
+    digest cache (benchmark.store.cached_digest) by the file's path, size, mtime and inode."""
+    return cached_digest(path, digests, _policy_digest, kind=POLICY_DIGEST)
+
+
+def _policy_digest(path: Path) -> str:
+    import io
+
+    import torch
+    from stable_baselines3.common.save_util import json_to_data
+
+    if not zipfile.is_zipfile(path):  # not a policy: named by its bytes (loading it fails)
+        return "file-sha256:" + file_sha256(path)
+    h = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            data = json_to_data(zf.read("data").decode()) if "data" in names else {}
+            for member in ("policy.pth", "pytorch_variables.pth"):
+                if member not in names:
+                    continue
+                state = torch.load(
+                    io.BytesIO(zf.read(member)), map_location="cpu", weights_only=True
+                )
+                for key in sorted(state):
+                    t = state[key].detach().cpu().contiguous()
+                    h.update(json.dumps([member, key, str(t.dtype), list(t.shape)]).encode())
+                    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    except Exception as e:  # zip/pickle/torch errors all mean an unusable file
+        raise CheckpointError(f"cannot read the policy in {path}: {type(e).__name__}: {e}") from e
+    settings = {k: _canonical(data.get(k)) for k in SETTINGS_KEYS}
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+SETTINGS_KEYS = ("policy_class", "policy_kwargs", "observation_space", "action_space")
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON value that is the same for equal settings in any process (no addresses)."""
+    import gymnasium as gym
+    import numpy as np
+
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, gym.spaces.Space):
+        out: dict[str, Any] = {"space": _canonical(type(value)), "dtype": str(value.dtype)}
+        out["shape"] = list(value.shape) if value.shape is not None else None
+        for attr in ("n", "start", "low", "high", "nvec"):
+            if hasattr(value, attr):
+                array = np.asarray(getattr(value, attr))
+                out[attr] = hashlib.sha256(array.tobytes()).hexdigest()[:16]
+        if hasattr(value, "spaces"):
+            spaces = value.spaces
+            out["spaces"] = _canonical(dict(spaces) if isinstance(spaces, dict) else list(spaces))
+        return out
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if callable(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
+    return repr(value)

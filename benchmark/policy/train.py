@@ -4,6 +4,7 @@ to test robustness to a weak policy). Validation is deterministic with dropout o
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
@@ -23,6 +24,7 @@ from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmark.envs.base import Task
+from benchmark.policy import names, resume
 from benchmark.policy.network import (
     DropoutActorCriticPolicy,
     RecurrentDropoutPolicy,
@@ -49,11 +51,6 @@ LOG_EVERY = 0.05
 # Part of every checkpoint's identity: bump it with any change here or in policy/network.py that
 # changes the weights a config trains to, so no cached checkpoint of older code is reused.
 TRAINING_VERSION = 1
-
-
-def checkpoint_name(threshold: float) -> str:
-    """`r030` for a reward threshold of 0.3."""
-    return f"r{int(round(float(threshold) * 100)):03d}"
 
 
 def as_dict(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
@@ -174,7 +171,7 @@ class ThresholdCheckpoints(BaseCallback):
             self.save("best", row, threshold=None)
         saved = []
         while self.pending and row["eval_reward"] >= self.pending[0]:
-            saved.append(checkpoint_name(self.pending.pop(0)))
+            saved.append(names.threshold_name(self.pending.pop(0)))
             self.save(saved[-1], row, threshold=True)
         self.log_line(row, saved, final)
         if self.log_fn is not None:
@@ -206,7 +203,7 @@ class ThresholdCheckpoints(BaseCallback):
         save_atomic(self.model, self.out_dir / f"{name}.zip")
         meta = {"name": name, **row}
         if threshold:
-            meta["threshold"] = int(name[1:]) / 100
+            meta["threshold"] = names.parse(name).threshold
         write_json_atomic(meta, self.out_dir / f"{name}.json")
 
 
@@ -228,6 +225,7 @@ def validate_policy(cfg: dict[str, Any]) -> None:
             f"policy.ppo sets {clash}, which train() manages: use the top-level policy keys "
             "(seed, learning_rate, lr_schedule, net_arch, dropout, device) instead"
         )
+    resume.every_steps(cfg)
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
     if algorithm(cfg) == "recurrent_ppo":
@@ -243,37 +241,47 @@ def train(
     out_dir: str | Path,
     log_fn: Callable[[dict[str, Any]], None] | None = None,
     splits: Splits = DEFAULT_SPLITS,
+    resume_path: Path | None = None,
 ) -> Path:
     """Train PPO with the dropout policy on `task`; write checkpoints, metas and curve.csv into
     `out_dir`. Returns the path of `final.zip`. `best` and the thresholds are judged on the first
-    `eval_episodes` seeds of `splits`' validation split."""
+    `eval_episodes` seeds of `splits`' validation split. With `resume_path`, continue from the
+    training state saved there, if any, and save it there every `policy.resume_every_steps` and
+    on SIGTERM (benchmark.policy.resume); without, nothing is saved."""
     cfg = as_dict(policy_cfg)
     validate_policy(cfg)
+    every = resume.every_steps(cfg)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seed = int(cfg["seed"])
     old_threads = torch.get_num_threads()
     torch.set_num_threads(int(cfg["torch_threads"]))
     try:
-        # Seed torch/numpy/random ourselves: PPO(seed=...) would also seed the VecEnv, whose
-        # resets would then pass seeds 0,1,2,... (evaluation seeds) to the envs.
-        set_random_seed(seed)
-        n_envs = int(cfg["n_envs"])
-        env = training_vec_env(task, seed, n_envs)
-        lr = float(cfg["learning_rate"])
-        linear = cfg["lr_schedule"] == "linear"
-        schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
         algo, policy_class = ALGORITHMS[algorithm(cfg)]
-        model = algo(
-            policy_class,
-            env,
-            learning_rate=schedule,
-            policy_kwargs=policy_kwargs(cfg),
-            device=cfg.get("device", "cpu"),
-            verbose=0,
-            **(cfg.get("ppo") or {}),
-        )
-        model.action_space.seed(seed)
+        state = resume.read(resume_path) if resume_path is not None else None
+        if state is None:
+            # Seed torch/numpy/random ourselves: PPO(seed=...) would also seed the VecEnv, whose
+            # resets would then pass seeds 0,1,2,... (evaluation seeds) to the envs.
+            set_random_seed(seed)
+            n_envs = int(cfg["n_envs"])
+            env = training_vec_env(task, seed, n_envs)
+            lr = float(cfg["learning_rate"])
+            linear = cfg["lr_schedule"] == "linear"
+            schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
+            model = algo(
+                policy_class,
+                env,
+                learning_rate=schedule,
+                policy_kwargs=policy_kwargs(cfg),
+                device=cfg.get("device", "cpu"),
+                verbose=0,
+                **(cfg.get("ppo") or {}),
+            )
+            model.action_space.seed(seed)
+        else:
+            model = resume.restore_model(state, algo, cfg.get("device", "cpu"), out)
+            env = model.get_env()
+            log.info("resuming PPO training at %d steps from %s", model.num_timesteps, resume_path)
         callback = ThresholdCheckpoints(
             task,
             out,
@@ -283,12 +291,19 @@ def train(
             log_fn,
             total_timesteps=int(cfg["total_timesteps"]),
         )
+        total = int(cfg["total_timesteps"])
+        saver = None if resume_path is None else resume.Saver(resume_path, every, callback, out)
+        if state is not None:
+            resume.restore_bookkeeping(state, callback)
+            resume.restore_rng(state)
         try:
-            model.learn(
-                total_timesteps=int(cfg["total_timesteps"]),
-                callback=callback,
-                progress_bar=bool(cfg.get("progress_bar", False)),
-            )
+            with saver or contextlib.nullcontext():
+                model.learn(
+                    total_timesteps=total - model.num_timesteps,
+                    callback=callback if saver is None else [callback, saver],
+                    reset_num_timesteps=state is None,
+                    progress_bar=bool(cfg.get("progress_bar", False)),
+                )
         finally:
             env.close()
         # the final evaluation may still cross thresholds and set a new best

@@ -37,10 +37,6 @@ def _bool(v: str) -> bool:
 
 
 def cmd_show(kw: dict[str, str]) -> None:
-    allowed = {"env", "prompt", "seed", "step", "rationale", "autopilot", "policy"}
-    bad = set(kw) - allowed
-    if bad:
-        raise SystemExit(f"unknown keys {sorted(bad)}; allowed: {sorted(allowed)}")
     print(
         showcase.show(
             kw.get("env", "fourrooms"),
@@ -99,19 +95,36 @@ def cmd_golden() -> None:
     print(f"wrote {len(showcase.golden_cases())} files under {showcase.GOLDEN_DIR}")
 
 
+# command -> the keys it takes
+KEYS = {
+    "show": {"env", "prompt", "seed", "step", "rationale", "autopilot", "policy"},
+    "stats": {"seeds", "steps"},
+    "golden": set(),
+}
+
+
+def parse(argv: list[str]) -> tuple[str, dict[str, str]]:
+    """(command, key=value arguments); SystemExit naming the bad command or key."""
+    cmd, kw = argv[0], _kv(argv[1:])
+    if cmd not in KEYS:
+        raise SystemExit(f"unknown command {cmd!r}; allowed: {', '.join(KEYS)}\n{USAGE}")
+    bad = set(kw) - KEYS[cmd]
+    if bad:
+        raise SystemExit(f"unknown keys {sorted(bad)}; allowed: {sorted(KEYS[cmd])}")
+    return cmd, kw
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return
-    cmd, kw = argv[0], _kv(argv[1:])
+    cmd, kw = parse(argv)
     if cmd == "show":
         cmd_show(kw)
     elif cmd == "stats":
         cmd_stats(kw)
-    elif cmd == "golden":
-        cmd_golden()
     else:
-        raise SystemExit(f"unknown command {cmd!r}; allowed: show, stats, golden\n{USAGE}")
+        cmd_golden()
 
 
 if __name__ == "__main__":

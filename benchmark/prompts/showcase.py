@@ -23,7 +23,6 @@ from benchmark.envs.base import Episode, Task
 from benchmark.prompts.base import Decision, PromptVariant
 
 ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = ROOT / "conf"
 GOLDEN_DIR = ROOT / "tests" / "golden"
 ASK_VARIANTS = ("basic", "enriched", "stateful_min", "stateful")
 FEEDBACK_VARIANTS = (
@@ -45,22 +44,16 @@ _UNUSED_GROUPS = ("policy", "slm", "gate", "tracking")
 
 def compose(env: str, prompt: str, overrides: tuple[str, ...] = ()) -> Any:
     """The root config composed with `env=<env> prompt=<prompt>` (hydra's compose API)."""
-    import os
-
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    os.environ.setdefault("BENCHMARK_REPO", str(ROOT))  # conf/config.yaml's launcher search path
-    root = OmegaConf.load(CONF_DIR / "config.yaml")
+    from benchmark import config
+
+    root = OmegaConf.load(config.CONF / "config.yaml")
     present = {
         k for d in root.get("defaults", []) if not isinstance(d, str) for k, v in d.items() if v
     }
     drop = [f"~{g}" for g in _UNUSED_GROUPS if g in present]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(
-            "config", overrides=[f"env={env}", f"prompt={prompt}", *drop, *overrides]
-        )
+    return config.compose([f"env={env}", f"prompt={prompt}", *drop, *overrides])
 
 
 def prompt_cfg(prompt: str, rationale: bool = False, composed: bool = False) -> Any:
@@ -70,12 +63,13 @@ def prompt_cfg(prompt: str, rationale: bool = False, composed: bool = False) -> 
     own, which is what the showcase renders; a test checks that both agree)."""
     from omegaconf import OmegaConf
 
+    from benchmark import config
+
     if composed:
         return compose("fourrooms", prompt, (f"prompt.rationale={str(rationale).lower()}",)).prompt
-    path = CONF_DIR / "prompt" / f"{prompt}.yaml"
+    path = config.option_file("prompt", prompt)
     if not path.is_file():
-        known = sorted(p.stem for p in (CONF_DIR / "prompt").glob("*.yaml"))
-        raise ValueError(f"unknown prompt {prompt!r}; available: {known}")
+        raise ValueError(f"unknown prompt {prompt!r}; available: {config.options('prompt')}")
     cfg = OmegaConf.load(path)
     cfg.rationale = bool(rationale)
     return cfg
@@ -257,7 +251,9 @@ def qwen_counter():
 @lru_cache(maxsize=1)
 def tiny_counter():
     """Token counter with the locally built tiny model's tokenizer, or None if not built."""
-    dirs = sorted((ROOT / "outputs" / "models").glob("tiny*/tokenizer*.json"))
+    from benchmark.store import Store
+
+    dirs = sorted(Store(ROOT / "outputs").models.glob("tiny*/tokenizer*.json"))
     if not dirs:
         return None
     from transformers import AutoTokenizer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import analysis
+from benchmark.report import aggregate, analysis, frontier
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows
 from benchmark.report.render import Table
@@ -52,8 +52,18 @@ TABLES = (
     "failures",
     "details",
     analysis.TABLE,
+    frontier.TABLE,
+    aggregate.TABLE,
 )
-PLOTS = ("reward_vs_ir", "tau", "checkpoints", "trials", "learning_curves", *analysis.PLOTS)
+PLOTS = (
+    "reward_vs_ir",
+    "tau",
+    "checkpoints",
+    "trials",
+    "learning_curves",
+    *analysis.PLOTS,
+    frontier.PLOT,
+)
 OUTPUTS = (
     ["report.md", "report.tex", "cells.csv"]
     + [f"{t}.{ext}" for t in TABLES for ext in ("csv", "tex")]
@@ -68,6 +78,8 @@ SECTIONS = {
     "failures": "Failed and missing cells",  # the table's own title
     "details": "Thresholds and cost",
     analysis.TABLE: "Gate quality against the expert",
+    frontier.TABLE: "Reward-IR frontier",
+    aggregate.TABLE: "Aggregate over envs and training seeds",
 }
 
 
@@ -93,6 +105,8 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         failures_table(sweep),
         details_table(sweep, lay),
         analysis.gate_quality_table(sweep, steps),
+        frontier.frontier_table(sweep),
+        aggregate.aggregate_table(sweep),
     ):
         if table is not None and table.rows:
             report.tables.append(table)
@@ -103,6 +117,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         lambda: figures.trials_plot(sweep, lay, out),
         lambda: figures.learning_curves_plot(runs, out),
         lambda: analysis.roc_plot(sweep, steps, out),
+        lambda: frontier.frontier_plot(sweep, out),
     ):
         path = draw()
         if path is not None:

@@ -1,5 +1,6 @@
-"""CLI: python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb]. Prints the Markdown report;
-logs tables and plots to one W&B run (name 'report') when the sweep had tracking enabled."""
+"""CLI: python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb] [--brief]. Prints the Markdown
+report (--brief: the main table, the paired differences and where the rest is); logs tables and
+plots to one W&B run (name 'report') when the sweep had tracking enabled."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.report import Report, build_report
+from benchmark.report import SECTIONS, Report, build_report
 
 log = logging.getLogger("benchmark.report")
 
@@ -70,6 +71,47 @@ def log_to_wandb(report: Report) -> str | None:
     return run_dir
 
 
+def brief(report: Report) -> str:
+    """What a person reads first: the main table, the paired differences with PPO-only, and the
+    paths of the full report and its figures."""
+    lines = []
+    for name in ("main", "paired"):
+        table = report.table(name)
+        if table is not None:
+            lines += [f"## {SECTIONS[name]}", "", table.to_markdown(title=False), ""]
+    if (line := headline(report)) is not None:
+        lines += [line, ""]
+    lines.append(f"full report: {report.out / 'report.md'}")
+    lines += [f"figure: {p}" for p in report.plots]
+    return "\n".join(lines)
+
+
+def headline(report: Report) -> str | None:
+    """One line on what the paired table shows: the largest paired gain over PPO-only in its
+    first column, whether its CI excludes 0, and the methods that reach it."""
+    table = report.table("paired")
+    if table is None:
+        return None
+    head = table.header()
+    scored = []
+    for idx, vals in table.rows:
+        m = re.match(r"\s*([+-]?\d+(?:\.\d+)?)", str(vals[0])) if vals else None
+        if m:
+            scored.append((float(m.group(1)), " ".join(idx), str(vals[0])))
+    if not scored:
+        return None
+    top = max(v for v, _, _ in scored)
+    best = [(label, shown) for v, label, shown in scored if v == top]
+    labels = ", ".join(label for label, _ in best)
+    shown = best[0][1]
+    column = head[len(table.index)]
+    sure = "its 95% CI excludes 0" if shown.endswith("*") else "its 95% CI includes 0"
+    return (
+        f"What it shows: against PPO-only on the same seeds, the largest gain in {column} is "
+        f"{shown.rstrip('*')} ({sure}), by {labels}."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark.report", description=__doc__)
     parser.add_argument(
@@ -88,18 +130,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="do not log to W&B even when the sweep had tracking enabled",
     )
+    parser.add_argument(
+        "--brief",
+        action="store_true",
+        help="print only the main table and the paired differences, and where the report is",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         report = build_report(args.sweep_dir, args.out)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
-    print(report.markdown)
-    print(
-        f"Written to {report.out}: "
-        + ", ".join(sorted(p.name for p in report.out.iterdir() if p.is_file())),
-        file=sys.stderr,
-    )
+    if args.brief:
+        print(brief(report))
+    else:
+        print(report.markdown)
+        print(
+            f"Written to {report.out}: "
+            + ", ".join(sorted(p.name for p in report.out.iterdir() if p.is_file())),
+            file=sys.stderr,
+        )
     if not args.no_wandb:
         run_dir = log_to_wandb(report)
         if run_dir:

@@ -3,7 +3,7 @@ a table of precision, recall, entropy AUROC, help and harm rates per cell (the d
 an ASK gain: fixed - broken steps), ROC curves of the entropies per env, and where queries land
 (a heatmap by grid position for navigation envs, rates by card rank and decision index for
 HigherLower). Numbers come from the summary's gate_* fields, or from steps.jsonl.gz when the
-summary predates them; README "Gate quality" says how to read each figure."""
+summary predates them; docs/analysis.md says how to read each figure."""
 
 from __future__ import annotations
 

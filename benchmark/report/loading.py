@@ -12,9 +12,7 @@ works, the labels are read as they stand."""
 from __future__ import annotations
 
 import csv
-import itertools
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 import benchmark  # noqa: F401 - registers the config resolvers (abspath, uid) CellSpec resolves
 from benchmark import results
 from benchmark.cell import CellSpec
+from benchmark.config import compose, expand_sweep
 from benchmark.gates import TAU_AUTO
 from benchmark.report.model import FAILED, LABELS, MISSING, OK, Cell, Sweep, is_number
 
@@ -285,34 +284,9 @@ def _never_started(config: DictConfig, seen: set[str]) -> list[Cell]:
     return out
 
 
-def expand_sweep(config: DictConfig) -> list[list[str]]:
-    """The override lists of every job, in job-number order, as Hydra's BasicSweeper makes them:
-    the sweeper's params then the command line's overrides, parsed by Hydra's public override
-    parser; a later override of a key replaces the earlier one in its place; the product of the
-    keys' values varies the last key fastest."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    target = str(_select(config, "hydra.sweeper._target_") or "")
-    if target and not target.endswith("BasicSweeper"):
-        raise ValueError(f"sweeper {target} is not Hydra's basic sweeper")
-    params = _select(config, "hydra.sweeper.params") or {}
-    task = _select(config, "hydra.overrides.task") or []
-    args = [f"{k}={v}" for k, v in params.items()] + [str(t) for t in task]
-    axes: dict[str, list[str]] = {}
-    for override in OverridesParser.create().parse_overrides(args):
-        key = override.get_key_element()
-        if not override.is_sweep_override():
-            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
-        elif override.is_discrete_sweep():
-            axes[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
-        else:
-            raise ValueError(f"the basic sweeper cannot expand {override.input_line!r}")
-    return [list(job) for job in itertools.product(*axes.values())]
-
-
 def _compose(config: DictConfig, overrides: list[str]) -> DictConfig | None:
-    """The job's config composed from the sweep's primary config dir (labels only)."""
-    from hydra import compose, initialize_config_dir
+    """The job's config composed from the sweep's primary config dir (labels only); None inside
+    a running Hydra app (a multirun's end) or when it does not compose."""
     from hydra.core.global_hydra import GlobalHydra
 
     sources = _select(config, "hydra.runtime.config_sources") or []
@@ -324,13 +298,10 @@ def _compose(config: DictConfig, overrides: list[str]) -> DictConfig | None:
         ),
         None,
     )
-    name = _select(config, "hydra.job.config_name") or "config"
     if not conf_dir or not Path(conf_dir).is_dir() or GlobalHydra.instance().is_initialized():
         return None
-    os.environ.setdefault("BENCHMARK_REPO", str(Path(__file__).resolve().parents[2]))
     try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            return compose(config_name=name, overrides=list(overrides))
+        return compose(overrides, conf_dir=conf_dir)
     except Exception as exc:  # noqa: BLE001 - labels only
         log.info("cannot compose overrides %s: %s", overrides, exc)
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from benchmark.policy.names import order as checkpoint_order
+from benchmark.policy.names import threshold_of
 from benchmark.report.render import DASH
 
 OK, FAILED, MISSING = "ok", "failed", "missing"
@@ -212,13 +213,6 @@ def row_label(c: Cell, lay: Layout) -> str:
     return label
 
 
-def threshold_of(name: str | None) -> float | None:
-    """The reward threshold a checkpoint name stands for (r030 -> 0.3; see
-    benchmark.policy.train.checkpoint_name), None for best, final, tK and files."""
-    m = re.fullmatch(r"r(\d+)", name or "")
-    return int(m.group(1)) / 100 if m else None
-
-
 def checkpoint_tick(name: str) -> str:
     """rNNN as its reward threshold (r030 -> 0.30); other names as they are."""
     threshold = threshold_of(name)
@@ -243,19 +237,6 @@ def method_order(c: Cell) -> tuple:
         gate += {"random": 0.3, "oracle": 0.6}.get(c.slm or "", 0.0)
     prompt = PROMPT_ORDER.index(c.prompt) if c.prompt in PROMPT_ORDER else len(PROMPT_ORDER)
     return (gate, prompt, c.prompt or "", bool(c.rationale), c.slm or "")
-
-
-def checkpoint_order(name: str | None) -> tuple:
-    """Weakest first: rNNN by threshold (or tK by index), then best, then final."""
-    if name is None:
-        return (-1, 0.0, "")
-    threshold = threshold_of(name)
-    if threshold is not None:
-        return (0, threshold, name)
-    m = re.fullmatch(r"t(\d+)", name)
-    if m:
-        return (0, float(m.group(1)), name)
-    return ({"best": 1, "final": 2}.get(name, 3), 0.0, name)
 
 
 def job_order(c: Cell) -> tuple:

@@ -12,8 +12,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchmark.metrics import MAIN_FIGURE, paired_difference
-from benchmark.policy.train import checkpoint_name
+from benchmark.metrics import MAIN_FIGURE, cache_hit_share, paired_difference
+from benchmark.policy.names import threshold_name
 from benchmark.report.model import (
     FAILED,
     MISSING,
@@ -234,7 +234,7 @@ def checkpoints_table(runs: list[dict]) -> Table | None:
         reached_txt = ", ".join(f"{k} ({at(metas[k])})" for k in reached) or "none"
         missing = DASH
         if r["thresholds"]:
-            names = [checkpoint_name(t) for t in r["thresholds"]]
+            names = [threshold_name(t) for t in r["thresholds"]]
             missing = ", ".join(n for n in names if n not in metas) or "none"
         table.rows.append(
             (
@@ -324,8 +324,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
     )
     for c in cells:
         s = c.summary or {}
-        cache = s.get("cache") or {}
-        looked = (cache.get("hits") or 0) + (cache.get("misses") or 0)
+        hit_share = cache_hit_share(s)
         table.rows.append(
             (
                 [c.job, env_label(c.env), row_label(c, lay)],
@@ -340,7 +339,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
                     f"{s.get('generated_tokens_total', 0):,.0f}",
                     f"{s.get('consultant_seconds_total', 0):.1f}",
                     f"{s.get('wall_seconds', 0):.1f}",
-                    f"{cache.get('hits', 0) / looked:.0%}" if looked else DASH,
+                    DASH if hit_share is None else f"{hit_share:.0%}",
                 ],
             )
         )

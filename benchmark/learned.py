@@ -1,0 +1,114 @@
+"""The learned gate's classifier (gate=learned): built once per (checkpoint, env, features,
+training episodes, MC samples) and cached under `<paths.root>/gates/<key>/` with an identity by
+content (the checkpoint's SHA-256, the resolved env config), like the suite's other artefacts.
+
+Its data are PPO's own episodes on TRAINING seeds (benchmark.seeds.training_seeds, all >= 200,
+checked against every evaluation split): the gate computes its entropies but never asks, and
+each judged step (the expert has an answer) is labelled "PPO's action is not optimal". No
+validation or test seed is ever rolled out here, so tuning tau on validation seeds and
+evaluating on test seeds stay clean."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+
+from benchmark.cell import digest
+from benchmark.results import file_sha256, write_bytes_atomic, write_json
+
+CLASSIFIER_VERSION = 1  # bump with any change here that changes a trained classifier
+SEED_STREAM = 28  # the training-seed stream the rollouts draw from (not PPO's own)
+
+
+def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> Any:
+    """The fitted classifier of this cell's gate, trained on first use."""
+    gate = cfg.gate
+    features = [str(f) for f in gate.features]
+    key = {
+        "version": CLASSIFIER_VERSION,
+        "checkpoint_sha256": file_sha256(checkpoint),
+        "env": OmegaConf.to_container(cfg.env, resolve=True),
+        "features": features,
+        "train_episodes": int(gate.train_episodes),
+        "mc_samples": int(gate.mc_samples),
+    }
+    out = Path(cfg.paths.root) / "gates" / digest(key)
+
+    def make() -> bytes:
+        model, info = train(task, policy, key, splits_of(cfg))
+        write_json(out / "info.json", {"key": key, **info})
+        buf = io.BytesIO()
+        pickle.dump(model, buf)
+        return buf.getvalue()
+
+    return pickle.loads(build_once(out / "classifier.pkl", make))
+
+
+def splits_of(cfg: DictConfig):
+    from benchmark.seeds import Splits
+
+    return Splits.from_config(cfg.get("splits"))
+
+
+def build_once(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The bytes at `path`, made by `make` once under a lock beside it (concurrent jobs wait
+    for the first). The one place to swap for a shared build-once helper."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            write_bytes_atomic(path, make())
+    return path.read_bytes()
+
+
+def training_records(
+    task: Any, policy: Any, key: dict, splits: Any
+) -> tuple[list[int], list[dict]]:
+    """PPO's own episodes on the first `train_episodes` training seeds: (seeds, step records)."""
+    from benchmark.analysis import StepRecorder
+    from benchmark.evaluate import Evaluator
+    from benchmark.finetune.dataset import dataset_seeds
+    from benchmark.gates import EntropyGate
+
+    seeds = dataset_seeds(int(key["train_episodes"]), SEED_STREAM, splits)
+    recorder = StepRecorder()
+    Evaluator(
+        task=task, gate=EntropyGate(math.inf), policy=policy, mc_samples=int(key["mc_samples"])
+    ).run(seeds, on_step=recorder)
+    return seeds, recorder.records
+
+
+def train(task: Any, policy: Any, key: dict, splits: Any) -> tuple[Any, dict]:
+    """Fit the classifier on the training-seed records; a constant one when PPO is never (or
+    always) wrong there."""
+    from sklearn.dummy import DummyClassifier
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    seeds, records = training_records(task, policy, key, splits)
+    judged = [r for r in records if r.get("ppo_optimal") is not None]
+    x = np.array([[r[f] for f in key["features"]] for r in judged], float).reshape(
+        len(judged), len(key["features"])
+    )
+    y = np.array([not r["ppo_optimal"] for r in judged], int)
+    if len(set(y.tolist())) < 2:
+        model = DummyClassifier(strategy="prior").fit(
+            np.zeros((max(len(y), 1), x.shape[1])), y if len(y) else np.zeros(1, int)
+        )
+    else:
+        model = HistGradientBoostingClassifier(
+            max_iter=100, max_leaf_nodes=15, early_stopping=False, random_state=0
+        ).fit(x, y)
+    info = {
+        "training_seeds": [min(seeds), max(seeds), len(seeds)],
+        "judged_steps": len(judged),
+        "mistakes": int(y.sum()),
+    }
+    return model, json.loads(json.dumps(info))

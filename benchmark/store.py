@@ -1,0 +1,405 @@
+"""The results root: the one module that knows its layout, and the two ways anything is put into
+it (an atomic publish, a build once under a lock). Everything else asks here.
+
+    <paths.root>/cells/<hash>/           one cell: cell.json, summary.json (written last: the
+                                         cell is complete), episodes.jsonl, ... (benchmark.job)
+    <paths.root>/cells/.migrate.lock     held while a cell of an older identity is adopted
+    <paths.root>/tuning/<key>/           one Optuna study (study.journal; benchmark.tuning)
+    <paths.root>/digests/<id>.json       content digests of local files, by (path, size,
+                                         mtime_ns, inode): a multi-GB model is hashed once
+    <paths.checkpoints>/<env>-<hash>/    PPO checkpoints (benchmark.policy.checkpoints)
+    <paths.models>/finetuned/<name>/     fine-tuned consultants (benchmark.finetune.store)
+    <paths.cache>/responses/             the shared response cache (benchmark.consultants.cache)
+
+Rename within a directory is atomic on local and network filesystems (docs/cluster.md), so a
+file or a directory is made under a private temporary name and renamed into place: no reader
+ever sees half of it. A file lock beside a directory that is built once only saves duplicate
+work (on some network filesystems it does not reach other hosts; the rename decides)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CELLS, TUNING, DIGESTS = "cells", "tuning", "digests"
+CHECKPOINTS, MODELS, CACHE = "checkpoints", "models", "cache"  # the defaults under the root
+RESPONSES = "responses"
+WORK_TAG = ".work-"  # `.<target>.work-<host>-<pid>`: a directory being built
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+# ----------------------------------------------------------------------------- atomic publish
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a private temp file beside it (fsynced, then renamed): a
+    killed process never leaves a half-written file that could be read as valid."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any, *, sort_keys: bool = True) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
+
+
+# ----------------------------------------------------------------------------- build once
+def work_dir(target: Path) -> Path:
+    """The private directory this process builds `target` in (hidden, beside it)."""
+    return target.with_name(f".{target.name}{WORK_TAG}{socket.gethostname()}-{os.getpid()}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_work(target: Path) -> list[Path]:
+    """Remove the work directories of `target` left by killed processes of this host (their pid
+    is gone), and the temp directories older code named `<target>.tmp-*` (they can only be
+    leftovers: the caller holds the build lock). Work directories of other hosts are left alone:
+    their process may be alive. Returns what was removed."""
+    removed = []
+    prefix = f".{target.name}{WORK_TAG}"
+    host = socket.gethostname()
+    for path in target.parent.glob(f".{target.name}{WORK_TAG}*"):
+        owner = path.name[len(prefix) :]
+        owner_host, _, pid = owner.rpartition("-")
+        if owner_host != host or not pid.isdigit():
+            continue
+        if int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue
+        removed.append(path)
+    removed += [p for p in target.parent.glob(f"{target.name}.tmp-*") if p.is_dir()]
+    removed += [p for p in target.parent.glob(f".{target.name}.train-{host}-*") if p.is_dir()]
+    for path in removed:
+        log.warning("removing %s, left by a killed build of %s", path, target.name)
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(Path(str(path) + ".trainer"), ignore_errors=True)  # fine-tuning's
+    return removed
+
+
+def set_aside(target: Path, tag: str = "corrupt") -> Path:
+    """Move an unusable `target` out of the way (never deleted: it may hold someone's work)."""
+    aside = target.with_name(f".{target.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.rename(target, aside)
+    return aside
+
+
+def build_once(
+    target: Path,
+    make: Callable[[Path], None],
+    complete: Callable[[Path], bool],
+    *,
+    adopt: Callable[[], bool] | None = None,
+    aside: str = "corrupt",
+    finish: Callable[[Path], None] | None = None,
+) -> bool:
+    """Make the directory `target` once across processes: `make(work)` fills a private work
+    directory, which is renamed into place whole; `complete(dir)` says whether a directory is
+    usable. Under the lock, `adopt()` may first bring an older artifact into place; an unusable
+    `target` is set aside (`.<name>.<aside>-<time>`), never deleted. The work directory is
+    removed when `make` fails, and those of killed processes are removed by the next build of
+    the same target. `finish(target)` runs after the rename, still under the lock (a marker
+    written last). Returns whether this call built it."""
+    from filelock import FileLock
+
+    target = Path(target)
+    if complete(target):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if complete(target) or (adopt is not None and adopt()):
+            return False
+        clean_stale_work(target)
+        if target.exists():
+            moved = set_aside(target, aside)
+            log.warning("%s is incomplete or changed since it was made: moved to %s", target, moved)
+        work = work_dir(target)
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            make(work)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(Path(str(work) + ".trainer"), ignore_errors=True)  # fine-tuning's
+        try:
+            os.rename(work, target)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            if not complete(target):
+                raise
+            return False  # another host published the same build first
+        if finish is not None:
+            finish(target)
+    return True
+
+
+def replace_dir(target: Path, make: Callable[[Path], None]) -> None:
+    """Make `target` anew (an export the user asked for again): `make(work)` fills a private
+    work directory, removed if it fails; the old `target` is replaced only once it succeeded."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = work_dir(target)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        make(work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    os.rename(work, target)
+
+
+# ----------------------------------------------------------------------------- content digests
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_digest(
+    path: str | os.PathLike,
+    digests: str | os.PathLike | None,
+    compute: Callable[[Path], str] = file_sha256,
+    kind: str = "sha256",
+) -> str:
+    """`compute(path)` (by default the SHA-256 of the whole file), cached in the directory
+    `digests` (a results root's digests/) by (path, size, mtime_ns, inode): a multi-GB weight
+    file is read once, and again only when any of the four changes (a rewrite, a copy, a
+    replacement moved into place). `kind` names what is computed (one cache, several digests)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = {"kind": kind, "path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    key["inode"] = st.st_ino
+    if digests is None:
+        return compute(path)
+    entry = Path(digests) / (hashlib.sha256(f"{kind}:{path}".encode()).hexdigest()[:24] + ".json")
+    try:
+        stored = json.loads(entry.read_text())
+        if {k: stored.get(k) for k in key} == key and isinstance(stored.get("digest"), str):
+            return stored["digest"]
+    except (OSError, ValueError):
+        pass
+    value = compute(path)
+    if path.stat().st_mtime_ns == st.st_mtime_ns:  # not rewritten while it was read
+        try:
+            write_json_atomic(entry, {**key, "digest": value})
+        except OSError as exc:  # a read-only root still answers, only slower
+            log.warning("cannot cache the digest of %s in %s: %s", path, digests, exc)
+    return value
+
+
+# ----------------------------------------------------------------------------- the root
+@dataclass
+class StoredCell:
+    """A directory under <root>/cells: its record (cell.json, else error.json's config)."""
+
+    hash: str
+    dir: Path
+    identity: dict | None
+    config: dict | None
+    mtime: float
+    inputs: dict | None = None  # the inputs found (cell.json of identity v3 on)
+
+    @functools.cached_property
+    def complete(self) -> bool:
+        return self.read() is not None
+
+    @property
+    def gate_class(self) -> type | None:
+        """The gate's class (benchmark.gates), None when the record names none it knows."""
+        from hydra.utils import get_class
+
+        gate = (self.identity or {}).get("gate") or (self.config or {}).get("gate") or {}
+        try:
+            return get_class(str(gate["_target_"]))
+        except Exception:  # noqa: BLE001 - a record of another version: not a gate we know
+            return None
+
+    @property
+    def checkpoint_sha256(self) -> str | None:
+        """The SHA-256 of the checkpoint file it evaluated (in its identity before v3)."""
+        found = (self.inputs or {}).get("checkpoint_sha256")
+        return found or ((self.identity or {}).get("policy") or {}).get("checkpoint_sha256")
+
+    def read(self) -> tuple[dict, list[dict]] | None:
+        from benchmark.results import complete_cell
+
+        return complete_cell(self.dir)
+
+
+class Store:
+    """One results root (`paths`: the config's `paths` node, or a root alone, whose defaults
+    are the layout above)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None,
+        checkpoints: str | os.PathLike | None = None,
+        models: str | os.PathLike | None = None,
+        cache: str | os.PathLike | None = None,
+    ) -> None:
+        """`root` None: only the locations given (a response cache alone, in tests)."""
+        self.root = Path(str(root)) if root is not None else None
+        self.checkpoints = self._at(checkpoints, CHECKPOINTS)
+        self.models = self._at(models, MODELS)
+        self.cache = self._at(cache, CACHE)
+
+    def _at(self, given: Any, default: str) -> Path | None:
+        if given:
+            return Path(str(given))
+        return self.root / default if self.root is not None else None
+
+    @classmethod
+    def of(cls, paths: Any) -> Store:
+        """The store of a config's `paths` node (or of a cfg that has one)."""
+        if hasattr(paths, "get") and paths.get("paths") is not None:
+            paths = paths.get("paths")
+        return cls(
+            paths.get("root"), paths.get("checkpoints"), paths.get("models"), paths.get("cache")
+        )
+
+    # ------------------------------------------------------------------------- locations
+    def cell_dir(self, cell_hash: str) -> Path:
+        return self.root / CELLS / cell_hash
+
+    def study_dir(self, key: str) -> Path:
+        return self.root / TUNING / key
+
+    def checkpoint_dir(self, env_name: str, recipe_hash: str) -> Path:
+        return self.checkpoints / f"{env_name}-{recipe_hash}"
+
+    def models_dir(self, kind: str) -> Path:
+        return self.models / kind
+
+    def responses_dir(self) -> Path:
+        return self.cache / RESPONSES
+
+    def digests_dir(self) -> Path | None:
+        """Where `cached_digest` keeps the digests of local weight files (None: no root)."""
+        return self.root / DIGESTS if self.root is not None else None
+
+    @staticmethod
+    def root_of(path: str | os.PathLike) -> Path | None:
+        """The results root above `path` (a sweep dir): its first ancestor with cells/ or
+        checkpoints/."""
+        for parent in Path(path).resolve().parents:
+            if (parent / CELLS).is_dir() or (parent / CHECKPOINTS).is_dir():
+                return parent
+        return None
+
+    # ------------------------------------------------------------------------- cells
+    def complete_cell(self, cell_hash: str) -> tuple[dict, list[dict]] | None:
+        from benchmark.results import complete_cell
+
+        return complete_cell(self.cell_dir(cell_hash))
+
+    def cells(self) -> list[StoredCell]:
+        """Every cell directory with a record, in hash order."""
+        from benchmark.results import read_json
+
+        out = []
+        for d in sorted((self.root / CELLS).glob("*/")):
+            record = read_json(d / "cell.json")
+            error = read_json(d / "error.json")
+            record = record if isinstance(record, dict) else {}
+            error = error if isinstance(error, dict) else {}
+            config = record.get("config") or error.get("config")
+            if config is None and not record:
+                continue
+            src = d / "cell.json" if (d / "cell.json").exists() else d / "error.json"
+            out.append(
+                StoredCell(
+                    hash=d.name,
+                    dir=d,
+                    identity=record.get("identity"),
+                    config=config,
+                    mtime=src.stat().st_mtime if src.exists() else 0.0,
+                    inputs=record.get("inputs"),
+                )
+            )
+        return out
+
+    def adopt_cell(
+        self,
+        old_hash: str,
+        new_hash: str,
+        unchanged: Callable[[Path, dict], str],
+        record: Callable[[dict], tuple[dict, dict]],
+        studies: tuple[str, str] | None = None,
+    ) -> str:
+        """Move the complete cell `old_hash` to `new_hash` (an identity change), once, under
+        the migration lock, when `unchanged(old_dir, summary)` gives no reason against it;
+        `record(summary)` gives the new (cell.json, summary.json); `studies` = (old key, new
+        key) moves its tuning study too. Returns "adopted", "" (nothing to adopt) or the
+        reason it was not adopted."""
+        from filelock import FileLock
+
+        from benchmark.results import complete_cell, write_json
+
+        old_dir, new_dir = self.cell_dir(old_hash), self.cell_dir(new_hash)
+        if old_dir == new_dir or not (old_dir / "summary.json").exists():
+            return ""
+        with FileLock(str(self.root / CELLS / ".migrate.lock")):
+            done = complete_cell(old_dir)
+            if done is None or new_dir.exists():
+                return ""
+            reason = unchanged(old_dir, done[0])
+            if reason:
+                return reason
+            try:
+                os.rename(old_dir, new_dir)
+            except OSError:  # another host adopted it first (the lock may not reach it)
+                return "adopted" if complete_cell(new_dir) is not None else ""
+            cell_json, summary = record(done[0])
+            write_json(new_dir / "cell.json", cell_json)
+            write_json(new_dir / "summary.json", summary)
+            if studies is not None:
+                self.move_study(*studies)
+        return "adopted"
+
+    def move_study(self, old_key: str, new_key: str) -> None:
+        old, new = self.study_dir(old_key), self.study_dir(new_key)
+        if old.is_dir() and not new.exists():
+            try:
+                os.rename(old, new)
+            except OSError:  # another host moved it first
+                pass

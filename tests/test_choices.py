@@ -1,0 +1,284 @@
+"""Choice scoring (slm.decoding.mode=choices), the lean greedy decode loop and the prefix-causal
+attention of the hf backend (issue 30), on the tiny model and the tiny Qwen3.5 hybrid: scores are
+a plain forward pass's log-likelihoods, multi-token actions are scored whole, answers do not
+depend on batching or on prefix reuse, the lean loop gives generate's tokens, and which queries
+take choice scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmark.bench.qwen_shapes import save_tiny_hybrid
+from benchmark.consultants.base import Decoding, Query, scores_choices
+from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants.tiny import build_tiny
+from tests.test_prefix_cache import ask_queries
+
+
+@pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
+def models(request, tmp_path_factory):
+    """(reuse on, lean; reuse off, generate()) of the tiny model or the tiny hybrid."""
+    import torch
+
+    threads = torch.get_num_threads()
+    base = tmp_path_factory.getbasetemp()
+    if request.param == "qwen3":
+        path = str(build_tiny(base / "tiny-qwen3-s0", 0))
+    else:
+        path = str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+    on = HFConsultant(path=path, num_threads=1)
+    off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
+    yield on, off
+    torch.set_num_threads(threads)
+
+
+def choice_queries(tmp_path, env: str = "fourrooms", n: int = 5) -> list[Query]:
+    return ask_queries(tmp_path, env, "stateful", "slm.decoding.mode=choices", n=n)
+
+
+def forward_logprob(model: HFConsultant, query: Query, action: str) -> float:
+    """log p(action's continuation | prompt) from one plain forward pass over prompt + action."""
+    import torch
+
+    prompt, cont = model.encode(query), model.choice_ids(action)
+    with torch.inference_mode():
+        logits = model.model(input_ids=torch.tensor([prompt + cont])).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    return sum(float(logp[len(prompt) - 1 + t, c]) for t, c in enumerate(cont))
+
+
+def test_scores_are_plain_forward_log_likelihoods_of_whole_actions(models, tmp_path):
+    on, off = models
+    queries = choice_queries(tmp_path, n=3)
+    lengths = {len(on.choice_ids(a)) for a in queries[0].actions}
+    assert len(lengths) > 1 and max(lengths) >= 3  # TURN_LEFT takes several tokens, FORWARD one
+    for model in (on, off):
+        for q, (logp, n, _) in zip(queries, model.choice_logprobs(queries), strict=True):
+            assert n == len(model.encode(q))
+            want = [forward_logprob(model, q, a) for a in q.actions]
+            assert logp == pytest.approx(want, abs=1e-4)
+
+
+def test_answers_do_not_depend_on_batching_or_prefix_reuse(models, tmp_path):
+    on, off = models
+    queries = choice_queries(tmp_path) + choice_queries(tmp_path, "fourrooms", n=2)[::-1]
+    batched = on.answer(queries)
+    for other in (off.answer(queries), [on.answer([q])[0] for q in queries]):
+        for a, b in zip(batched, other, strict=True):
+            assert a.text == b.text
+            assert a.choices == pytest.approx(b.choices, abs=1e-6)
+    for q, a in zip(queries, batched, strict=True):
+        assert list(a.choices) == list(q.actions)  # every valid action, in the query's order
+        assert sum(a.choices.values()) == pytest.approx(1.0)
+        assert a.text == max(a.choices, key=a.choices.get) and a.generated_tokens == 0
+        assert a.prompt_tokens == len(on.encode(q))
+
+
+def test_lean_decode_gives_generates_tokens(models, tmp_path):
+    """Short greedy answers (the lean loop) and a thinking phase (rationale) as generate gives
+    them, batched with rows of different lengths and one by one."""
+    on, off = models
+    queries = ask_queries(tmp_path, "fourrooms", "stateful", n=4)
+    queries += ask_queries(tmp_path, "higherlower", "enriched", n=2)
+    queries += ask_queries(tmp_path, "fourrooms", "stateful", "prompt.rationale=true", n=2)
+    assert on._lean_ok and not off._lean_ok
+    reference = [g.new_ids for g in off.generate(queries)]
+    assert len({len(on.encode(q)) for q in queries}) > 3
+    before = on.prefill_stats()["decode_seconds"]
+    assert [g.new_ids for g in on.generate(queries)] == reference
+    assert on.prefill_stats()["decode_seconds"] > before  # the lean loop ran
+    assert [on.generate([q])[0].new_ids for q in queries] == reference
+
+
+def test_prefix_attention_equals_the_masked_one(models):
+    """A suffix on a cached prefix, prefilled without the mask ("prefix_sdpa"), has the logits
+    of the whole sequence's plain forward pass."""
+    import torch
+
+    on, _ = models
+    ids = torch.randint(3, on.model.config.vocab_size, (2, 40))
+    with torch.inference_mode():
+        whole = on.model(input_ids=ids).logits[:, -1]
+        cache = on._new_cache()
+        on.model(input_ids=ids[:, :25], use_cache=True, **{on._cache_arg: cache})
+        split = on.model(input_ids=ids[:, 25:], use_cache=True, **{on._cache_arg: cache})
+    if on.device.type == "cpu" and on.kernels["attention"] == "sdpa":
+        assert on.model.config._attn_implementation == "prefix_sdpa"
+    assert torch.allclose(split.logits[:, -1], whole, atol=1e-5)
+
+
+def test_which_queries_take_choice_scoring(tmp_path):
+    plain = choice_queries(tmp_path, n=1)[0]
+    assert scores_choices(plain)
+    assert not scores_choices(dataclasses.replace(plain, decoding=Decoding()))  # generate mode
+    rationale = ask_queries(
+        tmp_path, "fourrooms", "stateful", "slm.decoding.mode=choices", "prompt.rationale=true", n=1
+    )[0]
+    assert not scores_choices(rationale)  # thinking and a Reason line: generation
+    belief = ask_queries(tmp_path, "doorkey8", "belief", "slm.decoding.mode=choices", n=1)[0]
+    assert belief.decoding.mode == "choices" and not scores_choices(belief)  # a belief update
+
+
+def test_bad_mode_and_sampled_choices_fail_clearly():
+    with pytest.raises(ValueError, match="mode='vote'.*generate"):
+        Decoding(mode="vote")
+    with pytest.raises(ValueError, match="temperature=0"):
+        Decoding(mode="choices", temperature=0.7)
+
+
+class LogprobServer:
+    """A small server speaking the vLLM endpoints choice scoring uses (GET /v1/models, POST
+    /tokenize with the chat template, POST /v1/completions with prompt_logprobs) on the real
+    tiny model: vLLM itself does not run here."""
+
+    def __init__(self, model: HFConsultant) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import torch
+
+        tok, lm = model.tokenizer, model.model
+
+        def tokenize(body: dict) -> list[int]:
+            if "messages" in body:
+                text = tok.apply_chat_template(
+                    body["messages"],
+                    add_generation_prompt=body.get("add_generation_prompt", True),
+                    tokenize=False,
+                    **body.get("chat_template_kwargs", {}),
+                )
+                return tok(text, add_special_tokens=False)["input_ids"]
+            return tok(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))[
+                "input_ids"
+            ]
+
+        def completions(body: dict) -> dict:
+            choices = []
+            for i, ids in enumerate(body["prompt"]):
+                with torch.inference_mode():
+                    logits = lm(input_ids=torch.tensor([ids])).logits[0]
+                logp = torch.log_softmax(logits.float(), -1)
+                rows = [None] + [
+                    {str(t): {"logprob": float(logp[k, t]), "rank": 1}}
+                    for k, t in enumerate(ids[1:])
+                ]
+                choices.append({"index": i, "text": "", "prompt_logprobs": rows})
+            return {"choices": choices}
+
+        class Handler(BaseHTTPRequestHandler):
+            def reply(self, data: dict) -> None:
+                blob = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(blob)))
+                self.end_headers()
+                self.wfile.write(blob)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.reply({"data": [{"id": "tiny"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    self.reply({"tokens": tokenize(body)})
+                else:
+                    self.reply(completions(body))
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_openai_backend_scores_choices_where_the_server_gives_prompt_logprobs(tmp_path):
+    from benchmark.consultants.errors import ConsultantError
+    from benchmark.consultants.openai_compat import OpenAIConsultant
+
+    local = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), num_threads=1)
+    server = LogprobServer(local)
+    try:
+        queries = choice_queries(tmp_path, n=2)
+        remote = OpenAIConsultant(base_url=server.url, prompt_logprobs=True, concurrency=2)
+        answers = remote.answer(queries)
+        for q, a, b in zip(queries, answers, local.answer(queries), strict=True):
+            assert remote.choice_sequences(q) == (
+                local.encode(q),
+                [local.choice_ids(x) for x in q.actions],
+            )
+            assert a.text == b.text and a.choices == pytest.approx(b.choices, abs=1e-5)
+        plain = OpenAIConsultant(base_url=server.url)
+        with pytest.raises(ConsultantError, match="prompt_logprobs=true"):
+            plain.answer(queries)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (("slm=openai", "slm.decoding.mode=choices"), "prompt_logprobs=true"),
+        (("slm=tiny", "slm.decoding.mode=vote"), "mode='vote' is invalid"),
+        (("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.temperature=0.5"), "temperature"),
+    ],
+)
+def test_validation_refuses_choices_where_they_cannot_run(tmp_path, overrides, expected):
+    from benchmark.validate import validate
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(tmp_path, "env=fourrooms", "prompt=stateful", "gate=always", *overrides)
+    with pytest.raises(ValueError, match=expected):
+        validate(cfg)
+    ok = compose_cfg(tmp_path, "env=fourrooms", "slm=openai", "slm.decoding.mode=choices",
+                     "slm.backend.prompt_logprobs=true")  # fmt: skip
+    validate(ok)
+
+
+def test_mode_generate_leaves_identity_and_cache_keys_as_they_were(tmp_path):
+    """The default mode is left out of the cell identity and the response cache's key (cells
+    and cached answers from before the key existed stay valid); choices is a cell of its own."""
+    from benchmark.cell import CellSpec
+    from benchmark.consultants.cache import decoding_key
+    from tests.conftest import compose_cfg
+
+    def identity(*overrides: str) -> dict:
+        cfg = compose_cfg(tmp_path, "env=fourrooms", "slm=tiny", "gate=always", *overrides)
+        return CellSpec.from_config(cfg).with_inputs(model="m").identity
+
+    plain, choices = identity(), identity("slm.decoding.mode=choices")
+    cfg = compose_cfg(
+        tmp_path, "env=fourrooms", "slm=tiny", "gate=always", "slm.decoding.mode=choices"
+    )
+    spec = CellSpec.from_config(cfg)
+    assert spec.labels()["slm"] == "tiny+choices" and "/tiny+choices/" in spec.name
+    assert "mode" not in plain["slm"]["decoding"] and "mode" not in plain["prompt"]["sampling"]
+    assert choices["slm"]["decoding"]["mode"] == "choices" and plain != choices
+    assert identity("slm.backend.lean_max_new_tokens=0") == plain  # an execution setting
+    assert "mode" not in decoding_key(Decoding())
+    assert decoding_key(Decoding(mode="choices"))["mode"] == "choices"
+
+
+def test_step_records_carry_the_choice_probabilities_only_when_scored(tmp_path):
+    from benchmark.analysis.steps import step_record
+    from benchmark.build import prepare
+    from benchmark.consultants.base import Answer
+    from benchmark.evaluate import StepEvent
+    from benchmark.prompts.base import Decision
+    from tests.conftest import compose_cfg
+
+    task = prepare(compose_cfg(tmp_path, "env=fourrooms", "slm=tiny", "gate=always"))[0]
+    ep = task.episode(0)
+    probs = {"TURN_LEFT": 0.25, "TURN_RIGHT": 0.25, "FORWARD": 0.5}
+    scored = Decision(2, [Answer("FORWARD", choices=probs)])
+    record = step_record(StepEvent(ep, None, None, scored, 2))
+    assert record["consultant_probs"] == probs and record["consultant"] == 2
+    generated = step_record(StepEvent(ep, None, None, Decision(2, [Answer("FORWARD")]), 2))
+    assert "consultant_probs" not in generated  # earlier records stay byte-identical

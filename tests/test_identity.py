@@ -1,0 +1,170 @@
+"""Identity by the weights themselves (issue 25, items 1-2) and the one migration of results
+roots written with the previous identity (v2): a local model is named by every byte of its
+weights (the digest cached by path, size, mtime and inode), a policy by its tensors and loading
+settings, not by the zip's bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmark import results
+from benchmark.build import locate_inputs, prepare
+from benchmark.cell import IDENTITY_VERSION
+from benchmark.consultants.hf import HFConsultant, legacy_fingerprint, local_fingerprint
+from benchmark.job import run_job
+from benchmark.policy.checkpoints import policy_digest
+from benchmark.store import cached_digest, file_sha256
+from tests.conftest import SMALL_POLICY, compose_cfg
+
+REPO = Path(__file__).resolve().parents[1]
+MB = 1 << 20
+
+
+def _model(directory: Path, size: int = 16 * MB) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text('{"model_type": "qwen3"}')
+    (directory / "model.safetensors").write_bytes(os.urandom(size))
+    return directory
+
+
+def _rewrite_middle(path: Path) -> None:
+    with path.open("r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        f.write(b"\xff" * 4096)  # a frozen-embedding fine-tune: first and last MB unchanged
+
+
+def test_a_change_in_the_middle_of_a_weight_file_is_a_new_identity(tmp_path):
+    model = _model(tmp_path / "m")
+    digests = tmp_path / "root" / "digests"
+    before = HFConsultant.weights_identity(path=str(model), digests=str(digests))
+    legacy = legacy_fingerprint(model)
+    _rewrite_middle(model / "model.safetensors")
+    assert legacy_fingerprint(model) == legacy  # the fault: the old fingerprint saw nothing
+    after = HFConsultant.weights_identity(path=str(model), digests=str(digests))
+    assert after != before  # re-hashed: the file's mtime (and size, inode) are in the key
+    assert after == "hf-local:" + local_fingerprint(model)  # without the cache, the same
+
+
+def test_logs_beside_the_weights_are_not_the_identity(tmp_path):
+    model = _model(tmp_path / "m", size=1000)
+    before = local_fingerprint(model)
+    (model / "finetune.json").write_text(json.dumps({"train": {"train_seconds": 12.5}}))
+    assert local_fingerprint(model) == before
+    (model / "generation_config.json").write_text('{"do_sample": false}')  # shapes the output
+    assert local_fingerprint(model) != before
+
+
+def test_small_models_keep_their_identity(tmp_path):
+    """Files of at most 2 MB were covered whole by the first and last MB: the tiny models'
+    identities (and every slm=tiny cell) are unchanged."""
+    model = _model(tmp_path / "m", size=2 * MB)
+    assert local_fingerprint(model) == legacy_fingerprint(model)
+
+
+def test_digest_is_cached_by_path_size_mtime_and_inode(tmp_path):
+    f = tmp_path / "w.bin"
+    f.write_bytes(os.urandom(3 * MB))
+    calls = []
+
+    def count(path: Path) -> str:
+        calls.append(path)
+        return file_sha256(path)
+
+    digests = tmp_path / "digests"
+    first = cached_digest(f, digests, count)
+    assert cached_digest(f, digests, count) == first and len(calls) == 1  # a later job: cached
+    copy = tmp_path / "w2.bin"
+    shutil.copy2(f, copy)
+    os.replace(copy, f)  # same bytes, same mtime, another inode: hashed again
+    assert cached_digest(f, digests, count) == first and len(calls) == 2
+    _rewrite_middle(f)
+    assert cached_digest(f, digests, count) != first and len(calls) == 3
+
+
+_RESAVE = """
+import sys
+from benchmark.policy.checkpoints import load
+load(sys.argv[1]).save(sys.argv[2])
+"""
+
+
+def test_identical_weights_name_the_same_cell(trained_root, tmp_path):
+    """Two zips of the same weights (saved by two processes: the zip's pickles differ) have
+    different SHA-256s and, before identity v3, different cells; now the same."""
+    ckpt = next((trained_root / "checkpoints").glob("empty5x5_random-*/final.zip"))
+    again = tmp_path / "again.zip"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", _RESAVE, str(ckpt), str(again)], check=True, env=env)
+    assert file_sha256(again) != file_sha256(ckpt)  # the fault's cause
+    assert policy_digest(again) == policy_digest(ckpt)
+    cells = []
+    for zip_path in (ckpt, again):
+        cfg = compose_cfg(tmp_path / "root", "env=empty5x5_random", f"policy.path={zip_path}")
+        spec = locate_inputs(prepare(cfg)[2], cfg, zip_path)
+        old = locate_inputs(prepare(cfg)[2], cfg, zip_path, legacy=True)
+        cells.append((spec.hash, old.hash))
+    assert cells[0][0] == cells[1][0]  # same weights, same cell
+    assert cells[0][1] != cells[1][1]  # identity v2 told them apart
+
+
+def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, caplog):
+    """A root written by the previous release (identity v2): its complete cells are adopted
+    under their v3 hash without recomputation, once, with a warning; a cell whose local model
+    changed after it was computed is not (a warning says why)."""
+    root = tmp_path / "root"
+    over = [
+        "env=empty5x5_random",
+        *SMALL_POLICY,
+        f"paths.checkpoints={trained_root / 'checkpoints'}",
+        "eval.n_episodes=2",
+        "quiet=true",
+    ]
+    ppo = compose_cfg(root, *over, "gate=never")
+    tiny = compose_cfg(root, *over, "method=slm_only", "slm=tiny", "prompt=basic")
+    for cfg in (ppo, tiny):  # the cells as the previous release wrote them
+        _write_as_v2(cfg, tmp_path / "v2job")
+    caplog.set_level("WARNING")
+    summary = run_job(ppo, tmp_path / "job1", multirun=False)
+    spec = locate_inputs(prepare(ppo)[2], ppo, Path(summary["checkpoint_path"]))
+    assert spec.identity["identity_version"] == IDENTITY_VERSION == 3
+    assert summary["cell_hash"] == spec.hash and "adopted the v2 cell" in caplog.text
+    cell = json.loads((spec.dir(root) / "cell.json").read_text())
+    assert cell["migrated_from"]["identity_version"] == 2
+    episodes = (spec.dir(root) / "episodes.jsonl").read_bytes()
+    assert episodes == (tmp_path / "v2job" / "gate=never.jsonl").read_bytes()  # not recomputed
+    caplog.clear()
+    assert run_job(ppo, tmp_path / "job2", multirun=False)["cell_hash"] == spec.hash
+    assert "adopted" not in caplog.text  # once
+    # the tiny model was rewritten after the v2 cell was computed: not adopted, recomputed
+    model_dir = Path(str(tiny.slm.backend.path))
+    os.utime(model_dir / "config.json")
+    caplog.clear()
+    done = run_job(tiny, tmp_path / "job3", multirun=False)
+    assert "not reused because the model at" in caplog.text
+    assert done["cell_hash"] != json.loads((tmp_path / "v2job" / "tiny.json").read_text())
+
+
+def _write_as_v2(cfg, job_dir: Path) -> None:
+    """Compute the cell with the current code, then store it where identity v2 put it (as the
+    previous release did: the v2 hash, a v2 cell.json, no v3 dir)."""
+    from benchmark.policy import ensure
+
+    job_dir.mkdir(exist_ok=True)
+    summary = run_job(cfg, job_dir / "tmp", multirun=False)
+    task, splits, spec = prepare(cfg)
+    checkpoint = ensure(cfg, task, splits=splits) if spec.uses_policy else None
+    new = locate_inputs(spec, cfg, checkpoint)
+    old = locate_inputs(spec, cfg, checkpoint, legacy=True)
+    root = Path(cfg.paths.root)
+    os.rename(new.dir(root), old.dir(root))
+    results.write_json(old.dir(root) / "cell.json", old.record())
+    results.write_json(old.dir(root) / "summary.json", dict(summary, cell_hash=old.hash))
+    name = "gate=never" if not spec.uses_consultant else "tiny"
+    shutil.copy(old.dir(root) / "episodes.jsonl", job_dir / f"{name}.jsonl")
+    (job_dir / f"{name}.json").write_text(json.dumps(old.hash))
+    shutil.rmtree(job_dir / "tmp")
