@@ -139,7 +139,10 @@ class MemoryFamily(GridFamily):
         text = grid_state(view, memory, actions, level, autopilot, map_radius)
         if level in ("basic", "enriched"):
             return text
-        return "\n".join([text, *cue_lines(view, memory)])
+        # the cue after the episodic memory, before the known map: each level extends the last
+        memory_part = grid_state(view, memory, actions, "stateful_min", autopilot, map_radius)
+        map_part = text[len(memory_part) :]
+        return "\n".join([memory_part, *cue_lines(view, memory)]) + map_part
 
     def examples(self, actions, level):
         return "\n".join(
