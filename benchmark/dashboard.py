@@ -117,6 +117,13 @@ PRESETS: dict[str, Question | None] = {
         "success, IR and invalid answers.",
         metrics=("reward", "metric", "ir", "invalid_rate"),
     ),
+    "brace": Question(
+        "Agent-BRACE: frozen against fine-tuned belief",
+        "Agent-BRACE: raw history against belief prompting (observed claims, ground-truth "
+        "teacher), untrained base against fine-tuned, SLM-only and inside the ASK gate: reward, "
+        "success, IR and invalid answers.",
+        metrics=("reward", "metric", "ir", "invalid_rate"),
+    ),
     "hint_ablation": Question(
         "Policy-hint ablation",
         "Policy-hint ablation: ASK+ with the PPO suggestion in the prompt against without it "
@@ -142,6 +149,14 @@ PRESETS: dict[str, Question | None] = {
         "and what does ASK add on top? Reward and accuracy per training seed, PPO-only against "
         "ASK with the oracle, at the IR the gate spends.",
         metrics=("reward", "metric", "ir"),
+    ),
+    "gates": Question(
+        "Gates by what a query costs",
+        "Every gate (entropy, epistemic, learned, IR-matched random; never and always as the "
+        "ends) with the oracle and the dice over a tau grid: reward against IR per env, the "
+        "reward-IR frontier and the tuned points; the frontier area and the gate precision and "
+        "recall at fixed IR budgets are in the local report.",
+        metrics=("reward", "metric", "ir", "or"),
     ),
     "train": None,  # trains checkpoints only: no evaluation to compare
     "demo": None,  # a walkthrough at toy size: its report is the view

@@ -10,20 +10,18 @@ evaluating on test seeds stay clean."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.cell import digest
-from benchmark.results import file_sha256, write_bytes_atomic, write_json
+from benchmark.results import file_sha256, write_json
+from benchmark.store import Store, build_once
 
 CLASSIFIER_VERSION = 1  # bump with any change here that changes a trained classifier
 SEED_STREAM = 28  # the training-seed stream the rollouts draw from (not PPO's own)
@@ -41,32 +39,21 @@ def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> Any
         "train_episodes": int(gate.train_episodes),
         "mc_samples": int(gate.mc_samples),
     }
-    out = Path(cfg.paths.root) / "gates" / digest(key)
+    out = Store.of(cfg).gate_dir(digest(key))
 
-    def make() -> bytes:
+    def make(work: Path) -> None:
         model, info = train(task, policy, key, splits_of(cfg))
-        write_json(out / "info.json", {"key": key, **info})
-        buf = io.BytesIO()
-        pickle.dump(model, buf)
-        return buf.getvalue()
+        write_json(work / "info.json", {"key": key, **info})
+        (work / "classifier.pkl").write_bytes(pickle.dumps(model))
 
-    return pickle.loads(build_once(out / "classifier.pkl", make))
+    build_once(out, make, lambda d: (d / "classifier.pkl").is_file())
+    return pickle.loads((out / "classifier.pkl").read_bytes())
 
 
 def splits_of(cfg: DictConfig):
     from benchmark.seeds import Splits
 
     return Splits.from_config(cfg.get("splits"))
-
-
-def build_once(path: Path, make: Callable[[], bytes]) -> bytes:
-    """The bytes at `path`, made by `make` once under a lock beside it (concurrent jobs wait
-    for the first). The one place to swap for a shared build-once helper."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if not path.exists():
-            write_bytes_atomic(path, make())
-    return path.read_bytes()
 
 
 def training_records(

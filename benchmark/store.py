@@ -34,7 +34,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-CELLS, TUNING, DIGESTS = "cells", "tuning", "digests"
+CELLS, TUNING, DIGESTS, GATES = "cells", "tuning", "digests", "gates"
 CHECKPOINTS, MODELS, CACHE = "checkpoints", "models", "cache"  # the defaults under the root
 RESPONSES = "responses"
 WORK_TAG = ".work-"  # `.<target>.work-<host>-<pid>`: a directory being built
@@ -312,6 +312,10 @@ class Store:
 
     def responses_dir(self) -> Path:
         return self.cache / RESPONSES
+
+    def gate_dir(self, key: str) -> Path:
+        """A learned gate's classifier (benchmark.learned), by the digest of its key."""
+        return self.root / GATES / key
 
     def digests_dir(self) -> Path | None:
         """Where `cached_digest` keeps the digests of local weight files (None: no root)."""

@@ -84,7 +84,7 @@ def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
     envs = sweep["env"]
     x = next((k for k in sweep if k in AGAINST), None)
     grouping = []
-    for key in sweep:
+    for key in (k.lstrip("+") for k in sweep):  # `++gate.tau` sweeps the key gate.tau
         if key in ("env", x):
             continue
         g = GROUPED_BY.get(key, key if "." in key else f"{key}.name")

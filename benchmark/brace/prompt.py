@@ -1,0 +1,25 @@
+"""The belief prompt of Agent-BRACE's training: BeliefPrompt whose oracle answer to the update
+round is the teacher's belief (benchmark.brace.teacher) instead of `observed_claims`, so the
+fine-tuning machinery (benchmark.finetune, which answers each query with `render_answer`) learns
+the teacher's certainty labels. Queries, parsing and acting are BeliefPrompt's: one model serves
+both roles (belief update, then policy) through two prompts, named by its weights like any
+consultant (slm=finetuned prompt=brace)."""
+
+from __future__ import annotations
+
+from benchmark.brace.rewards import snapshot
+from benchmark.brace.teacher import teacher_claims
+from benchmark.envs.base import Episode
+from benchmark.prompts.belief import BeliefPrompt, BeliefSession
+
+
+class BraceBeliefPrompt(BeliefPrompt):
+    def session(self, episode: Episode, with_expert: bool) -> BraceSession:
+        return BraceSession(self, episode, with_expert)
+
+
+class BraceSession(BeliefSession):
+    def render_belief(self, action_name: str, reason: str) -> str:
+        """The teacher's belief at the current state (the action name is ignored)."""
+        claims = teacher_claims(snapshot(self.episode))
+        return "<belief_state>\n" + "\n".join(claims) + "\n</belief_state>"

@@ -1,0 +1,212 @@
+"""Agent-BRACE's training side (issue 29, benchmark.brace): the rewards computed by program
+against the true state on hand-built beliefs (correct, partly correct, wrong, malformed), the
+teacher's beliefs score fully and spread their labels, and the SFT data comes from training
+seeds only."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from benchmark.brace.rewards import (
+    belief_reward,
+    correctness,
+    diversity,
+    env_reward,
+    format_gate,
+    label_for,
+    snapshot,
+    tracking,
+    verify,
+)
+from benchmark.brace.teacher import teacher_claims
+from benchmark.envs import make_task
+
+
+def block(*lines: str) -> str:
+    return "<belief_state>\n" + "\n".join(lines) + "\n</belief_state>"
+
+
+@pytest.fixture(scope="module")
+def doorkey():
+    """DoorKey 8x8, seed 300, after two expert steps: a key and a locked door in view."""
+    ep = make_task("doorkey8").episode(300)
+    ep.step(ep.expert_action())
+    ep.step(ep.expert_action())
+    return ep
+
+
+def test_correct_belief_scores_one_and_the_teacher_is_correct(doorkey):
+    truth = snapshot(doorkey)
+    view = truth.view
+    teacher = teacher_claims(truth)
+    assert all(verify(c, truth).verdict == "correct" for c in teacher), teacher
+    hand = [
+        f"- I am at ({view.pos[0]}, {view.pos[1]}) facing {view.facing} [confirmed]",
+        "- I carry nothing [confirmed]",
+        "- the door is locked [almost certain]",
+        "- the goal location [unknown]",
+    ]
+    assert correctness(hand, truth) == 1.0
+    r = belief_reward(block(*hand), [], truth, teacher, success=1.0)
+    assert r.gate == 1.0 and r.correctness == 1.0
+    assert r.total == pytest.approx(r.correctness + r.tracking + r.diversity + 0.99**truth.step)
+
+
+def test_partly_correct_and_wrong_beliefs_score_less(doorkey):
+    truth = snapshot(doorkey)
+    x, y = truth.view.pos
+    right = f"- I am at ({x}, {y}) facing {truth.view.facing} [confirmed]"
+    hedged = f"- I am at ({x}, {y}) facing {truth.view.facing} [possible]"  # right, miscalibrated
+    wrong_pos = f"- I am at ({x + 1}, {y}) facing {truth.view.facing} [confirmed]"
+    assert verify(hedged, truth).verdict == "partial"
+    assert verify(wrong_pos, truth).verdict == "incorrect"
+    assert verify("- I carry key [confirmed]", truth).verdict == "incorrect"
+    assert verify("- I carry key [doubtful]", truth).verdict == "correct"  # calibrated doubt
+    assert verify("- the walls are grey [probable]", truth).verdict == "unverifiable"
+    partly = [right, hedged, "- the door is open [confirmed]", "- the walls are grey [probable]"]
+    assert correctness(partly, truth) == pytest.approx((1 + 0.5 + 0) / 3)
+    wrong = [wrong_pos, "- I carry key [confirmed]", "- the door is open [almost certain]"]
+    assert correctness(wrong, truth) == 0.0
+    teacher = teacher_claims(truth)
+    scores = [
+        belief_reward(block(*b), [], truth, teacher, success=0.0).total
+        for b in (teacher, partly, wrong)
+    ]
+    assert scores[0] > scores[1] > scores[2] >= 0.0
+
+
+def test_malformed_updates_are_gated_to_zero(doorkey):
+    truth = snapshot(doorkey)
+    teacher = teacher_claims(truth)
+    good = block(*teacher)
+    assert format_gate(good) == 1.0
+    malformed = [
+        None,
+        "",
+        "\n".join(teacher),  # no <belief_state> block
+        good.replace("</belief_state>", ""),  # unclosed
+        block(*teacher, "- I should go to the key [probable]"),  # a plan
+        block(*teacher, "- the key is near"),  # no label
+        block("- I am at (1, 1) [confirmed] [unknown]"),  # two labels
+        block(*(teacher * 2)),  # more than max_claims=12
+        '<belief_state>{"pos": [1, 5]}</belief_state>',  # JSON
+    ]
+    for text in malformed:
+        assert format_gate(text) == 0.0, text
+        assert belief_reward(text, [], truth, teacher, success=1.0).total == 0.0
+
+
+def test_tracking_rewards_new_facts_and_penalises_stale_claims():
+    ep = make_task("higherlower").episode(300)
+    before = snapshot(ep)
+    old = teacher_claims(before)
+    ep.step(0)
+    truth = snapshot(ep)
+    new = teacher_claims(truth)
+    assert tracking(old, new, truth, new) == 1.0
+    assert tracking(old, old, truth, new) == 0.0  # nothing new taken in, all stale
+    half = new[:2]  # the new card and deck size taken in, the rest missing
+    assert 0.0 < tracking(old, half, truth, new) < 1.0
+    stale = [c for c in old if "streak" in c]  # the old streaks, false after the loss
+    assert tracking(old, new + stale, truth, new) < 1.0
+
+
+def test_card_predictions_are_verified_by_calibration():
+    ep = make_task("higherlower").episode(301)
+    truth = snapshot(ep)
+    v = truth.view
+    p = v.higher / sum(v.remaining)
+    calibrated = f"- the next card ranks higher [{label_for(p)}]"
+    assert verify(calibrated, truth).verdict == "correct"
+    opposite = "doubtful" if p > 0.5 else "confirmed"
+    assert verify(f"- the next card ranks higher [{opposite}]", truth).verdict == "incorrect"
+    teacher = teacher_claims(truth)
+    assert correctness(teacher, truth) == 1.0 and diversity(teacher) > 0.2
+
+
+def test_diversity_and_env_reward():
+    assert diversity(["- a claim [confirmed]", "- b claim [confirmed]"]) == 0.0
+    seven = [f"- claim {i} [{lb}]" for i, lb in enumerate(
+        ["confirmed", "almost certain", "probable", "possible", "unlikely", "doubtful", "unknown"]
+    )]  # fmt: skip
+    assert diversity(seven) == pytest.approx(1.0)
+    assert env_reward({"success": 1.0}) == 1.0 and env_reward({"success": 0.0}) == 0.0
+    with pytest.raises(ValueError, match="success"):
+        env_reward({"reward": 1.0})
+
+
+# ----------------------------------------------------------------------------- SFT data, roles
+def brace_prompt():
+    from pathlib import Path
+
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).parents[1] / "conf" / "prompt" / "brace.yaml")
+    cfg.sampling = None
+    return instantiate(cfg)
+
+
+def test_teacher_states_come_from_training_seeds_only():
+    from benchmark.brace.sft import collect_states, score
+    from benchmark.finetune.dataset import dataset_seeds
+    from benchmark.seeds import TRAIN_SEED_MIN, Splits
+    from tests.test_finetune import untrained_policy
+
+    task, splits = make_task("higherlower"), Splits()
+    policy = untrained_policy(task)
+    for bad in ([0], [150], [TRAIN_SEED_MIN - 1]):  # validation, test, below the training range
+        with pytest.raises(ValueError, match="training seeds only"):
+            collect_states(task, brace_prompt(), policy, bad, splits=splits)
+    seeds = dataset_seeds(1, 0, splits)
+    states = collect_states(task, brace_prompt(), policy, seeds, splits=splits)
+    assert len(states) == 51 and {s.seed for s in states} == set(seeds)
+    assert min(seeds) >= TRAIN_SEED_MIN
+    # teacher-forced: each update's b(t-1) is the teacher's previous belief, shown in the prompt
+    assert states[1].previous == states[0].teacher
+    assert "\n".join(states[0].teacher) in states[1].messages[1]["content"]
+    teacher = score([s.answer for s in states], states)
+    assert teacher["format_compliance"] == 1.0 and teacher["reward"]["correctness"] == 1.0
+    assert score(["no belief here"] * len(states), states)["reward"]["total"] == 0.0
+
+
+def test_brace_prompt_is_its_own_finetuned_consultant(tmp_path):
+    """One model, two prompts (belief update, then act): slm=finetuned prompt=brace trains on
+    the teacher's beliefs; its cache key and its cells differ from prompt=belief's."""
+    from benchmark.build import prepare
+    from benchmark.finetune.store import Recipe
+    from tests.test_finetune import finetuned_cfg
+
+    def recipe_and_cell(prompt):
+        cfg = finetuned_cfg(tmp_path, f"prompt={prompt}")
+        backend = OmegaConf.to_container(cfg.slm.backend, resolve=True)
+        keep = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
+        recipe = Recipe.from_backend(**{k: backend[k] for k in keep})
+        _, _, spec = prepare(cfg)
+        return recipe, spec
+
+    (rb, sb), (rl, sl) = recipe_and_cell("brace"), recipe_and_cell("belief")
+    assert rb.dir_name(rb.key("w", "sha")).startswith("empty5x5_random-brace-tiny_small-")
+    assert rb.key("w", "sha") != rl.key("w", "sha")
+    cell = sb.with_inputs(model="hf-local:0123")
+    assert cell.hash != sl.with_inputs(model="hf-local:0123").hash
+    assert cell.hash != sb.with_inputs(model="hf-local:4567").hash  # other weights, other cell
+
+
+def test_grpo_reward_function_scores_completions_and_refuses_held_out_states(tmp_path):
+    from benchmark.brace import grpo
+    from benchmark.brace.sft import collect_states
+    from benchmark.seeds import Splits
+    from tests.test_finetune import untrained_policy
+
+    task, splits = make_task("higherlower"), Splits()
+    held = collect_states(
+        task, brace_prompt(), untrained_policy(task), [0], splits=splits, split_ok=True
+    )
+    reward = grpo.reward_function(held)
+    good = [{"role": "assistant", "content": held[3].answer}]
+    scores = reward(None, [good, "no belief", held[3].answer], state=[3, 3, 3])
+    assert scores[0] == scores[2] > 1.0 and scores[1] == 0.0
+    with pytest.raises(ValueError, match="training seeds only"):
+        grpo.train("unused", held, tmp_path / "out")
