@@ -12,12 +12,14 @@ from gymnasium.utils.env_checker import check_env
 from minigrid.core.constants import IDX_TO_OBJECT, STATE_TO_IDX
 from omegaconf import OmegaConf
 
-from benchmark.envs import ENV_CONF_DIR, available_envs, is_doorkey, load_env_cfg, make_task
+from benchmark.envs import ENV_CONF_DIR, available_envs, load_env_cfg, make_task
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.higherlower import HigherLowerTask
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
+from benchmark.envs.memory import MemoryTask
+from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char, is_doorkey
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
+MEMORY = ["memory_s11"]
 EXPECTED = {
     "fourrooms": ("MiniGrid-FourRooms-v0", 500, 3, [256, 256], [0.1, 0.3, 0.5, 0.7]),
     "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 640, 7, [128, 128], [0.3, 0.5, 0.7, 0.9]),
@@ -36,7 +38,7 @@ FEEDBACK = {"empty5x5_random": 100, "empty16x16": 1024, "simplecrossing9": 324}
 
 
 def test_env_configs_follow_the_schema() -> None:
-    assert available_envs() == sorted([*NAV, "higherlower"])
+    assert available_envs() == sorted([*NAV, "higherlower", *MEMORY])
     for name in available_envs():
         cfg = OmegaConf.to_container(load_env_cfg(name))
         assert {"name", "family", "metric", "net_arch", "thresholds", "task"} <= set(cfg)
@@ -54,6 +56,9 @@ def test_env_configs_follow_the_schema() -> None:
             assert len(task.action_names) == n_actions
             assert (cfg["net_arch"], cfg["thresholds"]) == (arch, thresholds)
             assert isinstance(task, MiniGridTask)
+        elif name in MEMORY:  # benchmark/envs/memory.py, tests/test_memory_family.py
+            assert (cfg["family"], cfg["metric"]) == ("memory", "success")
+            assert isinstance(task, MemoryTask) and task.gym_id.startswith("MiniGrid-Memory")
         else:
             assert (cfg["family"], cfg["metric"]) == ("cards", "accuracy")
             assert cfg["thresholds"] == [0.1, 0.2, 0.3, 0.4] and cfg["net_arch"] == [128, 128]

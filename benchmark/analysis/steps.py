@@ -23,9 +23,10 @@ One JSON object per step, in (seed, step) order:
     consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
                         each valid action's probability (action name -> float, over the valid
                         actions), the consultant's own confidence beside PPO's entropy
-    pos, dir            navigation: the agent's world (x, y) and direction (0 E, 1 S, 2 W, 3 N)
-    rank, decision      HigherLower: the current card's rank (0 = ace ... 12 = king) and the
-                        0-based index of the decision
+    ...                 the env family's fields (Episode.step_fields): navigation `pos`, `dir`
+                        (the agent's world (x, y), direction 0 E, 1 S, 2 W, 3 N); HigherLower
+                        `rank`, `decision` (the card's rank 0 = ace ... 12 = king, the 0-based
+                        index of the decision)
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _judge(action: int | None, optimal: set[int] | None) -> bool | None:
 def step_record(event: StepEvent) -> dict[str, Any]:
     """The record of one step (the episode still in the state the action is taken in)."""
     ep = event.episode
-    optimal = ep.optimal_actions() if hasattr(ep, "optimal_actions") else None
+    optimal = ep.optimal_actions()
     optimal = set(optimal) if optimal else None  # an empty set: the expert has no answer
     decision = event.decision
     consultant = None if decision is None or decision.action is None else int(decision.action)
@@ -85,13 +86,7 @@ def step_record(event: StepEvent) -> dict[str, Any]:
     scored = [a.choices for a in decision.answers if a.choices] if decision is not None else []
     if scored:
         record["consultant_probs"] = {k: _f32(v) for k, v in scored[-1].items()}
-    sim = getattr(ep, "sim", None)  # MiniGrid
-    if sim is not None:
-        record["pos"] = [int(sim.agent_pos[0]), int(sim.agent_pos[1])]
-        record["dir"] = int(sim.agent_dir)
-    elif hasattr(ep, "card"):  # HigherLower
-        record["rank"] = int(ep.card())
-        record["decision"] = int(ep.steps)
+    record.update(ep.step_fields())  # the family's fields: position, card, ...
     return record
 
 

@@ -74,13 +74,9 @@ def wall_frequency(task: Any, seeds: Sequence[int]) -> np.ndarray:
     FourRooms' doorways or DoorKey's dividing wall)."""
     count = None
     for seed in seeds:
-        grid = task.episode(int(seed)).sim.grid
-        walls = np.array(
-            [
-                [(o := grid.get(x, y)) is not None and o.type == "wall" for x in range(grid.width)]
-                for y in range(grid.height)
-            ],
-            dtype=float,
-        )
+        walls = task.episode(int(seed)).walls()
+        if walls is None:  # a family without a grid
+            return np.zeros((0, 0))
+        walls = walls.astype(float)
         count = walls if count is None else count + walls
     return count / max(len(seeds), 1) if count is not None else np.zeros((0, 0))

@@ -10,7 +10,8 @@ reward asks."""
 from __future__ import annotations
 
 from benchmark.brace.rewards import Truth, label_for
-from benchmark.envs.base import CardView, NavView, is_doorkey
+from benchmark.envs.base import CardView, NavView
+from benchmark.envs.minigrid_nav import is_doorkey
 from benchmark.prompts import navfeatures as nf
 
 

@@ -1,13 +1,15 @@
 """Environments: build a Task from its config (`conf/env/<name>.yaml`), list the available ones.
 
-Adding an environment is adding a Task class and a YAML file whose `task._target_` names it."""
+Adding an environment of an existing family is adding a YAML file whose `task._target_` names its
+Task class; a new family adds its module (benchmark.envs.family, docs/families.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from benchmark.config import CONF
-from benchmark.envs.base import CardView, Episode, Memory, NavView, Task, is_doorkey
+from benchmark.envs.base import CardView, Episode, Memory, NavView, Task
+from benchmark.envs.family import Family, available_families, family_of, get_family
 
 ENV_CONF_DIR = CONF / "env"
 
@@ -15,11 +17,14 @@ __all__ = [
     "ENV_CONF_DIR",
     "CardView",
     "Episode",
+    "Family",
     "Memory",
     "NavView",
     "Task",
     "available_envs",
-    "is_doorkey",
+    "available_families",
+    "family_of",
+    "get_family",
     "load_env_cfg",
     "make_task",
 ]

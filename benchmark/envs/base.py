@@ -8,19 +8,11 @@ episodic memory sigma (updated on every step, queried or not) and the expert (fu
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-
-
-def is_doorkey(action_names: Sequence[str]) -> bool:
-    """Whether the task is DoorKey (a key to pick up, a locked door to open before the goal): the
-    one place this is decided, from the actions, since only DoorKey has PICKUP. Prompts use it to
-    add the key and door symbols, rules, state lines and examples."""
-    return "PICKUP" in action_names
 
 
 @dataclass
@@ -116,6 +108,20 @@ class Episode(abc.ABC):
     def expert_action(self) -> int:
         """Best action index from the full state (shortest path / card counting)."""
 
+    def optimal_actions(self) -> set[int] | None:
+        """Every action index that is optimal now (the analysis judges actions by it); None when
+        the family has no expert set."""
+        return None
+
+    def step_fields(self) -> dict[str, Any]:
+        """What the per-step analysis records about the current state (benchmark.analysis.steps:
+        navigation the position and direction, HigherLower the card and the decision)."""
+        return {}
+
+    def walls(self) -> np.ndarray | None:
+        """A boolean [y, x] map of the walls (the report's heatmaps draw it); None without a grid."""
+        return None
+
     def expert_plan(self) -> list[int]:
         """Whole optimal action sequence from the current state (one-shot plans)."""
         raise NotImplementedError(f"{type(self).__name__} has no open-loop plan")
@@ -129,6 +135,7 @@ class Task(abc.ABC):
     """An environment family member, built from `env.task` in the config."""
 
     name: str
+    family: str  # the env family: benchmark.envs.<family>.FAMILY (benchmark.envs.family)
     metric: str  # 'success' or 'accuracy'
     action_names: tuple[str, ...]
     max_reward: float  # best achievable episode return (tuning stops early at it)

@@ -195,6 +195,10 @@ class HigherLowerEpisode(Episode):
         guesses = optimal_guesses(self.card(), self.remaining())
         return {self.action_names.index(g) for g in guesses}
 
+    def step_fields(self) -> dict[str, Any]:
+        """The current card's rank (0 = ace ... 12 = king) and the 0-based decision index."""
+        return {"rank": int(self.card()), "decision": int(self.steps)}
+
     def outcome(self) -> dict[str, float]:
         """Accuracy = WINs / decisions made (a push is not a correct guess)."""
         decisions = self.memory.decisions

@@ -49,6 +49,13 @@ def cell_char(obj: WorldObj | None) -> str:
     return {"wall": "#", "key": "k", "goal": "G", "lava": "~"}.get(obj.type, "b")
 
 
+def is_doorkey(action_names: Sequence[str]) -> bool:
+    """Whether the task is DoorKey (a key to pick up, a locked door to open before the goal): the
+    one place this is decided, from the actions, since only DoorKey has PICKUP. Prompts use it to
+    add the key and door symbols, rules, state lines and examples."""
+    return "PICKUP" in action_names
+
+
 class EgoImageObs(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """MiniGrid's dict observation -> the image only, as float32 in [0, 1], flattened in the
     image's own (view x, view y, channel) C order: a memoryless MLP input."""
@@ -306,6 +313,23 @@ class MiniGridEpisode(Episode):
             return set()
         index_of = {ACTION_INDEX[n]: i for i, n in enumerate(self.action_names)}
         return {index_of[a] for a in self._planner.optimal_actions()}
+
+    def step_fields(self) -> dict[str, Any]:
+        """The agent's world (x, y) and direction (0 E, 1 S, 2 W, 3 N)."""
+        return {
+            "pos": [int(self.sim.agent_pos[0]), int(self.sim.agent_pos[1])],
+            "dir": int(self.sim.agent_dir),
+        }
+
+    def walls(self) -> np.ndarray:
+        grid = self.sim.grid
+        return np.array(
+            [
+                [(o := grid.get(x, y)) is not None and o.type == "wall" for x in range(grid.width)]
+                for y in range(grid.height)
+            ],
+            dtype=bool,
+        )
 
     def outcome(self) -> dict[str, float]:
         return {"success": 1.0 if self.terminated and self.last_reward > 0 else 0.0}

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.consultants.base import Answer, Decoding
-from benchmark.envs.base import CardView, Episode, NavView, Task
+from benchmark.envs.base import Episode, Task
+from benchmark.envs.family import family_of
 from benchmark.seeds import TRAIN_SEED_MIN, Splits, training_seeds
 
 # `autopilot` modes: "ppo" = the ASK format (PPO's action shown as the autopilot suggestion),
@@ -100,22 +101,7 @@ def state_key(episode: Episode) -> str:
 def reason(episode: Episode, action: str) -> str:
     """The templated reason line of the rationale format: what the expert's choice rests on,
     in a few words from the simulator's view."""
-    view = episode.view()
-    if isinstance(view, CardView):
-        return f"{view.higher} higher and {view.lower} lower cards remain"
-    if isinstance(view, NavView):
-        from benchmark.prompts import navfeatures as nf
-
-        if view.carrying is None and "PICKUP" in episode.action_names and action == "PICKUP":
-            return "the key is ahead"
-        if action == "TOGGLE":
-            return "the door is ahead"
-        if view.goal_pos is not None:
-            return f"goal {nf.offset_words(view, view.goal_pos)}"
-        if view.front in nf.BLOCKING:
-            return "the way ahead is blocked"
-        return "goal not visible, explore"
-    return "best option"
+    return family_of(episode).reason(episode, action)
 
 
 def collect(

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import CardView, Episode, Task
+from benchmark.envs.base import Episode, Task
+from benchmark.envs.family import available_families, family_of, get_family
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.navfeatures import PLANNER_HINTS
@@ -34,18 +35,19 @@ def render_line(rationale: bool):
     return render
 
 
-def check_family(variant: PromptVariant, task: Task, families: tuple[str, ...]) -> str:
-    fam = blocks.family_of(task)
-    if fam not in families:
+def check_family(variant: PromptVariant, task: Task, part: str) -> None:
+    """Fail unless the task's env family has the prompts of `part` (ask, belief, feedback)."""
+    fam = family_of(task)
+    if not fam.supports(part):
+        families = [f for f in available_families() if get_family(f).supports(part)]
         raise ValueError(
             f"prompt variant {variant.name!r} does not support env {getattr(task, 'name', task)!r} "
-            f"(family {fam!r}); supported families: {list(families)}"
+            f"(family {fam.name!r}); supported families: {families}"
         )
-    return fam
 
 
 class AskPrompt(PromptVariant):
-    """One ASK/ASK+ prompt level for the grid and cards families."""
+    """One ASK/ASK+ prompt level, for every env family (its blocks: benchmark.envs.family)."""
 
     def __init__(
         self,
@@ -92,7 +94,7 @@ class AskPrompt(PromptVariant):
         )
 
     def check(self, task: Task) -> None:
-        check_family(self, task, blocks.FAMILIES)
+        check_family(self, task, "ask")
 
     def session(self, episode: Episode, with_expert: bool) -> AskSession:
         return AskSession(self, episode, with_expert)
@@ -106,25 +108,19 @@ class AskSession(PromptSession):
         self.episode = episode
         self.with_expert = with_expert
         self.task = getattr(episode, "task", None)
+        self.family = family_of(episode)
 
     def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
         ep, v = self.episode, self.v
         actions = ep.action_names
         shown = ppo_action is not None and v.autopilot
         autopilot = actions[int(ppo_action)] if shown else None
-        view = ep.view()
-        if isinstance(view, CardView):
-            system = blocks.cards_system(actions, v.level, v.rationale, autopilot is not None)
-            state = blocks.cards_state(view, ep.memory, v.level, autopilot)
-            examples = blocks.cards_examples(v.level)
-        else:
-            system = blocks.grid_system(
-                self.task, actions, v.level, v.rationale, autopilot is not None
-            )
-            state = blocks.grid_state(
-                view, ep.memory, actions, v.level, autopilot, v.map_radius, v.planner_hint
-            )
-            examples = blocks.grid_examples(actions, v.level)
+        fam = self.family
+        system = fam.system(self.task, actions, v.level, v.rationale, autopilot is not None)
+        state = fam.state(
+            ep.view(), ep.memory, actions, v.level, autopilot, v.map_radius, v.planner_hint
+        )
+        examples = fam.examples(actions, v.level)
         user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

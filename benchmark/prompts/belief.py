@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import CardView, Episode, NavView, Task, is_doorkey
+from benchmark.envs.base import Episode, Task
+from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
-from benchmark.prompts import navfeatures as nf
 from benchmark.prompts.ask import check_family, render_line
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import parse_action, parse_reason, strip_thinking
@@ -91,39 +91,8 @@ def parse_belief(text: str | None, max_claims: int = 12) -> list[str]:
 
 def observed_claims(episode: Episode) -> list[str]:
     """Claims that the current view and memory establish (what the oracle writes as its belief
-    update): exact where observed, 'unknown' where nothing was seen."""
-    view, mem = episode.view(), episode.memory
-    if isinstance(view, CardView):
-        seen = len(view.seen)
-        return [
-            f"- the current card is {view.card_name} [confirmed]",
-            f"- {seen} cards have been dealt; {sum(view.remaining)} remain [confirmed]",
-            f"- {view.higher} remaining cards rank higher and {view.lower} lower [confirmed]",
-            f"- {view.equal} remaining cards share the current rank [confirmed]",
-            f"- win streak {mem.win_streak}, loss streak {mem.loss_streak} [confirmed]",
-        ]
-    assert isinstance(view, NavView)
-    world = nf.World(view, mem)
-    claims = [
-        f"- I am at {view.pos} facing {view.facing} in the {nf.quadrant(view)} area [confirmed]",
-        f"- the cell ahead is {nf.CELL_WORDS.get(view.front, view.front)} [confirmed]",
-    ]
-    goal = mem.goal_pos or view.goal_pos
-    claims.append(
-        f"- the goal is at {goal} [confirmed]" if goal else "- the goal location [unknown]"
-    )
-    claims.append(f"- {len(mem.known_map)} cells of the map have been seen [confirmed]")
-    exits = [f"{kind} at {p}" for p, kind in nf.doorways(view, world)][:3]
-    if exits:
-        claims.append(f"- visible exits: {', '.join(exits)} [confirmed]")
-    if is_doorkey(episode.action_names):
-        keys = [p for p, ch in world.cells.items() if ch == "k"]
-        claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
-        claims.append(
-            f"- a key lies at {keys[0]} [confirmed]" if keys else "- the key location [unknown]"
-        )
-        claims.append(f"- the door is {nf.door_state(world).lower()} [confirmed]")
-    return claims
+    update): exact where observed, 'unknown' where nothing was seen (the env family's claims)."""
+    return family_of(episode).belief_claims(episode)
 
 
 def observations_since(episode: Episode, since: int, limit: int = 20) -> str:
@@ -133,23 +102,14 @@ def observations_since(episode: Episode, since: int, limit: int = 20) -> str:
     if not actions:
         return "(no new steps since the last update)"
     skipped = max(0, len(actions) - limit)
-    if isinstance(episode.view(), CardView):
-        decisions = mem.decisions[since:][-limit:]
-        parts = [
-            f"on {blocks.rank_name(d['card'])} bet {d['action']} -> {d['outcome']} "
-            f"(next {blocks.rank_name(d['next_card'])})"
-            for d in decisions
-        ]
-    else:
-        positions = mem.positions[since + 1 :][-limit:]
-        parts = [f"{a}->{p}" for a, p in zip(actions[-limit:], positions, strict=False)]
+    parts = family_of(episode).belief_steps(episode, since, limit)
     more = f"(+{skipped} earlier steps) " if skipped else ""
     reward = sum(mem.rewards[since:])
     return f"steps {since}..{episode.steps}: {more}" + "; ".join(parts) + f"; reward {reward:g}"
 
 
 class BeliefPrompt(PromptVariant):
-    """Two-round belief-state prompting for the grid and cards families."""
+    """Two-round belief-state prompting, for the env families that declare belief claims."""
 
     def __init__(
         self,
@@ -175,7 +135,7 @@ class BeliefPrompt(PromptVariant):
         )
 
     def check(self, task: Task) -> None:
-        check_family(self, task, blocks.FAMILIES)
+        check_family(self, task, "belief")
 
     def session(self, episode: Episode, with_expert: bool) -> BeliefSession:
         return BeliefSession(self, episode, with_expert)
@@ -187,28 +147,17 @@ class BeliefSession(PromptSession):
         self.episode = episode
         self.with_expert = with_expert
         self.task = getattr(episode, "task", None)
+        self.family = family_of(episode)
         self.belief: list[str] = list(INITIAL_BELIEF)
         self.last_step = 0
         self.update_failures = 0
 
     def task_text(self) -> str:
-        if isinstance(self.episode.view(), CardView):
-            return (
-                "TASK: HigherLower card game. One shuffled 52-card deck (ranks A low ... K high) is "
-                "dealt card by card; before each card the agent bets HIGHER or LOWER than the "
-                "current card. Same rank = push."
-            )
-        return (
-            f"TASK: MiniGrid navigation in {blocks.world_sentence(self.task)}. The agent sees a "
-            "7x7 window in front of it and must reach the goal 'G'."
-        )
+        return self.family.belief_task(self.task)
 
     def current_view(self, autopilot: str | None) -> str:
         ep = self.episode
-        view = ep.view()
-        if isinstance(view, CardView):
-            return blocks.cards_state(view, ep.memory, "basic", autopilot)
-        return blocks.grid_state(view, ep.memory, ep.action_names, "basic", autopilot)
+        return self.family.state(ep.view(), ep.memory, ep.action_names, "basic", autopilot)
 
     def update_messages(self) -> list[dict[str, str]]:
         scale = "\n".join(f"- {lb}: {LABEL_MEANING[lb]}" for lb in LABELS)
@@ -242,12 +191,9 @@ class BeliefSession(PromptSession):
     def act_messages(self, autopilot: str | None) -> list[dict[str, str]]:
         ep = self.episode
         actions = ep.action_names
-        if isinstance(ep.view(), CardView):
-            system = blocks.cards_system(actions, "basic", self.v.rationale, autopilot is not None)
-        else:
-            system = blocks.grid_system(
-                self.task, actions, "basic", self.v.rationale, autopilot is not None
-            )
+        system = self.family.system(
+            self.task, actions, "basic", self.v.rationale, autopilot is not None
+        )
         system += "\n- Decide from the BELIEF (what is known and how surely) and the CURRENT VIEW."
         user = "\n\n".join(
             [

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import Episode, NavView, Task, is_doorkey
+from benchmark.envs.base import Episode, Task
+from benchmark.envs.family import family_of
 from benchmark.prompts.ask import check_family
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
@@ -40,30 +41,6 @@ DISPLAY = {
     "TOGGLE": "Toggle",
     "DONE": "Done",
 }
-GRID_SYMBOLS = {
-    "W": "Wall (blocks movement)",
-    "G": "Goal",
-    ".": "Empty cell",
-    "D": "Closed door (Toggle opens it)",
-    "L": "Locked door (needs the key, then Toggle)",
-    "o": "Open door (passable)",
-    "k": "Key (Pick Up when facing it)",
-    "~": "Lava (ends the episode)",
-    "b": "Object (blocks movement)",
-}
-ENV_TITLES = {
-    "empty5x5_random": "MiniGrid-Empty-Random-5x5",
-    "empty16x16": "MiniGrid-Empty-16x16",
-    "simplecrossing9": "MiniGrid-SimpleCrossingS9N1",
-    "fourrooms": "MiniGrid-FourRooms",
-    "doorkey8": "MiniGrid-DoorKey-8x8",
-}
-
-
-def grid_text(view: NavView) -> str:
-    """The whole grid, one row per line: 'W' wall, '.' empty, agent as > v < ^ (the paper draws
-    empty cells as spaces; we use '.', which no tokenizer or chat template strips)."""
-    return "\n".join(row.replace("#", "W") for row in view.full_grid)
 
 
 class FeedbackPrompt(PromptVariant):
@@ -107,7 +84,7 @@ class FeedbackPrompt(PromptVariant):
         self.carried_policy: str | None = None
 
     def check(self, task: Task) -> None:
-        check_family(self, task, ("grid",))
+        check_family(self, task, "feedback")
 
     def session(self, episode: Episode, with_expert: bool) -> FeedbackSession:
         return FeedbackSession(self, episode, with_expert)
@@ -119,6 +96,7 @@ class FeedbackSession(PromptSession):
         self.episode = episode
         self.with_expert = with_expert
         self.task = getattr(episode, "task", None)
+        self.env = family_of(episode).feedback  # the family's environment text
         self.policy_summary = variant.carried_policy if variant.across_episodes else None
         self.prev: tuple[str, int] | None = None  # (grid text, step) at the previous consult
         self.plan: list[str] | None = None
@@ -127,45 +105,7 @@ class FeedbackSession(PromptSession):
     # -- prompt ---------------------------------------------------------------------------------
 
     def env_title(self) -> str:
-        name = getattr(self.task, "name", "")
-        return ENV_TITLES.get(name, getattr(self.task, "gym_id", "Minigrid"))
-
-    def description(self, view: NavView, grid: str) -> str:
-        actions = self.episode.action_names
-        symbols = {"W", "G", "."} | {c for c in "DLokb~" if any(c in r for r in view.full_grid)}
-        if is_doorkey(actions):
-            symbols |= {"D", "L", "o", "k"}
-        lines = [
-            "In the Minigrid environment you control an agent that moves through a grid world. "
-            "The objective is to reach the target 'G' while avoiding obstacles and hazards. Every "
-            "cell of the grid is drawn as a single-character symbol.",
-            "",
-            "The observation is the whole grid with the agent drawn at its position as an arrow "
-            "that shows where it faces. Actions turn the agent, move it, or interact with objects.",
-            "",
-            "Agent orientation and movement:",
-            "- The agent faces one of four directions: '>' right, 'v' down, '<' left, '^' up.",
-            "- Rotation (the agent turns in place and does not move):",
-            "  - Turn Left: rotates 90 degrees counter-clockwise, e.g. from '^' to '<'.",
-            "  - Turn Right: rotates 90 degrees clockwise, e.g. from '^' to '>'.",
-            "- Movement:",
-            "  - Move Forward: moves one cell in the facing direction unless an obstacle is there.",
-        ]
-        if is_doorkey(actions):
-            lines += [
-                "- Interaction:",
-                "  - Pick Up: picks up the key in the cell ahead.",
-                "  - Drop: drops the carried object into the cell ahead.",
-                "  - Toggle: opens or closes the door ahead (a locked door needs the key).",
-            ]
-        if "DONE" in actions:
-            lines += ["Completion:", "- Done: signals that the agent has reached the goal."]
-        lines += ["", "Grid symbols:"]
-        lines += [f"- '{s}': {GRID_SYMBOLS[s]}" for s in GRID_SYMBOLS if s in symbols]
-        lines += ["", "The current game state is:", grid, ""]
-        lines.append("Available actions (select one):")
-        lines += [f"- '{DISPLAY[a]}'" for a in actions]
-        return "\n".join(lines)
+        return self.env.title(self.task)
 
     def feedback_blocks(self, grid: str) -> list[str]:
         ep, mem, v = self.episode, self.episode.memory, self.v
@@ -244,7 +184,7 @@ class FeedbackSession(PromptSession):
 
     def messages(self) -> list[dict[str, str]]:
         view = self.episode.view()
-        grid = grid_text(view)
+        grid = self.env.observation(view)
         title = self.env_title()
         system = (
             f"{title} Environment Instructions:\n"
@@ -252,7 +192,8 @@ class FeedbackSession(PromptSession):
             f"produce an action to execute. Your goal is to maximize reward in the {title} "
             "environment."
         )
-        parts = [self.description(view, grid), *self.feedback_blocks(grid)]
+        description = self.env.description(view, grid, self.episode.action_names, DISPLAY)
+        parts = [description, *self.feedback_blocks(grid)]
         parts += [self.instructions(), self.output_requirement()]
         self.prev = (grid, self.episode.steps)
         return [

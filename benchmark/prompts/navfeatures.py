@@ -10,7 +10,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmark.envs.base import Memory, NavView, is_doorkey
+from benchmark.envs.base import Memory, NavView
+from benchmark.envs.minigrid_nav import is_doorkey
 
 FACINGS = ("EAST", "SOUTH", "WEST", "NORTH")  # MiniGrid's agent_dir order
 VEC = {"EAST": (1, 0), "SOUTH": (0, 1), "WEST": (-1, 0), "NORTH": (0, -1)}

@@ -1,0 +1,134 @@
+"""Environment families: the one extension point for what the suite asks about an environment.
+
+A family (MiniGrid navigation `grid`, HigherLower `cards`, MiniGrid Memory `memory`, ...) is a
+`Family` object named `FAMILY` in the module `benchmark.envs.<name>`, where <name> is the task's
+`family` attribute (also the `family` key of conf/env/<env>.yaml); a dotted name
+(`mypackage.myfamily`) names a module outside this package. The family declares, in one place,
+the ASK/ASK+ prompt blocks per level (system with rules, state, examples), the belief-state
+claims, the feedback-paper text where those strategies apply, and the templated reasons of the
+fine-tuning data. The task and its episodes (same module or one it imports) give the simulator
+view, the expert (`expert_action`, `optimal_actions`) and the per-step analysis fields
+(`Episode.step_fields`). Nothing else in the suite branches on the kind of environment: a new
+family adds its module(s), its conf/env files, tests and docs (docs/families.md)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmark.envs.base import Episode, Memory, Task
+
+PACKAGE = "benchmark.envs"
+
+
+class Family:
+    """What one environment family tells the rest of the suite. Subclasses fill in the text of
+    their prompts; `feedback` is None where the feedback paper's strategies do not apply."""
+
+    name: str = ""
+    kinds: tuple[str, ...] = ()  # the `kind` values its env configs may take (report column)
+    feedback: Any = None  # an object with title(task), observation(view), description(...)
+
+    PARTS = {  # prompt part -> the methods a family overrides to have it
+        "ask": ("system", "state", "examples"),
+        "belief": ("system", "state", "belief_task", "belief_claims", "belief_steps"),
+    }
+
+    def supports(self, part: str) -> bool:
+        """Whether this family has the prompts of `part`: ask, belief or feedback."""
+        if part == "feedback":
+            return self.feedback is not None
+        if part not in self.PARTS:
+            raise ValueError(f"unknown prompt part {part!r}; allowed: {[*self.PARTS, 'feedback']}")
+        return all(getattr(type(self), m) is not getattr(Family, m) for m in self.PARTS[part])
+
+    # -- ASK / ASK+ blocks (benchmark.prompts.ask) --------------------------------------------
+
+    def system(
+        self, task: Task, actions: tuple[str, ...], level: str, rationale: bool, autopilot: bool
+    ) -> str:
+        """Blocks (i)-(iii): role, valid actions, rules (with the rationale rule if asked)."""
+        raise NotImplementedError(f"family {self.name!r} has no ASK system block")
+
+    def state(
+        self,
+        view: Any,
+        memory: Memory,
+        actions: tuple[str, ...],
+        level: str,
+        autopilot: str | None,
+        map_radius: int = 5,
+        planner_hint: str = "frontier",
+    ) -> str:
+        """Block (iv), cumulative over the levels basic, enriched, stateful_min, stateful.
+        `planner_hint`: what a `Planner hint:` line searches for (navfeatures.PLANNER_HINTS), for
+        the families that show one."""
+        raise NotImplementedError(f"family {self.name!r} has no ASK state block")
+
+    def examples(self, actions: tuple[str, ...], level: str) -> str:
+        """Block (v): the one-shot examples."""
+        raise NotImplementedError(f"family {self.name!r} has no ASK examples")
+
+    # -- belief state (benchmark.prompts.belief) ----------------------------------------------
+
+    def belief_task(self, task: Task) -> str:
+        """The TASK paragraph of the belief prompts."""
+        raise NotImplementedError(f"family {self.name!r} has no belief-state prompts")
+
+    def belief_claims(self, episode: Episode) -> list[str]:
+        """Claims the current view and memory establish (the oracle's belief update)."""
+        raise NotImplementedError(f"family {self.name!r} has no belief-state prompts")
+
+    def belief_steps(self, episode: Episode, since: int, limit: int) -> list[str]:
+        """One short text per step since step `since` (at most the last `limit`)."""
+        raise NotImplementedError(f"family {self.name!r} has no belief-state prompts")
+
+    # -- fine-tuning data (benchmark.finetune.dataset) ----------------------------------------
+
+    def reason(self, episode: Episode, action: str) -> str:
+        """The templated reason line of the expert's `action` (the rationale format)."""
+        return "best option"
+
+
+def available_families() -> list[str]:
+    """Family names of this package: the modules of benchmark/envs that define FAMILY."""
+    here = Path(__file__).parent
+    return sorted(
+        p.stem
+        for p in here.glob("*.py")
+        if p.stem not in ("__init__", "family") and "\nFAMILY = " in p.read_text()
+    )
+
+
+@functools.cache
+def get_family(name: str) -> Family:
+    """The family called `name` (a module of benchmark.envs, or a dotted module path)."""
+    module_name = name if "." in name else f"{PACKAGE}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        module = None
+    family = getattr(module, "FAMILY", None)
+    if not isinstance(family, Family):
+        raise ValueError(
+            f"unknown env family {name!r} (no Family named FAMILY in module {module_name}); "
+            f"available: {available_families()}"
+        )
+    return family
+
+
+def family_of(task: Any) -> Family:
+    """The family of a task (its `family` attribute) or of an episode (its task's)."""
+    task = getattr(task, "task", task)
+    name = getattr(task, "family", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"task {getattr(task, 'name', task)!r} declares no family; give its Task class a "
+            f"`family` attribute, one of {available_families()}"
+        )
+    return get_family(name)

@@ -1,0 +1,382 @@
+"""The MiniGrid navigation family (`grid`: FourRooms, DoorKey, Empty, SimpleCrossing): its
+ASK/ASK+ blocks (ASK+ paper, appendix 9.1 and 9.3), belief-state claims, feedback-paper text and
+fine-tuning reasons. The task, episode and expert are benchmark.envs.minigrid_nav and
+benchmark.envs.expert; the derived prompt features are benchmark.prompts.navfeatures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from benchmark.envs.base import Episode, Memory, NavView
+from benchmark.envs.family import Family
+from benchmark.envs.minigrid_nav import is_doorkey
+from benchmark.prompts import navfeatures as nf
+from benchmark.prompts.blocks import ACTION_MEANING
+
+GRID_WORLDS = {
+    "fourrooms": "FourRooms: a 19x19 grid cut into four rooms that are joined by one-cell gaps "
+    "in the walls; the green goal square 'G' lies in one of the rooms",
+    "doorkey8": "DoorKey-8x8: an 8x8 grid split by a wall with one locked door; a key 'k' lies on "
+    "the agent's side and the goal 'G' lies behind the door",
+    "empty5x5_random": "Empty-Random-5x5: a small empty room; the goal 'G' is in a corner",
+    "empty16x16": "Empty-16x16: a large empty room; the goal 'G' is in the far corner",
+    "simplecrossing9": "SimpleCrossing-9x9: a room crossed by one wall with a single opening; "
+    "the goal 'G' is in the far corner",
+}
+
+
+def world_sentence(task: Any) -> str:
+    name = getattr(task, "name", "")
+    return GRID_WORLDS.get(name, f"{getattr(task, 'gym_id', name)}: reach the goal square 'G'")
+
+
+def legend(actions: Sequence[str]) -> str:
+    extra = " k=key L=door(locked) D=door(closed) o=door(open)" if is_doorkey(actions) else ""
+    return f"LEGEND: A=agent #=wall .=floor G=goal ?=unseen{extra}"
+
+
+# The rationale instruction of block (iii) (the paper's tinted lines), per family.
+GRID_RATIONALE_RULE = (
+    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
+)
+
+
+def grid_rules(actions: Sequence[str], rationale: bool, autopilot: bool) -> list[str]:
+    """Block (iii) for navigation: appendix 9.1 (FourRooms, also used for the other grid envs)
+    and 9.3 (DoorKey), the same at every level. Only the output-shape lines follow `rationale`:
+    the paper's DoorKey line "Output only the two lines below" describes the rationale answer,
+    so without rationale both families say what FourRooms' static line says."""
+    token_line = "- Output only the action token line required below (no markdown)."
+    if is_doorkey(actions):
+        lines = (
+            ["- Output only the two lines below (no markdown).", GRID_RATIONALE_RULE]
+            if rationale
+            else [token_line]
+        )
+        lines += [
+            "- PICKUP: only when 'k' is directly ahead and nothing in hand.  "
+            "TOGGLE: only on L/D/o (L needs key).",
+            "- FORWARD cannot enter '#' or a closed/locked door -- TOGGLE or turn first.   "
+            "DONE: only on G.",
+        ]
+        if autopilot:
+            lines.append("- Follow autopilot when it matches the current subtask and previews.")
+        return lines
+    lines = [token_line, *([GRID_RATIONALE_RULE] if rationale else [])]
+    lines += [
+        "- If FORWARD is blocked (ahead is '#'), do not choose FORWARD. Prefer doors (D)",
+        "  aligned with corridors / the cached goal. If 'G' is visible, move toward it.",
+        "- Follow planner hint and autopilot when consistent with safe previews."
+        if autopilot
+        else "- Follow planner hint when consistent with safe previews.",
+    ]
+    return lines
+
+
+def grid_system(
+    task: Any, actions: Sequence[str], level: str, rationale: bool, autopilot: bool
+) -> str:
+    """Blocks (i)-(iii). `level` is accepted for symmetry with the state block and ignored: the
+    system message is the same for every level (ASK+ paper, appendix 9)."""
+    lines = [
+        "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
+        f"MiniGrid world {world_sentence(task)}. The agent sees only a 7x7 window in front of it. "
+        "Pick the single next action that brings it closest to reaching the goal.",
+        "",
+        "VALID ACTIONS:",
+        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
+        "",
+        "RULES:",
+        *grid_rules(actions, rationale, autopilot),
+    ]
+    return "\n".join(lines)
+
+
+def ego_lines(view: NavView) -> list[str]:
+    return [f"  {row}" for row in view.ego]
+
+
+def goal_words(view: NavView) -> str:
+    if view.goal_pos is None:
+        return "not visible"
+    return f"visible, {nf.offset_words(view, view.goal_pos)}"
+
+
+def grid_state(
+    view: NavView,
+    memory: Memory,
+    actions: Sequence[str],
+    level: str,
+    autopilot: str | None,
+    map_radius: int = 5,
+    planner_hint: str = "frontier",
+) -> str:
+    """Block (iv) for navigation, cumulative over the levels. `planner_hint`: what the
+    `Planner hint:` line searches for (navfeatures.PLANNER_HINTS); no line when it finds none
+    under seen_target, or with none."""
+    world = nf.World(view, memory)
+    doorkey = is_doorkey(actions)
+    ahead = "BLOCKED" if view.front in nf.BLOCKING else "clear"
+    lines = [
+        legend(actions),
+        "VIEW (7x7; top row = farthest ahead; you are A at the bottom middle, facing up):",
+        *ego_lines(view),
+        f"STATE: Facing={view.facing}  PathAhead={ahead} ('{view.front}')  Goal={goal_words(view)}"
+        f"  Step={view.step}/{view.max_steps}",
+    ]
+    if doorkey:
+        has_key = "YES" if view.carrying == "key" else "NO"
+        lines.append(f"STATUS: HasKey={has_key}  Door={nf.door_state(world)}")
+        lines.append(f"SUBTASK: {nf.subtask(view, world)}")
+    if autopilot is not None:
+        lines.append(f"Autopilot: {autopilot}")
+    if level == "basic":
+        return "\n".join(lines)
+
+    adj = nf.adjacent(world)
+    chain = " ".join(nf.ahead_chain(world))
+    doors = nf.doorways(view, world)
+    door_txt = "; ".join(f"{kind} {nf.offset_words(view, p)}" for p, kind in doors) or "(none)"
+    view_rays = {d: nf.view_ray(view, d) for d in ("forward", "left", "right")}
+    world_rays = {d: nf.ray(world, d) for d in ("forward", "left", "right", "back")}
+    lines += [
+        f"Adjacent F/L/R/B: {adj['forward']}/{adj['left']}/{adj['right']}/{adj['back']}"
+        f"    Ahead chain: {chain}    Doors visible: {door_txt}",
+        f"Longest ray (view): {nf.longest(view_rays)}    "
+        f"Longest ray (known map): {nf.longest(world_rays)}",
+    ]
+    if doorkey:
+        keys = "; ".join(nf.offset_words(view, k) for k in view.keys) or "(none)"
+        lines.append(
+            f"Key visible: {keys}    Goal: {'(none)' if view.goal_pos is None else nf.offset_words(view, view.goal_pos)}"
+        )
+    prev = nf.previews(view, world, actions)
+    items = [f"{a}->{prev[a]}" for a in actions]
+    if len(items) > 3:
+        lines.append("PREVIEW  " + "    ".join(items[:3]))
+        lines.append("         " + "    ".join(items[3:]))
+    else:
+        lines.append("PREVIEW  " + "    ".join(items))
+    if level == "enriched":
+        return "\n".join(lines)
+
+    here = memory.visits.get(view.pos, 0)
+    recent = " ".join(f"{p}x{n}" for p, n in nf.recent_cells(memory)) or "(none)"
+    history = " ".join(memory.actions[-8:]) or "(none)"
+    goal = memory.goal_pos
+    goal_txt = "not seen yet" if goal is None else f"{goal}, {nf.compass_words(view, goal)}"
+    hint = nf.planner_hint(view, memory, actions, planner_hint)
+    hint_lines = []
+    if hint is not None:
+        hint_lines.append(
+            f"Planner hint: {hint.action} (known-map path to {hint.target}, {hint.length} actions)"
+            if hint.action
+            else f"Planner hint: (none: {hint.target})"
+        )
+    lines += [
+        f"MEMORY: Pos={view.pos}  Room={nf.quadrant(view)}  Visits@here={here}"
+        f"  Cells seen={len(memory.known_map)}",
+        f"Recent cells (oldest first, visits): {recent}",
+        f"Recent actions (last 8): {history}",
+        f"Loop warning: {nf.loop_warning(memory, view.pos) or 'none'}",
+        f"Goal (cached): {goal_txt}",
+        *hint_lines,
+    ]
+    if level == "stateful_min":
+        return "\n".join(lines)
+
+    window = nf.map_window(view, memory, map_radius)
+    x0, y0 = view.pos[0] - map_radius, view.pos[1] - map_radius
+    side = 2 * map_radius + 1
+    lines.append(
+        f"KNOWN MAP ({side}x{side} around you, north up, x {x0}..{x0 + side - 1}, "
+        f"y {y0}..{y0 + side - 1}; your cell = {nf.ARROW[view.facing]}; ? = never seen):"
+    )
+    lines += [f"  {row}" for row in window]
+    return "\n".join(lines)
+
+
+def grid_examples(actions: Sequence[str], level: str | None = None) -> str:
+    """Block (v): the paper's one-shot examples (appendix 9.1 / 9.3), the same at every level
+    (`level` is ignored)."""
+    if is_doorkey(actions):
+        lines = [
+            "key visible (2 fwd, 1 right), no key in hand -> TURN_RIGHT     "
+            "facing 'k', no key in hand -> PICKUP",
+            "key in hand, facing 'L' -> TOGGLE                              "
+            "door open and goal 1 fwd -> FORWARD",
+        ]
+    else:
+        lines = [
+            "ahead=passable, goal visible (3 ahead)            -> FORWARD",
+            "ahead=BLOCKED,  door visible to the right         -> TURN_RIGHT",
+            "visits high + loop hint + longest_corridor=right  -> TURN_RIGHT",
+        ]
+    return "\n".join(["EXAMPLES:", *lines])
+
+
+# -- belief state (benchmark.prompts.belief) -------------------------------------------------------
+
+
+def belief_claims(episode: Episode) -> list[str]:
+    """Claims that the current view and memory establish (the oracle's belief update): exact
+    where observed, 'unknown' where nothing was seen."""
+    view, mem = episode.view(), episode.memory
+    world = nf.World(view, mem)
+    claims = [
+        f"- I am at {view.pos} facing {view.facing} in the {nf.quadrant(view)} area [confirmed]",
+        f"- the cell ahead is {nf.CELL_WORDS.get(view.front, view.front)} [confirmed]",
+    ]
+    goal = mem.goal_pos or view.goal_pos
+    claims.append(
+        f"- the goal is at {goal} [confirmed]" if goal else "- the goal location [unknown]"
+    )
+    claims.append(f"- {len(mem.known_map)} cells of the map have been seen [confirmed]")
+    exits = [f"{kind} at {p}" for p, kind in nf.doorways(view, world)][:3]
+    if exits:
+        claims.append(f"- visible exits: {', '.join(exits)} [confirmed]")
+    if is_doorkey(episode.action_names):
+        keys = [p for p, ch in world.cells.items() if ch == "k"]
+        claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
+        claims.append(
+            f"- a key lies at {keys[0]} [confirmed]" if keys else "- the key location [unknown]"
+        )
+        claims.append(f"- the door is {nf.door_state(world).lower()} [confirmed]")
+    return claims
+
+
+def belief_steps(episode: Episode, since: int, limit: int) -> list[str]:
+    """'<action>-><position>' for each step since step `since` (the last `limit`)."""
+    mem = episode.memory
+    positions = mem.positions[since + 1 :][-limit:]
+    return [f"{a}->{p}" for a, p in zip(mem.actions[since:][-limit:], positions, strict=False)]
+
+
+# -- feedback paper (benchmark.prompts.feedback) ---------------------------------------------------
+GRID_SYMBOLS = {
+    "W": "Wall (blocks movement)",
+    "G": "Goal",
+    ".": "Empty cell",
+    "D": "Closed door (Toggle opens it)",
+    "L": "Locked door (needs the key, then Toggle)",
+    "o": "Open door (passable)",
+    "k": "Key (Pick Up when facing it)",
+    "~": "Lava (ends the episode)",
+    "b": "Object (blocks movement)",
+}
+ENV_TITLES = {
+    "empty5x5_random": "MiniGrid-Empty-Random-5x5",
+    "empty16x16": "MiniGrid-Empty-16x16",
+    "simplecrossing9": "MiniGrid-SimpleCrossingS9N1",
+    "fourrooms": "MiniGrid-FourRooms",
+    "doorkey8": "MiniGrid-DoorKey-8x8",
+}
+
+
+def grid_text(view: NavView) -> str:
+    """The whole grid, one row per line: 'W' wall, '.' empty, agent as > v < ^ (the paper draws
+    empty cells as spaces; we use '.', which no tokenizer or chat template strips)."""
+    return "\n".join(row.replace("#", "W") for row in view.full_grid)
+
+
+class GridFeedback:
+    """The feedback paper's environment text for MiniGrid (benchmark.prompts.feedback)."""
+
+    def title(self, task: Any) -> str:
+        name = getattr(task, "name", "")
+        return ENV_TITLES.get(name, getattr(task, "gym_id", "Minigrid"))
+
+    def observation(self, view: NavView) -> str:
+        return grid_text(view)
+
+    def description(
+        self, view: NavView, grid: str, actions: Sequence[str], display: dict[str, str]
+    ) -> str:
+        """The HWBP environment description: rules, the symbols on the grid, the grid, the actions."""
+        symbols = {"W", "G", "."} | {c for c in "DLokb~" if any(c in r for r in view.full_grid)}
+        if is_doorkey(actions):
+            symbols |= {"D", "L", "o", "k"}
+        lines = [
+            "In the Minigrid environment you control an agent that moves through a grid world. "
+            "The objective is to reach the target 'G' while avoiding obstacles and hazards. Every "
+            "cell of the grid is drawn as a single-character symbol.",
+            "",
+            "The observation is the whole grid with the agent drawn at its position as an arrow "
+            "that shows where it faces. Actions turn the agent, move it, or interact with objects.",
+            "",
+            "Agent orientation and movement:",
+            "- The agent faces one of four directions: '>' right, 'v' down, '<' left, '^' up.",
+            "- Rotation (the agent turns in place and does not move):",
+            "  - Turn Left: rotates 90 degrees counter-clockwise, e.g. from '^' to '<'.",
+            "  - Turn Right: rotates 90 degrees clockwise, e.g. from '^' to '>'.",
+            "- Movement:",
+            "  - Move Forward: moves one cell in the facing direction unless an obstacle is there.",
+        ]
+        if is_doorkey(actions):
+            lines += [
+                "- Interaction:",
+                "  - Pick Up: picks up the key in the cell ahead.",
+                "  - Drop: drops the carried object into the cell ahead.",
+                "  - Toggle: opens or closes the door ahead (a locked door needs the key).",
+            ]
+        if "DONE" in actions:
+            lines += ["Completion:", "- Done: signals that the agent has reached the goal."]
+        lines += ["", "Grid symbols:"]
+        lines += [f"- '{s}': {GRID_SYMBOLS[s]}" for s in GRID_SYMBOLS if s in symbols]
+        lines += ["", "The current game state is:", grid, ""]
+        lines.append("Available actions (select one):")
+        lines += [f"- '{display[a]}'" for a in actions]
+        return "\n".join(lines)
+
+
+# -- fine-tuning reasons (benchmark.finetune.dataset) ----------------------------------------------
+
+
+def reason(episode: Episode, action: str) -> str:
+    """The templated reason of the expert's `action`, in a few words from the simulator's view."""
+    view = episode.view()
+    if view.carrying is None and "PICKUP" in episode.action_names and action == "PICKUP":
+        return "the key is ahead"
+    if action == "TOGGLE":
+        return "the door is ahead"
+    if view.goal_pos is not None:
+        return f"goal {nf.offset_words(view, view.goal_pos)}"
+    if view.front in nf.BLOCKING:
+        return "the way ahead is blocked"
+    return "goal not visible, explore"
+
+
+class GridFamily(Family):
+    """MiniGrid navigation: the egocentric view, the known map, BFS on the true grid."""
+
+    name = "grid"
+    kinds = ("navigation", "doorkey")
+    feedback = GridFeedback()
+
+    def system(self, task, actions, level, rationale, autopilot):
+        return grid_system(task, actions, level, rationale, autopilot)
+
+    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
+        return grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)
+
+    def examples(self, actions, level):
+        return grid_examples(actions, level)
+
+    def belief_task(self, task):
+        return (
+            f"TASK: MiniGrid navigation in {world_sentence(task)}. The agent sees a "
+            "7x7 window in front of it and must reach the goal 'G'."
+        )
+
+    def belief_claims(self, episode):
+        return belief_claims(episode)
+
+    def belief_steps(self, episode, since, limit):
+        return belief_steps(episode, since, limit)
+
+    def reason(self, episode, action):
+        return reason(episode, action)
+
+
+FAMILY = GridFamily()

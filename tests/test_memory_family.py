@@ -1,0 +1,108 @@
+"""The MiniGrid Memory family (benchmark/envs/memory.py), added only through the env-family
+extension point: found by name, its expert, its prompts at every level, and whole jobs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmark import results
+from benchmark.envs import family_of, make_task
+from benchmark.envs.memory import MemoryTask, cue_seen
+from benchmark.prompts.ask import AskPrompt
+from benchmark.prompts.blocks import LEVELS
+from benchmark.prompts.feedback import FeedbackPrompt
+from tests.conftest import SMALL_POLICY, compose_cfg
+
+ENV = "memory_s11"
+
+
+def _play(ep, actions):
+    for a in actions:
+        if ep.done:
+            break
+        ep.step(a)
+    return ep
+
+
+def test_the_family_is_found_by_its_name_and_declares_its_prompts():
+    task = make_task(ENV)
+    assert isinstance(task, MemoryTask)
+    fam = family_of(task)
+    assert fam.name == "memory" and fam.supports("ask") and fam.supports("belief")
+    assert not fam.supports("feedback")
+    with pytest.raises(ValueError, match="does not support env 'memory_s11'"):
+        FeedbackPrompt("hwbp").check(task)
+    with pytest.raises(ValueError, match="not a MiniGrid Memory id"):
+        MemoryTask("x", "MiniGrid-FourRooms-v0", None, ["FORWARD"])
+
+
+def test_the_expert_always_reaches_the_matching_object_and_a_fixed_side_is_a_coin_flip():
+    task = make_task(ENV)
+    expert, north = [], []
+    for seed in range(100, 130):
+        ep = task.episode(seed)
+        while not ep.done:
+            assert ep.expert_action() in ep.optimal_actions()
+            ep.step(ep.expert_action())
+        expert.append(ep.outcome()["success"])
+        # a memoryless rule: walk to the junction, always turn north
+        ep = task.episode(seed)
+        mid = ep.sim.height // 2
+        while not ep.done and tuple(ep.sim.agent_pos) != (ep.sim.success_pos[0], mid):
+            ep.step(2 if ep.view().front != "#" else 1)
+        _play(ep, [0, 2, 2, 2])  # face north from east, step toward the north object
+        north.append(ep.outcome()["success"])
+    assert sum(expert) == len(expert)
+    assert 0.2 < sum(north) / len(north) < 0.8  # the goal side depends on the unseen cue
+
+
+def test_the_cue_is_remembered_only_at_the_stateful_levels():
+    task = make_task(ENV)
+    ep = _play(task.episode(105), [0, 0])  # turn around: the start room and its cue in view
+    cue = cue_seen(ep.view(), ep.memory)
+    assert cue in ("key", "ball")
+    texts = {}
+    for level in LEVELS:
+        prompt = AskPrompt(level, level)
+        prompt.check(task)
+        texts[level] = prompt.session(ep, with_expert=False).messages(2)[1]["content"]
+        assert "Autopilot: FORWARD" in texts[level]
+    assert f"CUE (start room, remembered): {cue}" in texts["stateful_min"]
+    assert "KNOWN MAP" in texts["stateful"] and "KNOWN MAP" not in texts["stateful_min"]
+    assert "CUE" not in texts["basic"] and "CUE" not in texts["enriched"]
+    assert "PREVIEW" in texts["enriched"] and "PREVIEW" not in texts["basic"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # a short PPO training and six cells (2 shared cores)
+def test_every_method_runs_on_the_memory_family(tmp_path):
+    """PPO-only, SLM-only, ASK, ASK+, the oracle and the dice, with step records (the prompt
+    levels between them: test_the_cue_is_remembered_only_at_the_stateful_levels)."""
+    from benchmark.analysis.steps import STEPS_FILE, read_steps
+    from benchmark.job import run_job
+
+    small = [f"env={ENV}", *SMALL_POLICY, "eval.n_episodes=2", "eval.step_records=true"]
+    small.append("env.task.max_steps=20")  # short episodes: the expert needs at most 11 steps
+    small.append("prompt.rationale_max_new_tokens=24")  # the tiny model's answers are noise
+    gated = ["gate.tau=0.3", "gate.mc_samples=10"]
+    cells = {
+        "ppo": ["method=ppo"],
+        "slm_only": ["method=slm_only", "slm=tiny"],
+        "ask": ["method=ask", "slm=tiny", *gated],
+        "ask_plus": ["method=ask_plus", "slm=tiny", *gated],
+        "oracle": ["method=slm_only", "slm=oracle"],
+        "dice": ["method=slm_only", "slm=random"],
+    }
+    summaries = {}
+    for name, overrides in cells.items():
+        cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
+        summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
+        rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
+        assert len(rows) == 2 and all("success" in r for r in rows)
+    assert summaries["oracle"]["success_mean"] == 1.0
+    assert summaries["ppo"]["queries_total"] == 0 and summaries["slm_only"]["ir_pooled"] == 1.0
+    steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
+    assert steps and all("pos" in r and r["action_optimal"] for r in steps)
+    assert json.loads((tmp_path / "ppo" / "summary.json").read_text())["env"] == ENV
