@@ -85,6 +85,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed_answers(
+    consultant: HFConsultant, queries: list[Query], repeats: int, device: str
+) -> tuple[list[float], list]:
+    """Seconds of each of `repeats` answer() calls after one warmup (kernels, allocator), the
+    prefill statistics counting the timed calls only; and the last call's answers."""
+    consultant.answer(queries)
+    consultant.reset_prefill_stats()
+    times, answers = [], []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        answers = consultant.answer(queries)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return times, answers
+
+
 def throughput(
     consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: GpuSizes, device: str
 ) -> dict[str, Any]:
@@ -105,16 +122,9 @@ def throughput(
             )
             for i in range(bs)
         ]
-        consultant.answer(queries)  # warmup (kernels, allocator)
-        times, gen_tokens, prompt_tokens = [], 0, 0
-        for _ in range(sizes.repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            answers = consultant.answer(queries)
-            _sync(device)
-            times.append(time.perf_counter() - t0)
-            gen_tokens = sum(a.generated_tokens for a in answers)
-            prompt_tokens = sum(a.prompt_tokens for a in answers)
+        times, answers = timed_answers(consultant, queries, sizes.repeats, device)
+        gen_tokens = sum(a.generated_tokens for a in answers)
+        prompt_tokens = sum(a.prompt_tokens for a in answers)
         med = statistics.median(times)
         out[str(bs)] = {
             "median_s": med,
@@ -139,15 +149,7 @@ def choice_throughput(
         queries = [
             Query(messages[i % len(messages)], actions, lambda a, r: a, decoding) for i in range(bs)
         ]
-        consultant.answer(queries)  # warmup
-        times = []
-        consultant.reset_prefill_stats()
-        for _ in range(sizes.repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            answers = consultant.answer(queries)
-            _sync(device)
-            times.append(time.perf_counter() - t0)
+        times, answers = timed_answers(consultant, queries, sizes.repeats, device)
         if not all(a.choices and a.text in actions for a in answers):
             raise RuntimeError("choice scoring returned an answer without per-action scores")
         stats = consultant.prefill_stats()

@@ -26,7 +26,7 @@ from benchmark.brace.rewards import (
     snapshot,
 )
 from benchmark.brace.teacher import teacher_claims
-from benchmark.consultants.base import Answer, Decoding, Query
+from benchmark.consultants.base import Answer, Decoding
 from benchmark.envs.base import Task
 from benchmark.finetune.dataset import Example, check_training_seeds
 from benchmark.seeds import Splits
@@ -129,24 +129,9 @@ def measure(
     """The model's belief updates on `states` (greedy, as a cell asks them): format compliance
     (R_belief's gate), the rate of updates the evaluator accepts (at least one valid claim) and
     the mean of R_belief and its terms; the teacher's own scores for scale."""
-    from benchmark.consultants.hf import HFConsultant
+    from benchmark.finetune.store import answer_all
 
-    consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
-    try:
-        queries = [
-            Query(
-                messages=s.messages,
-                actions=s.actions,
-                render_answer=lambda a, r: a,
-                decoding=s.decoding,
-            )  # fmt: skip
-            for s in states
-        ]
-        start = time.perf_counter()
-        answers = consultant.answer(queries)
-        seconds = time.perf_counter() - start
-    finally:
-        consultant.close()
+    answers, seconds = answer_all(model_dir, states)
     return score([a.text for a in answers], states, weights, max_claims) | {
         "seconds": round(seconds, 2),
         "examples": [a.text for a in answers[:3]],

@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -222,23 +223,7 @@ class OpenAIConsultant(Consultant):
         return body
 
     def _one(self, q: Query) -> Answer:
-        import httpx
-
-        url = f"{self.base_url}/chat/completions"
-        body = self._body(q)
-
-        def call() -> Answer:
-            try:
-                r = self._client.post(url, json=body)
-            except httpx.TransportError as exc:
-                raise Retryable(f"{type(exc).__name__}: {exc}") from exc
-            if r.status_code == 429 or r.status_code >= 500:
-                raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
-            if r.status_code != 200:
-                raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
-            return self._parse(r)
-
-        return with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
+        return self._post(f"{self.base_url}/chat/completions", self._body(q), self._parse)
 
     @staticmethod
     def _parse(r: Any) -> Answer:
@@ -290,8 +275,11 @@ class OpenAIConsultant(Consultant):
         return answers
 
     # ------------------------------------------------------------------ choice scoring
-    def _post(self, url: str, body: dict[str, Any]) -> Any:
-        """POST with retries; the reply's JSON (choice scoring's requests)."""
+    def _post(
+        self, url: str, body: dict[str, Any], read: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """POST with retries (transport errors, 429 and 5xx retried; other errors fail at once);
+        `read(reply)` turns an HTTP 200 reply into the result (default: its JSON)."""
         import httpx
 
         def call() -> Any:
@@ -303,10 +291,7 @@ class OpenAIConsultant(Consultant):
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
                 raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
-            try:
-                return r.json()
-            except ValueError as exc:
-                raise Retryable(f"HTTP 200 with a body that is not JSON: {r.text[:200]!r}") from exc
+            return (read or _json_of)(r)
 
         return with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
 
@@ -397,3 +382,11 @@ def read_url_file(path: str) -> str:
     if not url:
         raise Retryable(f"not up yet: url_file {path} is empty")
     return url.rstrip("/")
+
+
+def _json_of(reply: Any) -> Any:
+    """An HTTP 200 reply's JSON; a body that is not JSON is retried."""
+    try:
+        return reply.json()
+    except ValueError as exc:
+        raise Retryable(f"HTTP 200 with a body that is not JSON: {reply.text[:200]!r}") from exc

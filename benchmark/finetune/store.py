@@ -22,7 +22,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -414,32 +414,31 @@ def held_out(
     return measure(model_dir, examples)
 
 
+def answer_all(model_dir: Path, items: Sequence[Any]) -> tuple[list[Any], float]:
+    """A model's answers to held-out items (each with `messages`, `actions`, `decoding`), asked
+    as a cell asks them through the hf backend, and the seconds they took. The weights' own
+    dtype on a GPU, float32 on a CPU (the hf backend's `auto`)."""
+    from benchmark.consultants.base import Query
+    from benchmark.consultants.hf import HFConsultant
+
+    consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
+    try:
+        queries = [Query(i.messages, i.actions, lambda a, r: a, i.decoding) for i in items]
+        start = time.perf_counter()
+        answers = consultant.answer(queries)
+        return answers, time.perf_counter() - start
+    finally:
+        consultant.close()
+
+
 def measure(model_dir: Path, examples: list[Example]) -> dict[str, Any]:
     """Invalid rate and agreement with the expert (its action; the set of optimal actions) of
     the model at `model_dir` on held-out examples, per autopilot mode too, with the baselines a
     guess would reach: uniform chance, always the most frequent label, PPO's own action."""
-    from benchmark.consultants.base import Query
-    from benchmark.consultants.hf import HFConsultant
 
     if not examples:
         return {"states": 0}
-    # the weights' own dtype on a GPU, float32 on a CPU (the hf backend's `auto`)
-    consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
-    try:
-        queries = [
-            Query(
-                messages=e.messages,
-                actions=e.actions,
-                render_answer=lambda a, r: a,
-                decoding=e.decoding,
-            )
-            for e in examples
-        ]
-        start = time.perf_counter()
-        answers = consultant.answer(queries)
-        seconds = time.perf_counter() - start
-    finally:
-        consultant.close()
+    answers, seconds = answer_all(model_dir, examples)
     chosen = [parse(e, a.text) for e, a in zip(examples, answers, strict=True)]
 
     def rates(pairs: list[tuple[int | None, Example]]) -> dict[str, Any]:
