@@ -275,6 +275,7 @@ def test_source_revision_and_path_never_enter_the_checkpoint_hash(tmp_path):
         ("env=higherlower", "policy.seed=2"): "5ad67480e0",
     }
     for overrides, want in pinned.items():
+        overrides = ("protocol=suite", *overrides)  # the recipes of those hashes: the suite's
         assert config_hash(compose_cfg(tmp_path, *overrides)) == want
         moved = [*overrides, "policy.source=a/b", "policy.revision=main", "policy.path=/x"]
         assert config_hash(compose_cfg(tmp_path, *moved)) == want
