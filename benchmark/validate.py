@@ -10,10 +10,10 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
+from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
-from benchmark.prompts.navfeatures import PLANNER_HINTS
 from benchmark.seeds import Splits
 from benchmark.tuning import Objective
 

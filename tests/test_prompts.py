@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from benchmark.config import CONF
 from benchmark.consultants.base import Answer
-from benchmark.prompts import navfeatures as nf
+from benchmark.envs import navfeatures as nf
 from benchmark.prompts import showcase
 from benchmark.prompts.belief import INITIAL_BELIEF, LABELS, parse_belief
 

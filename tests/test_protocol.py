@@ -13,9 +13,9 @@ from stable_baselines3 import PPO
 
 from benchmark.cell import CellSpec
 from benchmark.envs import load_env_cfg, make_task
+from benchmark.envs import navfeatures as nf
 from benchmark.policy.checkpoints import config_hash
 from benchmark.policy.train import as_dict, build_model, validate_policy
-from benchmark.prompts import navfeatures as nf
 from benchmark.protocol import PROTOCOLS, record
 from benchmark.report.model import Cell, protocol_caption
 from tests.conftest import CONF, compose_cfg

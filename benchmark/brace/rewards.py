@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import CardView, Memory, NavView
-from benchmark.prompts import navfeatures as nf
 from benchmark.prompts.belief import _BELIEF_BLOCK, LABELS, parse_belief
 from benchmark.prompts.parse import strip_thinking
 

@@ -10,9 +10,9 @@ reward asks."""
 from __future__ import annotations
 
 from benchmark.brace.rewards import Truth, label_for
+from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.minigrid_nav import is_doorkey
-from benchmark.prompts import navfeatures as nf
 
 
 def teacher_claims(truth: Truth) -> list[str]:

@@ -1,17 +1,17 @@
 """The MiniGrid navigation family (`grid`: FourRooms, DoorKey, Empty, SimpleCrossing): its
 ASK/ASK+ blocks (ASK+ paper, appendix 9.1 and 9.3), belief-state claims, feedback-paper text and
 fine-tuning reasons. The task, episode and expert are benchmark.envs.minigrid_nav and
-benchmark.envs.expert; the derived prompt features are benchmark.prompts.navfeatures."""
+benchmark.envs.expert; the derived prompt features are benchmark.envs.navfeatures."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Episode, Memory, NavView
 from benchmark.envs.family import Family
 from benchmark.envs.minigrid_nav import is_doorkey
-from benchmark.prompts import navfeatures as nf
 from benchmark.prompts.blocks import ACTION_MEANING
 
 GRID_WORLDS = {

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 from minigrid.minigrid_env import MiniGridEnv
 
+from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner
 from benchmark.envs.grid import GridFamily, belief_claims, grid_state
 from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.prompts import navfeatures as nf
 from benchmark.prompts.blocks import ACTION_MEANING
 
 

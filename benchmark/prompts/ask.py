@@ -18,9 +18,9 @@ from typing import Any
 from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import available_families, family_of, get_family
+from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
-from benchmark.prompts.navfeatures import PLANNER_HINTS
 from benchmark.prompts.parse import parse_action, parse_reason
 
 
