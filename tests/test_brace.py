@@ -125,6 +125,25 @@ def test_card_predictions_are_verified_by_calibration():
     assert correctness(teacher, truth) == 1.0 and diversity(teacher) > 0.2
 
 
+def test_families_own_the_brace_parts_and_a_family_without_them_is_named(monkeypatch):
+    from benchmark.brace import rewards
+    from benchmark.envs.family import Family, get_family
+
+    assert all(get_family(f).supports("brace") for f in ("grid", "cards", "memory"))
+    memory = snapshot(make_task("memory_s11").episode(300))
+    assert memory.family == "memory" and correctness(teacher_claims(memory), memory) == 1.0
+
+    class Bare(Family):
+        name = "bare"
+
+    monkeypatch.setattr(rewards, "get_family", lambda name: Bare())
+    truth = rewards.Truth(memory.view, memory.memory, memory.action_names, 0, "bare")
+    with pytest.raises(NotImplementedError, match="'bare' has no Agent-BRACE support"):
+        teacher_claims(truth)
+    with pytest.raises(NotImplementedError, match="'bare'"):
+        verify("- I am at (1, 1) facing east [confirmed]", truth)
+
+
 def test_diversity_and_env_reward():
     assert diversity(["- a claim [confirmed]", "- b claim [confirmed]"]) == 0.0
     seven = [f"- claim {i} [{lb}]" for i, lb in enumerate(

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.envs import navfeatures as nf
-from benchmark.envs.base import CardView, Memory, NavView
+from benchmark.envs.base import Memory
+from benchmark.envs.family import Family, available_families, family_of, get_family
 from benchmark.prompts.belief import _BELIEF_BLOCK, LABELS, parse_belief
 from benchmark.prompts.parse import strip_thinking
 
@@ -52,26 +52,23 @@ class Truth:
     """The true state at one step, frozen (the episode moves on): the simulator's view, a copy of
     the episodic memory (what was observed so far) and the action names."""
 
-    view: NavView | CardView
+    view: Any  # the family's view (NavView, CardView, ...)
     memory: Memory
     action_names: tuple[str, ...]
     step: int
+    family: str  # the env family's name: its teacher and claim rules (Family.brace_*)
 
-    def visible(self) -> set[tuple[int, int]]:
-        """World cells in the agent's view now (navigation)."""
-        return set(self.view.ego_to_world.values()) if isinstance(self.view, NavView) else set()
-
-    def true_cells(self, char: str) -> list[tuple[int, int]]:
-        """World positions of `char` on the true grid (navigation); the goal under the agent
-        (the grid shows the agent there) is at the agent's position."""
-        assert isinstance(self.view, NavView)
-        cells = [
-            (x, y)
-            for y, row in enumerate(self.view.full_grid)
-            for x, ch in enumerate(row)
-            if ch == char
-        ]
-        return cells if cells or char != "G" else [tuple(self.view.pos)]
+    @property
+    def brace(self) -> Family:
+        """The family that builds the teacher's belief and verifies claims at this state."""
+        fam = get_family(self.family)
+        if not fam.supports("brace"):
+            able = [f for f in available_families() if get_family(f).supports("brace")]
+            raise NotImplementedError(
+                f"env family {self.family!r} has no Agent-BRACE support (Family.brace_teacher "
+                f"and Family.brace_rules); families with it: {able}"
+            )
+        return fam
 
 
 def snapshot(episode: Any) -> Truth:
@@ -81,6 +78,7 @@ def snapshot(episode: Any) -> Truth:
         copy.deepcopy(episode.memory),
         tuple(episode.action_names),
         int(episode.steps),
+        family_of(episode).name,
     )
 
 
@@ -94,10 +92,10 @@ class Verdict:
 
 
 _CLAIM = re.compile(r"^-\s*(.*?)\s*\[([a-z ]+)\]$")
-_POS = r"\(\s*(\d+)\s*,\s*(\d+)\s*\)"
+POS = r"\(\s*(\d+)\s*,\s*(\d+)\s*\)"
 
 
-def _fact(true: bool, label: str, observable: bool = True) -> str:
+def fact_verdict(true: bool, label: str, observable: bool = True) -> str:
     """Verdict on a deterministic fact: a true fact is correct when held as near-sure, partial
     when held as a coin toss (or unknown although observable), incorrect when doubted; mirrored
     for a false fact."""
@@ -109,7 +107,7 @@ def _fact(true: bool, label: str, observable: bool = True) -> str:
     return "correct" if p <= 0.3 else "partial" if p == 0.5 else "incorrect"
 
 
-def _prob(p_true: float, label: str) -> str:
+def prob_verdict(p_true: float, label: str) -> str:
     """Verdict on a claim whose truth is a probability: correct at the calibrated label, partial
     one level away, else incorrect."""
     if label == "unknown":
@@ -119,108 +117,9 @@ def _prob(p_true: float, label: str) -> str:
     return "correct" if gap == 0 else "partial" if gap == 1 else "incorrect"
 
 
-Rule = tuple[str, re.Pattern[str], Callable[[re.Match[str], Truth, str], str | None]]
-
-
-def _nav_rules() -> list[Rule]:
-    def pos(m, t, lb):
-        return _fact((int(m[1]), int(m[2])) == tuple(t.view.pos), lb)
-
-    def facing(m, t, lb):
-        return _fact(m[1].upper() == t.view.facing, lb)
-
-    def ahead(m, t, lb):
-        word = nf.CELL_WORDS.get(t.view.front, t.view.front)
-        return _fact(m[1].strip().lower() == str(word).lower(), lb)
-
-    def goal_at(m, t, lb):
-        seen = t.memory.goal_pos is not None or t.view.goal_pos is not None
-        return _fact((int(m[1]), int(m[2])) in t.true_cells("G"), lb, observable=seen)
-
-    def goal_unknown(m, t, lb):
-        seen = t.memory.goal_pos is not None or t.view.goal_pos is not None
-        if lb != "unknown":
-            return None  # a location claim without a position: nothing to verify
-        return "partial" if seen else "correct"
-
-    def seen_cells(m, t, lb):
-        return _fact(int(m[1]) == len(t.memory.known_map), lb)
-
-    def carry(m, t, lb):
-        said = m[1].strip().lower()
-        said = "nothing" if said in ("nothing", "none", "no object") else said
-        return _fact(said == (t.view.carrying or "nothing"), lb)
-
-    def key_at(m, t, lb):
-        where = (int(m[1]), int(m[2]))
-        seen = any(ch == "k" for ch in t.memory.known_map.values()) or bool(t.view.keys)
-        return _fact(where in t.true_cells("k"), lb, observable=seen)
-
-    def door(m, t, lb):
-        chars = {ch for row in t.view.full_grid for ch in row}
-        true_state = next(
-            (w for ch, w in (("L", "locked"), ("D", "closed"), ("o", "open")) if ch in chars),
-            "unseen",
-        )
-        said = m[1].strip().lower()
-        if said == "unseen":  # a claim about what was observed, not the world
-            known = {ch for ch in t.memory.known_map.values()} | {
-                ch for row in t.view.ego for ch in row
-            }
-            return _fact(not (known & set("LDo")), lb)
-        return _fact(said == true_state, lb)
-
-    return [
-        ("position", re.compile(r"\bi am at " + _POS), pos),
-        ("facing", re.compile(r"\bfacing (north|east|south|west)\b"), facing),
-        ("cell ahead", re.compile(r"\bthe cell ahead is ([a-z ]+)$"), ahead),
-        ("goal", re.compile(r"\bgoal is at " + _POS), goal_at),
-        ("goal", re.compile(r"\bgoal location\b"), goal_unknown),
-        ("map seen", re.compile(r"^(\d+) cells of the map have been seen"), seen_cells),
-        ("inventory", re.compile(r"\bi carry ([a-z ]+)$"), carry),
-        ("key", re.compile(r"\ba key lies at " + _POS), key_at),
-        ("door", re.compile(r"\bthe door is ([a-z]+)$"), door),
-    ]
-
-
-def _card_rules() -> list[Rule]:
-    def card(m, t, lb):
-        return _fact(m[1].upper() == t.view.card_name, lb)
-
-    def dealt(m, t, lb):
-        return _fact(int(m[1]) == len(t.view.seen) and int(m[2]) == sum(t.view.remaining), lb)
-
-    def higher_lower(m, t, lb):
-        return _fact(int(m[1]) == t.view.higher and int(m[2]) == t.view.lower, lb)
-
-    def equal(m, t, lb):
-        return _fact(int(m[1]) == t.view.equal, lb)
-
-    def streak(m, t, lb):
-        return _fact(int(m[1]) == t.memory.win_streak and int(m[2]) == t.memory.loss_streak, lb)
-
-    def next_card(m, t, lb):
-        total = sum(t.view.remaining)
-        if not total:
-            return None
-        side = t.view.higher if m[1] == "higher" else t.view.lower
-        return _prob(side / total, lb)
-
-    return [
-        ("current card", re.compile(r"\bthe current card is (a|k|q|j|10|[2-9])\b"), card),
-        ("deck", re.compile(r"^(\d+) cards have been dealt; (\d+) remain"), dealt),
-        (
-            "higher/lower",
-            re.compile(r"^(\d+) remaining cards rank higher and (\d+) lower"),
-            higher_lower,
-        ),  # fmt: skip
-        ("same rank", re.compile(r"^(\d+) remaining cards share the current rank"), equal),
-        ("streaks", re.compile(r"\bwin streak (\d+), loss streak (\d+)"), streak),
-        ("next card", re.compile(r"\bthe next card ranks (higher|lower)\b"), next_card),
-    ]
-
-
-NAV_RULES, CARD_RULES = _nav_rules(), _card_rules()
+# a claim rule of a family (Family.brace_rules): (subject, pattern on the lower-cased claim text,
+# verdict of a match at the true state and label, None when the match verifies nothing)
+Rule = tuple[str, re.Pattern[str], Callable[[re.Match[str], "Truth", str], str | None]]
 
 
 def split_claim(claim: str) -> tuple[str, str]:
@@ -235,8 +134,7 @@ def verify(claim: str, truth: Truth) -> Verdict:
     """One claim against the true state: its (subject, predicate, certainty) and verdict."""
     text, label = split_claim(claim)
     low = text.lower()
-    rules = CARD_RULES if isinstance(truth.view, CardView) else NAV_RULES
-    for subject, pattern, rule in rules:
+    for subject, pattern, rule in truth.brace.brace_rules():
         m = pattern.search(low)
         if m:
             verdict = rule(m, truth, label)

@@ -4,7 +4,10 @@ benchmark.envs.higherlower."""
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
+from typing import Any
 
 from benchmark.envs.base import CardView, Episode, Memory
 from benchmark.envs.family import Family
@@ -118,6 +121,72 @@ def belief_steps(episode: Episode, since: int, limit: int) -> list[str]:
     ]
 
 
+# ----------------------------------------------------------------------------- Agent-BRACE
+def brace_teacher(truth: Any) -> list[str]:
+    """The teacher's belief on a HigherLower state: the card, the deck and the streaks
+    confirmed; the next card's side labelled by its probability from the remaining deck."""
+    from benchmark.brace.rewards import label_for  # the brace layer sits above envs
+
+    view, mem = truth.view, truth.memory
+    total = sum(view.remaining)
+    claims = [
+        f"- the current card is {view.card_name} [confirmed]",
+        f"- {len(view.seen)} cards have been dealt; {total} remain [confirmed]",
+        f"- {view.higher} remaining cards rank higher and {view.lower} lower [confirmed]",
+        f"- {view.equal} remaining cards share the current rank [confirmed]",
+        f"- win streak {mem.win_streak}, loss streak {mem.loss_streak} [confirmed]",
+    ]
+    if total:
+        for side, n in (("higher", view.higher), ("lower", view.lower)):
+            claims.append(f"- the next card ranks {side} [{label_for(n / total)}]")
+    return claims
+
+
+@functools.cache
+def brace_rules() -> list[Any]:
+    """Claim rules of the card belief (card, deck, counts, streaks, calibrated next card)."""
+    from benchmark.brace.rewards import fact_verdict, prob_verdict
+
+    def card(m, t, lb):
+        return fact_verdict(m[1].upper() == t.view.card_name, lb)
+
+    def dealt(m, t, lb):
+        return fact_verdict(
+            int(m[1]) == len(t.view.seen) and int(m[2]) == sum(t.view.remaining), lb
+        )
+
+    def higher_lower(m, t, lb):
+        return fact_verdict(int(m[1]) == t.view.higher and int(m[2]) == t.view.lower, lb)
+
+    def equal(m, t, lb):
+        return fact_verdict(int(m[1]) == t.view.equal, lb)
+
+    def streak(m, t, lb):
+        return fact_verdict(
+            int(m[1]) == t.memory.win_streak and int(m[2]) == t.memory.loss_streak, lb
+        )
+
+    def next_card(m, t, lb):
+        total = sum(t.view.remaining)
+        if not total:
+            return None
+        side = t.view.higher if m[1] == "higher" else t.view.lower
+        return prob_verdict(side / total, lb)
+
+    return [
+        ("current card", re.compile(r"\bthe current card is (a|k|q|j|10|[2-9])\b"), card),
+        ("deck", re.compile(r"^(\d+) cards have been dealt; (\d+) remain"), dealt),
+        (
+            "higher/lower",
+            re.compile(r"^(\d+) remaining cards rank higher and (\d+) lower"),
+            higher_lower,
+        ),
+        ("same rank", re.compile(r"^(\d+) remaining cards share the current rank"), equal),
+        ("streaks", re.compile(r"\bwin streak (\d+), loss streak (\d+)"), streak),
+        ("next card", re.compile(r"\bthe next card ranks (higher|lower)\b"), next_card),
+    ]
+
+
 class CardsFamily(Family):
     """HigherLower: the card, the remaining deck, card counting."""
 
@@ -149,6 +218,12 @@ class CardsFamily(Family):
     def reason(self, episode, action):
         view = episode.view()
         return f"{view.higher} higher and {view.lower} lower cards remain"
+
+    def brace_teacher(self, truth):
+        return brace_teacher(truth)
+
+    def brace_rules(self):
+        return brace_rules()
 
 
 FAMILY = CardsFamily()

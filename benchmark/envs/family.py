@@ -5,8 +5,8 @@ A family (MiniGrid navigation `grid`, HigherLower `cards`, MiniGrid Memory `memo
 `family` attribute (also the `family` key of conf/env/<env>.yaml); a dotted name
 (`mypackage.myfamily`) names a module outside this package. The family declares, in one place,
 the ASK/ASK+ prompt blocks per level (system with rules, state, examples), the belief-state
-claims, the feedback-paper text where those strategies apply, and the templated reasons of the
-fine-tuning data. The task and its episodes (same module or one it imports) give the simulator
+claims, the feedback-paper text where those strategies apply, the templated reasons of the
+fine-tuning data and Agent-BRACE's teacher beliefs and claim rules. The task and its episodes (same module or one it imports) give the simulator
 view, the expert (`expert_action`, `optimal_actions`) and the per-step analysis fields
 (`Episode.step_fields`). Nothing else in the suite branches on the kind of environment: a new
 family adds its module(s), its conf/env files, tests and docs (docs/families.md)."""
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from benchmark.brace.rewards import Rule, Truth
     from benchmark.envs.base import Episode, Memory, Task
 
 PACKAGE = "benchmark.envs"
@@ -35,10 +36,12 @@ class Family:
     PARTS = {  # prompt part -> the methods a family overrides to have it
         "ask": ("system", "state", "examples"),
         "belief": ("system", "state", "belief_task", "belief_claims", "belief_steps"),
+        "brace": ("brace_teacher", "brace_rules"),
     }
 
     def supports(self, part: str) -> bool:
-        """Whether this family has the prompts of `part`: ask, belief or feedback."""
+        """Whether this family has the prompts of `part` (ask, belief or feedback) or the
+        Agent-BRACE teacher and claim rules (brace)."""
         if part == "feedback":
             return self.feedback is not None
         if part not in self.PARTS:
@@ -85,6 +88,18 @@ class Family:
     def belief_steps(self, episode: Episode, since: int, limit: int) -> list[str]:
         """One short text per step since step `since` (at most the last `limit`)."""
         raise NotImplementedError(f"family {self.name!r} has no belief-state prompts")
+
+    # -- Agent-BRACE (benchmark.brace) -------------------------------------------------------
+
+    def brace_teacher(self, truth: Truth) -> list[str]:
+        """The teacher's belief at the true state `truth` ('- <claim> [<label>]' lines): the
+        SFT target of the belief model, and what its claims are scored against."""
+        raise NotImplementedError(f"family {self.name!r} has no Agent-BRACE teacher beliefs")
+
+    def brace_rules(self) -> list[Rule]:
+        """The claim rules that verify a belief's claims against the true state
+        (benchmark.brace.rewards.verify tries them in order)."""
+        raise NotImplementedError(f"family {self.name!r} has no Agent-BRACE claim rules")
 
     # -- fine-tuning data (benchmark.finetune.dataset) ----------------------------------------
 

@@ -5,6 +5,8 @@ benchmark.envs.expert; the derived prompt features are benchmark.envs.navfeature
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -347,6 +349,125 @@ def reason(episode: Episode, action: str) -> str:
     return "goal not visible, explore"
 
 
+# ----------------------------------------------------------------------------- Agent-BRACE
+def visible_cells(view: NavView) -> set[tuple[int, int]]:
+    """World cells in the agent's view now."""
+    return set(view.ego_to_world.values())
+
+
+def true_cells(view: NavView, char: str) -> list[tuple[int, int]]:
+    """World positions of `char` on the true grid; the goal under the agent (the grid shows the
+    agent there) is at the agent's position."""
+    cells = [
+        (x, y) for y, row in enumerate(view.full_grid) for x, ch in enumerate(row) if ch == char
+    ]
+    return cells if cells or char != "G" else [tuple(view.pos)]
+
+
+def brace_teacher(truth: Any) -> list[str]:
+    """The teacher's belief on a MiniGrid state: pose and cell ahead confirmed, the goal
+    confirmed in view / almost certain when seen before / unknown; DoorKey adds the inventory,
+    the key and the door."""
+    view, mem = truth.view, truth.memory
+    visible = visible_cells(view)
+    claims = [
+        f"- I am at {view.pos} facing {view.facing} [confirmed]",
+        f"- the cell ahead is {nf.CELL_WORDS.get(view.front, view.front)} [confirmed]",
+    ]
+    if view.goal_pos is not None:
+        claims.append(f"- the goal is at {view.goal_pos} [confirmed]")
+    elif mem.goal_pos is not None:
+        claims.append(f"- the goal is at {mem.goal_pos} [almost certain]")
+    else:
+        claims.append("- the goal location [unknown]")
+    claims.append(f"- {len(mem.known_map)} cells of the map have been seen [confirmed]")
+    if is_doorkey(truth.action_names):
+        claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
+        if view.carrying != "key":
+            keys = [p for p, ch in mem.known_map.items() if ch == "k"] + list(view.keys)
+            if keys:
+                label = "confirmed" if keys[-1] in visible else "almost certain"
+                claims.append(f"- a key lies at {keys[-1]} [{label}]")
+            else:
+                claims.append("- the key location [unknown]")
+        doors = [(p, ch) for p, ch in mem.known_map.items() if ch in "LDo"]
+        doors += [(p, ch) for p, ch in view.doors]
+        if doors:
+            where, ch = doors[-1]
+            word = {"L": "locked", "D": "closed", "o": "open"}[ch]
+            claims.append(
+                f"- the door is {word} [{'confirmed' if where in visible else 'almost certain'}]"
+            )
+        else:
+            claims.append("- the door is unseen [confirmed]")
+    return claims
+
+
+@functools.cache
+def brace_rules() -> list[Any]:
+    """Claim rules of the navigation belief (pose, cell ahead, goal, map, inventory, key, door)."""
+    from benchmark.brace.rewards import POS, fact_verdict  # the brace layer sits above envs
+
+    def pos(m, t, lb):
+        return fact_verdict((int(m[1]), int(m[2])) == tuple(t.view.pos), lb)
+
+    def facing(m, t, lb):
+        return fact_verdict(m[1].upper() == t.view.facing, lb)
+
+    def ahead(m, t, lb):
+        word = nf.CELL_WORDS.get(t.view.front, t.view.front)
+        return fact_verdict(m[1].strip().lower() == str(word).lower(), lb)
+
+    def goal_at(m, t, lb):
+        seen = t.memory.goal_pos is not None or t.view.goal_pos is not None
+        return fact_verdict((int(m[1]), int(m[2])) in true_cells(t.view, "G"), lb, observable=seen)
+
+    def goal_unknown(m, t, lb):
+        seen = t.memory.goal_pos is not None or t.view.goal_pos is not None
+        if lb != "unknown":
+            return None  # a location claim without a position: nothing to verify
+        return "partial" if seen else "correct"
+
+    def seen_cells(m, t, lb):
+        return fact_verdict(int(m[1]) == len(t.memory.known_map), lb)
+
+    def carry(m, t, lb):
+        said = m[1].strip().lower()
+        said = "nothing" if said in ("nothing", "none", "no object") else said
+        return fact_verdict(said == (t.view.carrying or "nothing"), lb)
+
+    def key_at(m, t, lb):
+        where = (int(m[1]), int(m[2]))
+        seen = any(ch == "k" for ch in t.memory.known_map.values()) or bool(t.view.keys)
+        return fact_verdict(where in true_cells(t.view, "k"), lb, observable=seen)
+
+    def door(m, t, lb):
+        chars = {ch for row in t.view.full_grid for ch in row}
+        true_state = next(
+            (w for ch, w in (("L", "locked"), ("D", "closed"), ("o", "open")) if ch in chars),
+            "unseen",
+        )
+        said = m[1].strip().lower()
+        if said == "unseen":  # a claim about what was observed, not the world
+            known = {ch for ch in t.memory.known_map.values()} | {
+                ch for row in t.view.ego for ch in row
+            }
+            return fact_verdict(not (known & set("LDo")), lb)
+        return fact_verdict(said == true_state, lb)
+
+    return [
+        ("position", re.compile(r"\bi am at " + POS), pos),
+        ("facing", re.compile(r"\bfacing (north|east|south|west)\b"), facing),
+        ("cell ahead", re.compile(r"\bthe cell ahead is ([a-z ]+)$"), ahead),
+        ("goal", re.compile(r"\bgoal is at " + POS), goal_at),
+        ("goal", re.compile(r"\bgoal location\b"), goal_unknown),
+        ("map seen", re.compile(r"^(\d+) cells of the map have been seen"), seen_cells),
+        ("inventory", re.compile(r"\bi carry ([a-z ]+)$"), carry),
+        ("key", re.compile(r"\ba key lies at " + POS), key_at),
+        ("door", re.compile(r"\bthe door is ([a-z]+)$"), door),
+    ]
+
+
 class GridFamily(Family):
     """MiniGrid navigation: the egocentric view, the known map, BFS on the true grid."""
 
@@ -377,6 +498,12 @@ class GridFamily(Family):
 
     def reason(self, episode, action):
         return reason(episode, action)
+
+    def brace_teacher(self, truth):
+        return brace_teacher(truth)
+
+    def brace_rules(self):
+        return brace_rules()
 
 
 FAMILY = GridFamily()
