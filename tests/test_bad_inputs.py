@@ -84,6 +84,7 @@ def _numeric_keys(node, prefix=""):
             yield dotted
 
 
+@pytest.mark.slow  # validates every numeric key (~4 s)
 def test_every_numeric_key_rejects_a_non_number_before_any_work(tmp_path):
     """README: every bad value fails before any training. Walk the numeric keys a job reads
     (seed, eval, tuning, gate, policy) and give each a string: validation must name it."""

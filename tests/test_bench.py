@@ -63,6 +63,7 @@ def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
     assert "lockstep vs sequential" in proc.stdout and ">= 2 x" in proc.stdout
 
 
+@pytest.mark.slow  # times four decode paths (~12 s)
 def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
     """ASK at IR 1 with the stateful prompt, on a tiny budget: the default path (lockstep, prefix
     reuse) and batch-1 sequential without reuse play the same episodes, action for action."""
@@ -135,6 +136,7 @@ def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
     assert 0 < prefill["prefill_tokens"] < prefill["prefill_tokens_without_reuse"]
 
 
+@pytest.mark.slow  # a bench subprocess (~2 s)
 def test_gpu_bench_without_cuda_exits_with_code_2(tmp_path):
     import torch
 

@@ -196,6 +196,7 @@ def test_cli_writes_the_definition_offline(tmp_path, capsys):
     assert path.read_text() == first
 
 
+@pytest.mark.slow  # a subprocess waiting for a refusal (~5 s)
 def test_publish_without_a_server_fails_fast_and_keeps_the_file(tmp_path):
     """--publish against a closed local port: an error within seconds, never a hang, and the
     definition is still written. Nothing outside 127.0.0.1 is contacted."""

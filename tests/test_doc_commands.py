@@ -58,6 +58,7 @@ def _summary(commands: list[Command], counts: dict[str, int]) -> str:
     )
 
 
+@pytest.mark.slow  # composes ~100 commands (~20 s)
 def test_every_documented_command_composes(capsys):
     commands, counts, failures = _check_all(every_job=False)
     with capsys.disabled():

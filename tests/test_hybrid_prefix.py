@@ -150,6 +150,7 @@ def test_greedy_answers_identical_with_and_without_reuse(hybrid, tmp_path):
     assert plain["prefill_tokens"] == plain["prefill_tokens_without_reuse"]
 
 
+@pytest.mark.slow  # Qwen3.5 thinking phases (~3 s)
 def test_thinking_phases_identical_with_reuse(hybrid, tmp_path):
     """ASK+ (stateful, rationale): phase 2 re-reads prompt + thinking with the stored prefix;
     batched, the rows' phase-1 lengths differ."""

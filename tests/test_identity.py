@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmark import results
 from benchmark.build import locate_inputs, prepare
 from benchmark.cell import IDENTITY_VERSION
@@ -93,6 +95,7 @@ load(sys.argv[1]).save(sys.argv[2])
 """
 
 
+@pytest.mark.slow  # two PPO trainings (~20 s)
 def test_identical_weights_name_the_same_cell(trained_root, tmp_path):
     """Two zips of the same weights (saved by two processes: the zip's pickles differ) have
     different SHA-256s and, before identity v3, different cells; now the same."""
@@ -112,6 +115,7 @@ def test_identical_weights_name_the_same_cell(trained_root, tmp_path):
     assert cells[0][1] != cells[1][1]  # identity v2 told them apart
 
 
+@pytest.mark.slow  # five cells computed twice (~20 s)
 def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, caplog):
     """A root written by the previous release (identity v2): its complete cells are adopted
     under their v3 hash without recomputation, once, with a warning; a cell whose local model

@@ -109,6 +109,7 @@ class LateServer:
             self.httpd.server_close()
 
 
+@pytest.mark.slow  # waits for a late server (~5 s)
 def test_waits_for_a_server_that_comes_up_late(tmp_path) -> None:
     """The cell starts first; the URL file appears and the server answers 503 before it is up."""
     late = LateServer(delay=1.5, loading=2)
@@ -127,6 +128,7 @@ def test_waits_for_a_server_that_comes_up_late(tmp_path) -> None:
     assert remote.identity == f"openai:late@{url_file}"  # not the address: it moves per job
 
 
+@pytest.mark.slow  # waits out a timeout (~2 s)
 def test_never_healthy_fails_after_the_timeout_naming_url_and_timeout() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     t0 = time.monotonic()
@@ -148,6 +150,7 @@ def black_hole():
         yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
+@pytest.mark.slow  # waits out a deadline (~2 s)
 def test_wait_timeout_is_a_deadline_against_a_server_that_never_answers(black_hole) -> None:
     """Issue 25.6: each probe waited up to 10 s whatever the deadline (wait_timeout=5: ~16 s)."""
     t0 = time.monotonic()
@@ -158,6 +161,7 @@ def test_wait_timeout_is_a_deadline_against_a_server_that_never_answers(black_ho
     assert f"at {black_hole} not healthy after slm.backend.wait_timeout=2 s" in str(err.value)
 
 
+@pytest.mark.slow  # waits out a deadline (~2 s)
 def test_serve_start_timeout_is_a_deadline_too(black_hole) -> None:
     from benchmark.serve import wait_healthy
 

@@ -488,6 +488,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load(path).policy.state_dict()
 
 
+@pytest.mark.slow  # two trainings (~4 s)
 def test_same_machine_training_is_deterministic(task, tmp_path):
     """Two trainings of one config on one machine: bit-identical weights of every checkpoint, the
     same curve and checkpoints, and byte-identical evaluation files. (The zips themselves differ:
@@ -518,6 +519,7 @@ def test_same_machine_training_is_deterministic(task, tmp_path):
     assert episodes[0] == episodes[1] and len(episodes[0].splitlines()) == 20
 
 
+@pytest.mark.slow  # a timed training (~11 s)
 def test_training_logs_at_a_bounded_rate(task, tmp_path, caplog):
     """eval_freq 64 over 4096 steps is 64 validations: every one is a curve row and a log_fn
     (W&B) row, but a log line comes at most every 5% of training, for each threshold checkpoint

@@ -52,7 +52,20 @@ def _cells(preset: str, *overrides: str) -> list[list[str]]:
 
 
 # the presets with the most cells compose for a while: they run with the slow tests
-BIG = {"table2", "table3", "fig2_tau", "feedback", "mc_samples", "gates"}
+BIG = {
+    "table1",
+    "table2",
+    "table3",
+    "fig2_tau",
+    "feedback",
+    "mc_samples",
+    "gates",
+    "ceiling",
+    "demo",
+    "brace",
+    "belief",
+    "gating",
+}
 
 
 @pytest.mark.parametrize(

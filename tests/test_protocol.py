@@ -123,6 +123,7 @@ def test_protocol_keys_switch_alone_and_default_is_paper():
         compose("protocol=nonsense")
 
 
+@pytest.mark.slow  # composes every env's recipe (~2 s)
 def test_suite_protocol_keeps_todays_checkpoint_hashes():
     """The hashes of the checkpoints trained before protocols existed (README, docs): the suite
     recipe still finds them; the paper and official recipes are other checkpoints."""

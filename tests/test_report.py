@@ -640,6 +640,7 @@ def test_env_names_and_kinds_come_from_conf_env():
     assert (env_label("not_an_env"), env_kind("not_an_env")) == ("not_an_env", None)
 
 
+@pytest.mark.slow  # report subprocesses (~4 s)
 def test_cli_errors_and_output(tmp_path, sweep, capsys):
     with pytest.raises(SystemExit) as exc:
         report_main([str(tmp_path / "nope")])

@@ -225,6 +225,7 @@ def test_online_with_a_silent_server_waits_init_timeout_then_goes_offline(tmp_pa
     assert read_run(runs[1])["config"]["method"] == "PPO"
 
 
+@pytest.mark.slow  # two W&B runs (~3 s)
 def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
     """Issue 17 item 3: a complete cell skipped by a later sweep still shows in its dashboard."""
     from benchmark.job import run_job
