@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from benchmark import protocol, results
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
+from benchmark.analysis.belief import belief_metrics
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
@@ -154,7 +155,7 @@ def _record_steps(
             "written. Recompute the cell (delete its dir) to get both."
         )
     write_steps(cell_dir / STEPS_FILE, recorder.records)
-    summary = {**summary, **gate_quality(recorder.records)}
+    summary = {**summary, **gate_quality(recorder.records), **belief_metrics(recorder.records)}
     results.write_json(cell_dir / "summary.json", summary)
     return summary
 

@@ -99,12 +99,14 @@ def cell_summary(
     records were taken, the labels, the inputs by content, the settings decided at run time
     (tuned tau, matched p), the seeds it touched, and where and with what it was computed."""
     from benchmark.analysis import gate_quality
+    from benchmark.analysis.belief import belief_metrics
     from benchmark.metrics import summarize
 
     spec, cfg = evaluation.spec, evaluation.cfg
     summary = summarize(rows)
     if records is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
         summary.update(gate_quality(records))
+        summary.update(belief_metrics(records))  # context length, belief correctness
     summary.update(spec.labels())
     checkpoint = evaluation.checkpoint_path
     summary.update(

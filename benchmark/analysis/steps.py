@@ -23,6 +23,9 @@ One JSON object per step, in (seed, step) order:
     consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
                         each valid action's probability (action name -> float, over the valid
                         actions), the consultant's own confidence beside PPO's entropy
+    context_tokens, belief_updated, belief_score, belief_claims
+                        the context length of a queried step and, for belief-style prompts,
+                        the held belief scored against the true state (benchmark.analysis.belief)
     ...                 the env family's fields (Episode.step_fields): navigation `pos`, `dir`
                         (the agent's world (x, y), direction 0 E, 1 S, 2 W, 3 N); HigherLower
                         `rank`, `decision` (the card's rank 0 = ace ... 12 = king, the 0-based
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmark.analysis.belief import belief_fields, context_tokens
 from benchmark.results import write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -86,6 +90,10 @@ def step_record(event: StepEvent) -> dict[str, Any]:
     scored = [a.choices for a in decision.answers if a.choices] if decision is not None else []
     if scored:
         record["consultant_probs"] = {k: _f32(v) for k, v in scored[-1].items()}
+    tokens = context_tokens(decision)
+    if tokens is not None:
+        record["context_tokens"] = tokens
+    record.update(belief_fields(ep, decision))  # belief-style prompts only
     record.update(ep.step_fields())  # the family's fields: position, card, ...
     return record
 

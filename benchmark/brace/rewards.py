@@ -143,6 +143,29 @@ def verify(claim: str, truth: Truth) -> Verdict:
     return Verdict("", text, label, "unverifiable")
 
 
+def truth_probability(claim: str, truth: Truth) -> float | None:
+    """The probability that the claim's fact holds at the true state, whatever its label: 1 for
+    a true fact, 0 for a false one, the calibrated level (LABEL_P) for a probabilistic claim
+    (HigherLower's next card); None when no rule verifies it. The calibration of the labels
+    compares these with the labels' nominal probabilities."""
+    text, _ = split_claim(claim)
+    low = text.lower()
+    for _subject, pattern, rule in truth.brace.brace_rules():
+        m = pattern.search(low)
+        if not m:
+            continue
+        probe = {lb: rule(m, truth, lb) for lb in LABEL_P}
+        if all(v is None for v in probe.values()):
+            continue  # this rule verifies only an 'unknown' claim: as verify, try the next
+        if probe["confirmed"] == "correct":
+            return 1.0
+        if probe["doubtful"] == "correct":
+            return 0.0
+        right = [lb for lb, v in probe.items() if v == "correct"]
+        return LABEL_P[right[0]] if right else None
+    return None
+
+
 def correctness(claims: Sequence[str], truth: Truth) -> float:
     """Mean verdict score over the verifiable claims (0 when none is verifiable)."""
     scores = [

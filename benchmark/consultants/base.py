@@ -128,6 +128,9 @@ class Query:
     decoding: Decoding = field(default_factory=Decoding)
     expert: list[str] | None = None
     rng_key: tuple[int, ...] = ()  # (episode seed, step, call) for seeded stochastic consultants
+    # which model answers it when a consultant has several (benchmark.brace.roles: "belief" for
+    # a belief update, "" = the policy); never part of a cache key (the consultant's identity is)
+    role: str = ""
 
 
 @dataclass

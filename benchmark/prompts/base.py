@@ -30,6 +30,11 @@ class Decision:
     answers: list[Answer] = field(default_factory=list)  # every call made (tokens, seconds)
     reason: str = ""
     queried: bool = True  # False when the session answered from state (e.g. an open-loop plan)
+    # belief-style sessions: the belief held after this consultation's update (the one the act
+    # round saw) and whether the update was accepted (False: the previous belief was kept);
+    # None for other prompts. The step records score it against the true state.
+    belief: list[str] | None = None
+    belief_updated: bool | None = None
 
 
 class PromptSession(abc.ABC):

@@ -52,6 +52,7 @@ _PLAN_WORDS = re.compile(
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
 _BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
 INITIAL_BELIEF = ["- nothing has been observed yet [unknown]"]
+BELIEF_ROLE = "belief"  # Query.role of the update round (a two-model consultant routes on it)
 
 
 def parse_belief(text: str | None, max_claims: int = 12) -> list[str]:
@@ -215,7 +216,7 @@ class BeliefSession(PromptSession):
         actions = tuple(ep.action_names)
         expert = [actions[ep.expert_action()]] if self.with_expert else None
         update = Query(self.update_messages(), actions, self.render_belief, self.v.update_decoding,
-                       expert, (ep.seed, ep.steps, 0))  # fmt: skip
+                       expert, (ep.seed, ep.steps, 0), role=BELIEF_ROLE)  # fmt: skip
         first = yield [update]
         claims = parse_belief(first[0].text, self.v.max_claims)
         if claims:
@@ -233,4 +234,6 @@ class BeliefSession(PromptSession):
             None if name is None else actions.index(name),
             [*first, *second],
             parse_reason(text),
+            belief=list(self.belief),
+            belief_updated=bool(claims),
         )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import aggregate, analysis, frontier
+from benchmark.report import aggregate, analysis, belief, frontier
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
@@ -53,6 +53,7 @@ TABLES = (
     "failures",
     "details",
     analysis.TABLE,
+    belief.TABLE,
     frontier.TABLE,
     aggregate.TABLE,
 )
@@ -63,6 +64,7 @@ PLOTS = (
     "trials",
     "learning_curves",
     *analysis.PLOTS,
+    belief.PLOT,
     frontier.PLOT,
 )
 OUTPUTS = (
@@ -79,6 +81,7 @@ SECTIONS = {
     "failures": "Failed and missing cells",  # the table's own title
     "details": "Thresholds and cost",
     analysis.TABLE: "Gate quality against the expert",
+    belief.TABLE: "Context length and belief quality",
     frontier.TABLE: "Reward-IR frontier",
     aggregate.TABLE: "Aggregate over envs and training seeds",
 }
@@ -106,6 +109,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         failures_table(sweep),
         details_table(sweep, lay),
         analysis.gate_quality_table(sweep, steps),
+        belief.belief_table(sweep, steps),
         frontier.frontier_table(sweep),
         aggregate.aggregate_table(sweep),
     ):
@@ -120,6 +124,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         lambda: figures.trials_plot(sweep, lay, out),
         lambda: figures.learning_curves_plot(runs, out),
         lambda: analysis.roc_plot(sweep, steps, out),
+        lambda: belief.context_plot(sweep, steps, out),
         lambda: frontier.frontier_plot(sweep, out),
     ):
         path = draw()

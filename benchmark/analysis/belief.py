@@ -1,0 +1,130 @@
+"""Per-step context length and belief quality (Agent-BRACE, issue 29): the step-record fields
+of a queried step and the summary fields of a cell computed from its step records.
+
+Step-record fields (benchmark.analysis.steps.step_record):
+    context_tokens      the longest prompt of the step's consultation rounds in tokens (belief:
+                        the update round; stateful prompts: the one round), when the backend
+                        counts tokens (the oracle and the dice do not: absent)
+    belief_updated      belief-style prompts: whether the update was accepted (False: the
+                        previous belief was kept)
+    belief_score        the mean verdict of the held belief's verifiable claims against the
+                        true state (benchmark.brace.rewards.correctness; None if none verifiable)
+    belief_claims       [[label, p_true], ...] per claim held: its certainty label and the
+                        probability its fact holds (1 true, 0 false, the calibrated level for a
+                        probability claim, None unverifiable): calibration data
+The belief fields are present only when the env family can verify claims (Family.brace_rules).
+
+Summary fields (`belief_metrics`, only when the records carry them): context_tokens_mean (per
+episode mean over queried steps, CI over episodes), context_tokens_first/last_mean (the first
+and last queried step of each episode); belief_correctness_mean (per episode mean of
+belief_score, CI), belief_update_failure_rate, belief_calibration {label: n, share_true,
+nominal}, belief_ece (the n-weighted mean |share_true - nominal| over the labels that name a
+probability, i.e. all but 'unknown')."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from benchmark.metrics import bootstrap_ci
+
+
+def context_tokens(decision: Any) -> int | None:
+    """The longest prompt of a queried step's rounds (None when the backend counted none)."""
+    if decision is None or not decision.queried or not decision.answers:
+        return None
+    longest = max(int(a.prompt_tokens) for a in decision.answers)
+    return longest or None
+
+
+def belief_fields(episode: Any, decision: Any) -> dict[str, Any]:
+    """The belief fields of a step whose consultation kept a belief (decision.belief), scored
+    against the episode's true state now; {} when the env family cannot verify claims."""
+    from benchmark.brace.rewards import correctness, snapshot, split_claim, truth_probability
+    from benchmark.envs.family import family_of
+
+    if decision is None or decision.belief is None:
+        return {}
+    if not family_of(episode).supports("brace"):
+        return {}
+    truth = snapshot(episode)
+    claims = list(decision.belief)
+    verifiable = [c for c in claims if truth_probability(c, truth) is not None]
+    return {
+        "belief_updated": bool(decision.belief_updated),
+        "belief_score": round(correctness(claims, truth), 4) if verifiable else None,
+        "belief_claims": [[split_claim(c)[1], truth_probability(c, truth)] for c in claims],
+    }
+
+
+def _per_episode(records: list[dict], key: str) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r["seed"], r["step"])):
+        if r.get(key) is not None:
+            out[int(r["seed"])].append(float(r[key]))
+    return out
+
+
+def _mean_ci(prefix: str, values: list[float]) -> dict[str, float]:
+    low, high = bootstrap_ci(values)
+    return {f"{prefix}_mean": float(np.mean(values)), f"{prefix}_ci95_low": low,
+            f"{prefix}_ci95_high": high}  # fmt: skip
+
+
+def calibration(records: list[dict]) -> dict[str, dict[str, float | int | None]]:
+    """Per certainty label: how many verifiable claims carried it, the share of them true
+    (mean p_true) and the probability the label names (None for 'unknown')."""
+    from benchmark.brace.rewards import LABEL_P
+    from benchmark.prompts.belief import LABELS
+
+    truths: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        for label, p in r.get("belief_claims") or []:
+            if p is not None:
+                truths[label].append(float(p))
+    return {
+        lb: {
+            "n": len(truths[lb]),
+            "share_true": round(float(np.mean(truths[lb])), 4),
+            "nominal": LABEL_P.get(lb),
+        }
+        for lb in LABELS
+        if truths[lb]
+    }
+
+
+def belief_metrics(records: list[dict]) -> dict[str, Any]:
+    """The cell's context-length and belief summary fields ({} when no record has them)."""
+    out: dict[str, Any] = {}
+    ctx = _per_episode(records, "context_tokens")
+    if ctx:
+        out.update(_mean_ci("context_tokens", [float(np.mean(v)) for v in ctx.values()]))
+        out["context_tokens_first_mean"] = float(np.mean([v[0] for v in ctx.values()]))
+        out["context_tokens_last_mean"] = float(np.mean([v[-1] for v in ctx.values()]))
+    held = [r for r in records if "belief_claims" in r]
+    if not held:
+        return out
+    scores = _per_episode(held, "belief_score")
+    if scores:
+        out.update(_mean_ci("belief_correctness", [float(np.mean(v)) for v in scores.values()]))
+    out["belief_steps"] = len(held)
+    out["belief_update_failure_rate"] = sum(not r["belief_updated"] for r in held) / len(held)
+    cal = calibration(held)
+    out["belief_calibration"] = cal
+    named = [c for c in cal.values() if c["nominal"] is not None]
+    n = sum(c["n"] for c in named)
+    if n:
+        out["belief_ece"] = sum(c["n"] * abs(c["share_true"] - c["nominal"]) for c in named) / n
+    return out
+
+
+def context_by_step(records: list[dict]) -> tuple[list[int], list[float]]:
+    """Mean context_tokens per step index over the episodes queried at that step (the plot)."""
+    by: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("context_tokens") is not None:
+            by[int(r["step"])].append(float(r["context_tokens"]))
+    steps = sorted(by)
+    return steps, [float(np.mean(by[s])) for s in steps]

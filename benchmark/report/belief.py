@@ -1,0 +1,121 @@
+"""The report's context-length and belief section (Agent-BRACE, issue 29), for the cells run with
+eval.step_records=true: a table of the context length per queried step, the belief correctness
+against the true state and the calibration of the certainty labels (share of claims true per
+label), and a plot of the mean context length per step, one line per cell (belief prompts stay
+near-constant, raw-history prompts grow). Numbers come from the summary's fields
+(benchmark.analysis.belief), else from the step records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmark.analysis.belief import belief_metrics, context_by_step
+from benchmark.report.model import Cell, Sweep, env_label, method_label, method_order
+from benchmark.report.render import DASH, Table, fmt
+
+TABLE = "belief"
+PLOT = "context_length"
+LABEL_COLUMNS = ("confirmed", "almost certain", "probable", "possible", "unlikely", "doubtful")
+
+
+def metrics(c: Cell, records: list[dict] | None) -> dict:
+    """The cell's context/belief fields: its summary's, else computed from its step records."""
+    s = c.summary or {}
+    if "context_tokens_mean" in s or "belief_steps" in s:
+        return s
+    return belief_metrics(records) if records is not None else {}
+
+
+def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
+    cells = [c for c in sweep.ok if metrics(c, steps.get(c.job))]
+    return sorted(cells, key=lambda c: (sweep.envs().index(c.env), method_order(c), c.job))
+
+
+def _ci(m: dict, key: str, digits: int = 3) -> str:
+    if m.get(f"{key}_mean") is None:
+        return DASH
+    low, high = m.get(f"{key}_ci95_low"), m.get(f"{key}_ci95_high")
+    if digits == 0:
+        return f"{m[f'{key}_mean']:.0f} [{low:.0f}, {high:.0f}]"
+    return fmt((m[f"{key}_mean"], low, high))
+
+
+def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
+    cells = _cells(sweep, steps)
+    if not cells:
+        return None
+    table = Table(
+        TABLE,
+        "Context length and belief quality (test seeds, 95% bootstrap CI over episodes)",
+        ["job", "env", "method"],
+        [
+            (
+                "",
+                [
+                    "context tokens",
+                    "first -> last",
+                    "belief correct",
+                    "update fail",
+                    "ECE",
+                    *(f"true|{lb}" for lb in LABEL_COLUMNS),
+                ],
+            )
+        ],  # fmt: skip
+        notes=[
+            "context tokens: the longest prompt of a queried step (per-episode mean); first -> "
+            "last: its first and last queried step. belief correct: mean verdict of the held "
+            "belief's verifiable claims against the true state (1 correct, 0.5 right fact with a "
+            "miscalibrated label, 0 wrong). true|label: share of claims with that label whose "
+            "fact holds (n claims); calibrated when it matches the label's probability "
+            "(confirmed 1, almost certain 0.9, probable 0.7, possible 0.5, unlikely 0.3, "
+            "doubtful 0.1); ECE: their n-weighted mean gap."
+        ],
+    )
+    for c in cells:
+        m = metrics(c, steps.get(c.job))
+        cal = m.get("belief_calibration") or {}
+        first, last = m.get("context_tokens_first_mean"), m.get("context_tokens_last_mean")
+        table.rows.append(
+            (
+                [c.job, env_label(c.env), method_label(c)],
+                [
+                    _ci(m, "context_tokens", 0),
+                    DASH if first is None else f"{first:.0f} -> {last:.0f}",
+                    _ci(m, "belief_correctness"),
+                    DASH
+                    if m.get("belief_update_failure_rate") is None
+                    else f"{m['belief_update_failure_rate']:.3f}",
+                    DASH if m.get("belief_ece") is None else f"{m['belief_ece']:.3f}",
+                    *(
+                        f"{cal[lb]['share_true']:.2f} ({cal[lb]['n']})" if lb in cal else DASH
+                        for lb in LABEL_COLUMNS
+                    ),
+                ],
+            )
+        )
+    return table
+
+
+def context_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
+    """Mean context tokens per step, one panel per env, one line per cell with the records."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [c for c in sweep.ok if any("context_tokens" in r for r in steps.get(c.job, []))]
+    if not cells:
+        return None
+    envs = [e for e in sweep.envs() if any(c.env == e for c in cells)]
+    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        for c in sorted((c for c in cells if c.env == env), key=method_order):
+            x, y = context_by_step(steps[c.job])
+            ax.plot(x, y, marker=".", markersize=3, label=f"{method_label(c)} ({c.job})")
+        ax.set(title=env_label(env), xlabel="step", ylabel="context tokens (mean over episodes)")
+        ax.legend(loc="best")
+    fig.tight_layout()
+    path = out / f"{PLOT}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
