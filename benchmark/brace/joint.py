@@ -1,0 +1,268 @@
+"""Joint RL of Agent-BRACE's belief and policy models (issue 29): a small GRPO loop around the
+suite's own Evaluator (benchmark.brace.rollout), on TRAINING seeds only.
+
+Each iteration draws `seeds_per_step` training seeds and plays each `group` times with both
+models sampling (temperature > 0): the belief model writes every update, the policy model every
+action, through the belief prompt's two rounds. Rewards by program:
+- the policy model's act completions: R_env of their episode (1 success, 0 failure);
+- the belief model's update completions: R_belief of that update (benchmark.brace.rewards:
+  format gate x (correctness + tracking + diversity + gamma^t x success)).
+Advantages are group-relative as in GRPO: a completion's reward less the mean over the same
+seed's group, over their std (R_env per episode; R_belief per update, over all updates of the
+seed's group). One on-policy gradient step per iteration (the importance ratio is 1, so GRPO's
+clipping does not act; no KL term: beta 0), loss = -mean(A x mean token log-prob).
+
+Modes (the gate decides which states the models see): `slm` = gate always (the paper: the
+models act at every step); `ask` = the entropy gate with a PPO policy (the models are trained on
+the states the gate sends them; PPO acts elsewhere). TRL's GRPOTrainer is the one-step belief RL
+of benchmark.brace.grpo; a whole-episode rollout does not fit its one-prompt-one-completion
+batches, hence this loop (the same objective)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
+from benchmark.brace.rollout import StepLog, run
+from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.finetune.dataset import check_training_seeds
+from benchmark.prompts.belief import BELIEF_ROLE
+
+
+class Sampler(Consultant):
+    """The models being trained, as one consultant: the belief role's queries to `belief`, the
+    rest to `policy` (the same object for one model with two prompts). Samples at
+    `temperature`; each answer keeps its prompt and completion token ids for the loss."""
+
+    def __init__(self, models: dict[str, tuple[Any, Any]], temperature: float = 1.0,
+                 max_batch: int = 16) -> None:  # fmt: skip
+        self.models = models  # role -> (model, tokenizer)
+        self.temperature = float(temperature)
+        self.max_batch = int(max_batch)
+
+    @property
+    def identity(self) -> str:
+        return "brace-sampler"
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        out: list[Answer | None] = [None] * len(queries)
+        for role in ("belief", "policy"):
+            mine = [
+                i for i, q in enumerate(queries) if (q.role == BELIEF_ROLE) == (role == "belief")
+            ]
+            for k in range(0, len(mine), self.max_batch):
+                chunk = mine[k : k + self.max_batch]
+                for i, a in zip(
+                    chunk, self._generate(role, [queries[i] for i in chunk]), strict=True
+                ):
+                    out[i] = a
+        return out  # type: ignore[return-value]
+
+    def _generate(self, role: str, queries: list[Query]) -> list[Answer]:
+        import torch
+
+        model, tok = self.models[role]
+        prompts = [
+            tok.apply_chat_template(
+                q.messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
+            )  # fmt: skip
+            for q in queries
+        ]
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        width = max(map(len, ids))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+        model.eval()
+        with torch.no_grad():
+            gen = model.generate(
+                input_ids=batch, attention_mask=mask, do_sample=self.temperature > 0,
+                temperature=self.temperature or None, top_p=None, top_k=None,
+                max_new_tokens=queries[0].decoding.max_new_tokens, pad_token_id=pad,
+                eos_token_id=sorted(eos_ids(model, tok)),
+            )  # fmt: skip
+        eos = eos_ids(model, tok)
+        answers = []
+        for x, row in zip(ids, gen[:, width:].tolist(), strict=True):
+            completion = []
+            for t in row:
+                completion.append(t)
+                if t in eos:
+                    break
+            text = tok.decode([t for t in completion if t not in eos], skip_special_tokens=True)
+            a = Answer(text, prompt_tokens=len(x), generated_tokens=len(completion))
+            a.extra = {"prompt_ids": x, "completion_ids": completion, "role": role}  # type: ignore[attr-defined]
+            answers.append(a)
+        return answers
+
+
+def eos_ids(model: Any, tok: Any) -> set[int]:
+    """The tokens that end an answer (as the hf backend stops on them)."""
+    gen = model.generation_config.eos_token_id
+    ids = set(gen if isinstance(gen, list) else [gen]) | {tok.eos_token_id}
+    end = tok.get_vocab().get("<|im_end|>")
+    return {int(i) for i in ids | {end} if i is not None}
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
+    """GRPO's group-relative advantages: (r - mean) / (std + eps); all 0 when the group agrees."""
+    r = np.asarray(rewards, dtype=float)
+    if r.size < 2 or r.std() < 1e-8:
+        return [0.0] * int(r.size)
+    return ((r - r.mean()) / (r.std() + eps)).tolist()
+
+
+def samples(groups: dict[int, list[list[StepLog]]], weights: BeliefWeights = DEFAULT_WEIGHTS
+            ) -> tuple[list[tuple[str, dict, float]], dict[str, list[float]]]:  # fmt: skip
+    """(role, token ids, advantage) of every completion of the rollouts `groups` (seed -> one
+    list of step logs per group member), and the raw rewards: R_env per episode, R_belief per
+    update."""
+    out: list[tuple[str, dict, float]] = []
+    raw: dict[str, list[float]] = defaultdict(list)
+    for members in groups.values():
+        env = [m[0].success if m else 0.0 for m in members]
+        raw["env"] += env
+        env_adv = group_advantages(env)
+        updates = []  # (turn, R_belief)
+        for member, adv in zip(members, env_adv, strict=True):
+            for s in member:
+                for t in s.turns:
+                    if t.role == BELIEF_ROLE:
+                        r = belief_reward(
+                            t.text, s.previous, s.truth, s.teacher, s.success, weights
+                        )
+                        updates.append((t, r.total))
+                        raw["belief"].append(r.total)
+                        raw["gate"].append(r.gate)
+                        raw["correctness"].append(r.correctness)
+                    elif t.extra:
+                        out.append(("policy", t.extra, adv))
+        for (t, _), adv in zip(updates, group_advantages([r for _, r in updates]), strict=True):
+            if t.extra:
+                out.append(("belief", t.extra, adv))
+    return out, raw
+
+
+def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[str, Any],
+                         batch: list[tuple[str, dict, float]], micro: int = 8) -> dict[str, float]:  # fmt: skip
+    """One optimizer step per role on -mean(A x mean completion log-prob); completions with a
+    zero advantage carry no gradient and are skipped."""
+    import torch
+
+    losses = {}
+    for role, (model, tok) in models.items():
+        mine = [(ids, a) for r, ids, a in batch if r == role and a != 0.0]
+        if not mine or role not in optimizers:
+            continue
+        model.train()
+        opt = optimizers[role]
+        opt.zero_grad()
+        total = 0.0
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        for k in range(0, len(mine), micro):
+            chunk = mine[k : k + micro]
+            seqs = [ids["prompt_ids"] + ids["completion_ids"] for ids, _ in chunk]
+            width = max(map(len, seqs))
+            x = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+            att = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+            logp = torch.log_softmax(model(input_ids=x, attention_mask=att).logits[:, :-1], -1)
+            tok_logp = logp.gather(-1, x[:, 1:, None])[..., 0]
+            loss = 0.0
+            for j, (ids, adv) in enumerate(chunk):
+                start, n = len(ids["prompt_ids"]) - 1, len(ids["completion_ids"])
+                loss = loss - adv * tok_logp[j, start : start + n].mean()
+            loss = loss / len(mine)
+            loss.backward()
+            total += float(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses[role] = total
+    return losses
+
+
+def train(
+    task: Any,
+    prompt: Any,
+    model_dirs: dict[str, str | Path],
+    out_dirs: dict[str, Path],
+    *,
+    train_seeds: Sequence[int],
+    splits: Any,
+    iterations: int = 4,
+    seeds_per_step: int = 4,
+    group: int = 4,
+    learning_rate: float = 1e-4,
+    temperature: float = 1.0,
+    gate: Any = None,
+    policy: Any = None,
+    train_roles: Sequence[str] = ("belief", "policy"),
+    seed: int = 0,
+    log: Any = print,
+) -> dict[str, Any]:
+    """GRPO of the models at `model_dirs` (role -> dir; the same dir for both roles = one model
+    with two prompts, trained on both) on episodes of `train_seeds` (training seeds only);
+    saves each trained role to `out_dirs[role]`. Returns the mean rewards per iteration."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_training_seeds(train_seeds, splits)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    loaded: dict[str, tuple[Any, Any]] = {}
+    for role, d in model_dirs.items():
+        same = next((r for r, o in model_dirs.items() if o == d and r in loaded), None)
+        loaded[role] = loaded[same] if same else (
+            AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32),
+            AutoTokenizer.from_pretrained(str(d)),
+        )  # fmt: skip
+    optimizers: dict[str, Any] = {}
+    for role in train_roles:
+        model = loaded[role][0]
+        shared = next((r for r in optimizers if loaded[r][0] is model), None)
+        if shared is None:
+            optimizers[role] = torch.optim.AdamW(
+                model.parameters(), lr=learning_rate, weight_decay=0.0
+            )
+    # a role whose model another role shares trains through that role's optimizer
+    train_models = {r: loaded[r] for r in optimizers}
+    sampler = Sampler(loaded, temperature)
+    history = []
+    pool = list(train_seeds)
+    for it in range(iterations):
+        t0 = time.perf_counter()
+        seeds = [int(s) for s in rng.choice(pool, size=seeds_per_step, replace=False)]
+        groups: dict[int, list[list[StepLog]]] = {s: [] for s in seeds}
+        for _ in range(group):
+            _, logs = run(task, prompt, sampler, seeds, gate=gate, policy=policy)
+            for s in seeds:
+                groups[s].append([x for x in logs if x.seed == s])
+        batch, raw = samples(groups)
+        # one model with two prompts: both roles' completions update it
+        merged = [(next(r for r in train_models if loaded[r][0] is loaded[role][0]), ids, a)
+                  for role, ids, a in batch if any(loaded[r][0] is loaded[role][0] for r in train_models)]  # fmt: skip
+        losses = policy_gradient_step(train_models, optimizers, merged)
+        row = {
+            "iteration": it,
+            "seeds": seeds,
+            "r_env": float(np.mean(raw["env"])) if raw["env"] else 0.0,
+            "r_belief": float(np.mean(raw["belief"])) if raw["belief"] else 0.0,
+            "format": float(np.mean(raw["gate"])) if raw["gate"] else 0.0,
+            "correctness": float(np.mean(raw["correctness"])) if raw["correctness"] else 0.0,
+            "updates": len(raw["belief"]),
+            "loss": losses,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        history.append(row)
+        log(row)
+    for role, d in out_dirs.items():
+        model, tok = loaded[role]
+        Path(d).mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(d, safe_serialization=True)
+        tok.save_pretrained(d)
+    return {"history": history}

@@ -1,0 +1,179 @@
+"""Episodes through the suite's own Evaluator with every consultation logged (issue 29): the
+teacher trajectories of the SFT stage and the rollouts of the RL stage are the same loop, only
+the consultant differs (the ground-truth teacher, or the models being trained, sampling).
+
+The gate decides which steps the consultant sees: `always` (SLM-only, the paper's setting) or
+the entropy gate with a PPO policy (ASK: the states the gate sends). Each consulted step is a
+`StepLog`: the true state, the belief before and after, the teacher's belief, and its rounds
+(update, act) with their messages and the text answered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benchmark.brace.rewards import Truth, env_reward, snapshot
+from benchmark.brace.teacher import teacher_claims
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.finetune.dataset import Example
+from benchmark.prompts.belief import BELIEF_ROLE, INITIAL_BELIEF
+
+
+@dataclass
+class Turn:
+    """One round of one consultation: what was asked and answered."""
+
+    role: str  # "belief" (the update) or "" (the policy's act round)
+    messages: list[dict[str, str]]
+    decoding: Decoding
+    actions: tuple[str, ...]
+    text: str
+    expert: str = ""  # the expert's action name (act rounds; for SFT targets)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # the sampler's token ids
+
+
+@dataclass
+class StepLog:
+    seed: int
+    step: int
+    truth: Truth
+    previous: list[str]  # b(t-1): the belief held before this update
+    belief: list[str]  # b(t): the belief held after it
+    teacher: list[str]  # the teacher's belief at t
+    turns: list[Turn]
+    success: float = 0.0  # the episode's R_env, filled after it ends
+
+
+class Recorder(Consultant):
+    """Wraps a consultant and logs every query with its answer by (seed, step, round)."""
+
+    def __init__(self, inner: Consultant) -> None:
+        self.inner = inner
+        self.needs_expert = inner.needs_expert
+        self.log: dict[tuple[int, ...], Turn] = {}
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        answers = self.inner.answer(queries)
+        for q, a in zip(queries, answers, strict=True):
+            self.log[tuple(q.rng_key)] = Turn(
+                q.role, [dict(m) for m in q.messages], q.decoding, tuple(q.actions), a.text,
+                (q.expert or [""])[0], getattr(a, "extra", {}),
+            )  # fmt: skip
+        return answers
+
+
+class TeacherConsultant(Consultant):
+    """The ground truth as a consultant: the update round answered with the teacher's belief
+    (prompt=brace's oracle answer), the act round with the expert's action."""
+
+    needs_expert = True
+
+    @property
+    def identity(self) -> str:
+        return "brace-teacher"
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        return [Answer(q.render_answer((q.expert or [""])[0], "")) for q in queries]
+
+
+def run(
+    task: Any,
+    prompt: Any,
+    consultant: Consultant,
+    seeds: Sequence[int],
+    *,
+    gate: Any = None,
+    policy: Any = None,
+    eval_seed: int = 0,
+    mc_samples: int = 20,
+) -> tuple[list[dict], list[StepLog]]:
+    """Run `seeds` through the Evaluator (gate: always unless given), logging every consulted
+    step; returns the episode rows and the step logs (each with its episode's R_env)."""
+    from benchmark.evaluate import Evaluator
+    from benchmark.gates import AlwaysGate
+
+    recorder = Recorder(consultant)
+    held: dict[int, list[str]] = {}
+    logs: list[StepLog] = []
+
+    def hook(event: Any) -> None:
+        d = event.decision
+        if d is None or d.belief is None:
+            return
+        ep = event.episode
+        key = (ep.seed, ep.steps)
+        turns = [recorder.log.pop((*key, r)) for r in (0, 1) if (*key, r) in recorder.log]
+        truth = snapshot(ep)
+        previous = held.get(ep.seed, list(INITIAL_BELIEF))
+        held[ep.seed] = list(d.belief)
+        logs.append(StepLog(ep.seed, ep.steps, truth, previous, list(d.belief),
+                            teacher_claims(truth), turns))  # fmt: skip
+
+    evaluator = Evaluator(
+        task=task,
+        gate=gate if gate is not None else AlwaysGate(),
+        policy=policy,
+        consultant=recorder,
+        prompt=prompt,
+        mc_samples=mc_samples,
+        seed=int(eval_seed),
+    )
+    rows = evaluator.run(list(seeds), mode="lockstep", on_step=hook)
+    outcome = {
+        r["seed"]: env_reward({k: r[k] for k in ("success", "accuracy") if k in r}) for r in rows
+    }
+    for s in logs:
+        s.success = outcome[s.seed]
+    return rows, logs
+
+
+def sft_examples(logs: Sequence[StepLog]) -> dict[str, list[Example]]:
+    """The supervised examples of each role from teacher logs: the belief model's updates
+    (the teacher's belief) and the policy model's actions (the expert's)."""
+    out: dict[str, list[Example]] = {"belief": [], "policy": []}
+    for s in logs:
+        for t in s.turns:
+            out["belief" if t.role == BELIEF_ROLE else "policy"].append(
+                Example(
+                    messages=t.messages,
+                    answer=t.text,
+                    decoding=t.decoding,
+                    actions=t.actions,
+                    expert=t.expert,
+                    optimal=(),
+                    ppo=None,
+                    seed=s.seed,
+                    step=s.step,
+                )  # fmt: skip
+            )
+    return out
+
+
+def mean_ci(values: Sequence[float], seed: int = 0) -> dict[str, float]:
+    """Mean with its 95% bootstrap CI (benchmark.metrics)."""
+    from benchmark.metrics import bootstrap_ci
+
+    low, high = bootstrap_ci(list(values), seed=seed)
+    return {"mean": round(float(np.mean(values)), 4) if len(values) else float("nan"),
+            "ci95": [round(low, 4), round(high, 4)], "n": len(values)}  # fmt: skip
+
+
+def belief_states(logs: Sequence[StepLog]) -> list[Any]:
+    """The belief updates of `logs` as benchmark.brace.sft.BeliefState (what `measure` and
+    `score` read)."""
+    from benchmark.brace.sft import BeliefState
+
+    out = []
+    for s in logs:
+        for t in s.turns:
+            if t.role == BELIEF_ROLE:
+                out.append(BeliefState(t.messages, t.decoding, t.actions, s.truth, s.previous,
+                                       s.teacher, s.seed, s.step, s.success, t.text))  # fmt: skip
+    return out

@@ -1,0 +1,213 @@
+"""Agent-BRACE's training pipeline (issue 29), on TRAINING seeds only:
+
+1. teacher trajectories: the ground-truth teacher plays training seeds through the Evaluator
+   (prompt=brace: the update answered with the teacher's belief, the act round with the expert);
+2. SFT: the belief model on the updates, the policy model on the actions, both from the same
+   base (benchmark.finetune.train.fine_tune, the suite's Trainer code);
+3. joint RL (benchmark.brace.joint): GRPO of both models on their own rollouts, the policy on
+   R_env, the belief model on R_belief; mode `slm` (every step) or `ask` (the entropy gate's
+   states, PPO acting elsewhere);
+4. measurement with 95% bootstrap CIs: held-out (validation-seed, teacher-forced) belief updates
+   (format compliance, correctness, R_belief) of the SFT and SFT+RL models, and the training
+   reward (R_env per episode, R_belief per update, greedy, on a fixed set of training seeds)
+   before and after RL.
+
+    python -m benchmark.brace.train --env empty5x5_random --out outputs/models/brace/e5
+
+writes <out>/{sft,rl}/{belief,policy} (plain model dirs: slm=brace_trained serves them) and
+<out>/brace_train.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.brace import joint, rollout
+from benchmark.brace.rewards import belief_reward
+from benchmark.seeds import Splits
+
+
+def task_for(env: str, max_steps: int | None = None) -> Any:
+    """The env's task, with its episodes capped at `max_steps` (RL rollouts; None: as is)."""
+    from benchmark.envs import load_env_cfg, make_task
+
+    cfg = load_env_cfg(env)
+    if max_steps is not None:
+        cfg.task.max_steps = int(max_steps)
+    return make_task(cfg)
+
+
+def brace_prompt() -> Any:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import option_file
+
+    return instantiate(OmegaConf.load(option_file("prompt", "brace")), sampling=None)
+
+
+def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
+    """A belief model's greedy updates on teacher-forced held-out states: format compliance,
+    correctness and R_belief, each with its CI over states."""
+    from benchmark.finetune.store import answer_all
+
+    answers, seconds = answer_all(Path(model_dir), states)
+    rewards = [
+        belief_reward(a.text, s.previous, s.truth, s.teacher, s.success)
+        for a, s in zip(answers, states, strict=True)
+    ]
+    return {
+        "format": rollout.mean_ci([r.gate for r in rewards]),
+        "correctness": rollout.mean_ci([r.correctness for r in rewards]),
+        "r_belief": rollout.mean_ci([r.total for r in rewards]),
+        "seconds": round(seconds, 1),
+        "example": answers[0].text if answers else "",
+    }
+
+
+def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
+                    splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The models' greedy rollouts on training seeds: R_env per episode, R_belief and format
+    per update, with CIs."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmark.finetune.dataset import check_training_seeds
+
+    check_training_seeds(seeds, splits)
+    models: dict[str, Any] = {}
+    for role, d in dirs.items():
+        models[role] = (
+            AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32),
+            AutoTokenizer.from_pretrained(str(d)),
+        )
+    _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
+    groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
+    _, raw = joint.samples(groups)
+    env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
+    return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
+            "format": rollout.mean_ci(raw["gate"]),
+            "correctness": rollout.mean_ci(raw["correctness"])}  # fmt: skip
+
+
+def ask_setup(env: str, tau: float, root: str) -> tuple[Any, Any]:
+    """The entropy gate at `tau` and the env's PPO policy (trained once, as a job does)."""
+    from benchmark.build import build
+    from benchmark.config import compose
+
+    cfg = compose([f"env={env}", "gate=entropy", f"gate.tau={tau}", "slm=oracle",
+                   "prompt=brace", f"paths.root={root}", "tracking=none"])  # fmt: skip
+    evaluation = build(cfg)
+    return evaluation.gate(), evaluation.policy
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from benchmark.consultants.tiny import build_tiny
+    from benchmark.finetune.train import TrainSettings, fine_tune
+    from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="empty5x5_random")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--base", default=None, help="base model dir (default: the tiny_small model)")
+    ap.add_argument("--teacher-episodes", type=int, default=100)
+    ap.add_argument("--sft-examples", type=int, default=128)
+    ap.add_argument("--sft-epochs", type=float, default=10)
+    ap.add_argument("--sft-batch", type=int, default=4)
+    ap.add_argument("--sft-lr", type=float, default=3e-3)
+    ap.add_argument("--held-out-episodes", type=int, default=10)
+    ap.add_argument("--rl-iterations", type=int, default=4)
+    ap.add_argument("--rl-seeds", type=int, default=4)
+    ap.add_argument("--rl-group", type=int, default=4)
+    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--rl-max-steps", type=int, default=12)
+    ap.add_argument("--reward-episodes", type=int, default=16)
+    ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
+    ap.add_argument("--tau", type=float, default=0.5)
+    ap.add_argument("--root", default="outputs", help="results root (ask mode: its PPO cache)")
+    ap.add_argument("--skip-sft", action="store_true", help="reuse <out>/sft")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    splits = DEFAULT_SPLITS
+    report: dict[str, Any] = {"args": vars(a)}
+    prompt = brace_prompt()
+    task = task_for(a.env)
+    base = (
+        Path(a.base)
+        if a.base
+        else build_tiny(Path(a.root) / "models" / "tiny-qwen3-small-s0", 0, "small")
+    )
+    train_seeds = list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + a.teacher_episodes))
+    t0 = time.perf_counter()
+    _, hlogs = rollout.run(
+        task, prompt, rollout.TeacherConsultant(), list(range(a.held_out_episodes))
+    )
+    held_states = rollout.belief_states(hlogs)  # validation seeds: measurement only
+    sft = {r: out / "sft" / r for r in ("belief", "policy")}
+    if not a.skip_sft:
+        from benchmark.finetune.dataset import check_training_seeds
+
+        check_training_seeds(train_seeds, splits)
+        _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), train_seeds)
+        examples = rollout.sft_examples(logs)
+        settings = TrainSettings(
+            epochs=a.sft_epochs, learning_rate=a.sft_lr, batch_size=a.sft_batch
+        )
+        report["sft"] = {}
+        for role, ex in examples.items():
+            ex = random.Random(a.seed).sample(ex, min(a.sft_examples, len(ex)))
+            report["sft"][role] = fine_tune(base, ex, sft[role], settings, seed=a.seed)
+            print(role, "SFT", report["sft"][role], flush=True)
+    report["held_out"] = {"teacher": {"format": 1.0}, "base": held_out(base, held_states),
+                          "sft": held_out(sft["belief"], held_states)}  # fmt: skip
+    print("held-out", json.dumps(report["held_out"], default=str), flush=True)
+    gate = policy = None
+    if a.mode == "ask":
+        gate, policy = ask_setup(a.env, a.tau, a.root)
+    rl_task = task_for(a.env, a.rl_max_steps)
+    reward_seeds = list(range(TRAIN_SEED_MIN + 5000, TRAIN_SEED_MIN + 5000 + a.reward_episodes))
+    report["train_reward"] = {
+        "sft": training_reward(rl_task, prompt, sft, reward_seeds, splits, gate, policy)
+    }
+    print("train reward sft", report["train_reward"]["sft"], flush=True)
+    rl = {r: out / f"rl-{a.mode}" / r for r in ("belief", "policy")}
+    rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
+    report["rl"] = joint.train(
+        rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits, iterations=a.rl_iterations,
+        seeds_per_step=a.rl_seeds, group=a.rl_group, learning_rate=a.rl_lr, gate=gate,
+        policy=policy, seed=a.seed, log=lambda row: print("rl", row, flush=True),
+    )  # fmt: skip
+    report["train_reward"]["rl"] = training_reward(
+        rl_task, prompt, rl, reward_seeds, splits, gate, policy
+    )
+    report["held_out"]["rl"] = held_out(rl["belief"], held_states)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    print("train reward rl", report["train_reward"]["rl"], flush=True)
+    print("held-out rl", report["held_out"]["rl"], flush=True)
+    (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+def diff(report: dict[str, Any]) -> dict[str, float]:
+    """RL's gains (SFT+RL minus SFT) of the report's means."""
+    tr, ho = report["train_reward"], report["held_out"]
+    return {
+        "train_r_env": tr["rl"]["r_env"]["mean"] - tr["sft"]["r_env"]["mean"],
+        "train_r_belief": tr["rl"]["r_belief"]["mean"] - tr["sft"]["r_belief"]["mean"],
+        "held_out_correctness": ho["rl"]["correctness"]["mean"] - ho["sft"]["correctness"]["mean"],
+    }
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()

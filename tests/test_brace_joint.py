@@ -1,0 +1,85 @@
+"""Agent-BRACE's teacher rollouts and joint RL (issue 29, benchmark.brace.rollout/joint/train):
+teacher trajectories through the Evaluator give each role's SFT examples, GRPO's group-relative
+advantages on hand-built rollouts, and one real RL iteration of the tiny model on TRAINING seeds
+only (a validation seed is refused; every episode the loop plays is a training seed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmark.brace import joint, rollout
+from benchmark.brace.train import brace_prompt, task_for
+from benchmark.seeds import DEFAULT_SPLITS
+
+
+@pytest.fixture(scope="module")
+def teacher_logs():
+    return rollout.run(task_for("empty5x5_random"), brace_prompt(), rollout.TeacherConsultant(),
+                       [200, 201])  # fmt: skip
+
+
+def test_teacher_rollouts_give_both_roles_examples(teacher_logs):
+    rows, logs = teacher_logs
+    assert [r["success"] for r in rows] == [1.0, 1.0]  # the expert reaches the goal
+    assert logs and all(s.belief == s.teacher for s in logs)  # the update took the teacher's
+    assert logs[0].previous == ["- nothing has been observed yet [unknown]"]
+    assert logs[1].previous == logs[0].belief or logs[1].seed != logs[0].seed
+    ex = rollout.sft_examples(logs)
+    assert len(ex["belief"]) == len(ex["policy"]) == len(logs)
+    assert ex["belief"][0].answer.startswith("<belief_state>\n- I am at")
+    assert ex["policy"][0].answer in ex["policy"][0].actions  # the expert's action, bare
+    states = rollout.belief_states(logs)
+    assert states[0].answer == ex["belief"][0].answer and states[0].success == 1.0
+
+
+def test_group_advantages_and_rewards_of_hand_built_rollouts(teacher_logs):
+    assert joint.group_advantages([1, 1, 1]) == [0.0, 0.0, 0.0]  # no signal in an agreeing group
+    adv = joint.group_advantages([1.0, 0.0])
+    assert adv[0] > 0 > adv[1] and sum(adv) == pytest.approx(0)
+    _, logs = teacher_logs
+    won = [s for s in logs if s.seed == 200]
+    lost = [rollout.StepLog(**{**s.__dict__, "success": 0.0}) for s in won]
+    for s in lost:  # the losing member wrote a malformed belief
+        s.turns = [rollout.Turn(t.role, t.messages, t.decoding, t.actions,
+                                "garbage" if t.role == "belief" else t.text, t.expert,
+                                {"ids": 1}) for t in s.turns]  # fmt: skip
+    for s in won:
+        s.turns = [rollout.Turn(**{**t.__dict__, "extra": {"ids": 0}}) for t in s.turns]
+    batch, raw = joint.samples({200: [won, lost]})
+    assert raw["env"] == [1.0, 0.0] and raw["gate"] == [1.0] * len(won) + [0.0] * len(lost)
+    policy = [(ids["ids"], a) for r, ids, a in batch if r == "policy"]
+    belief = [(ids["ids"], a) for r, ids, a in batch if r == "belief"]
+    assert all((a > 0) == (i == 0) for i, a in policy)  # the winner's actions are reinforced
+    assert all((a > 0) == (i == 0) for i, a in belief)  # the teacher's beliefs over garbage
+
+
+def test_joint_rl_refuses_a_held_out_seed_before_any_work():
+    with pytest.raises(ValueError, match="seed 5 is in the validation split"):
+        joint.train(None, None, {}, {}, train_seeds=[200, 5], splits=DEFAULT_SPLITS)
+    with pytest.raises(ValueError, match="seed 150 is in the test split"):
+        joint.train(None, None, {}, {}, train_seeds=[150], splits=DEFAULT_SPLITS)
+
+
+@pytest.mark.slow
+def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch):
+    from benchmark.consultants.tiny import build_tiny
+
+    base = build_tiny(tmp_path / "tiny", 0, "small")
+    played = []
+    real_run = joint.run
+
+    def spy(task, prompt, consultant, seeds, **kw):
+        played.extend(seeds)
+        return real_run(task, prompt, consultant, seeds, **kw)
+
+    monkeypatch.setattr(joint, "run", spy)
+    prompt = brace_prompt()
+    prompt.update_decoding = type(prompt.update_decoding)(max_new_tokens=12)
+    out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
+    result = joint.train(task_for("empty5x5_random", 2), prompt, {"belief": base, "policy": base},
+                         out, train_seeds=[300, 301, 302], splits=DEFAULT_SPLITS, iterations=1,
+                         seeds_per_step=2, group=2, log=lambda r: None)  # fmt: skip
+    assert played and all(s >= 200 for s in played) and len(played) == 4
+    (row,) = result["history"]
+    assert row["updates"] == 2 * 2 * 2  # 2 seeds x 2 members x 2 steps (capped episodes)
+    assert (out["belief"] / "config.json").exists() and (out["policy"] / "config.json").exists()
