@@ -14,7 +14,7 @@
 
     python -m benchmark.brace.train --env empty5x5_random --out outputs/models/brace/e5
 
-writes <out>/{sft,rl}/{belief,policy} (plain model dirs: slm=brace_trained serves them) and
+writes <out>/{sft,rl-always,rl-entropy}/{belief,policy} (an SFT model already there is reused) (plain model dirs: slm=brace_trained serves them) and
 <out>/brace_train.json."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,10 @@ import numpy as np
 from benchmark.brace import joint, rollout
 from benchmark.brace.rewards import belief_reward
 from benchmark.seeds import Splits
+
+# where the RL models of each mode go: named by the gate a cell of that mode runs (the preset's
+# method brace_sft_rl reads <paths.models>/brace/<env>/rl-<gate>/{belief,policy})
+RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 
 
 def task_for(env: str, max_steps: int | None = None) -> Any:
@@ -132,7 +137,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
     ap.add_argument("--tau", type=float, default=0.5)
     ap.add_argument("--root", default="outputs", help="results root (ask mode: its PPO cache)")
-    ap.add_argument("--skip-sft", action="store_true", help="reuse <out>/sft")
+    ap.add_argument("--skip-rl", action="store_true", help="SFT and its measurement only")
+    ap.add_argument("--measure-base", action="store_true", help="also the base on held-out states")
+    ap.add_argument(
+        "--sft-roles",
+        default="belief",
+        help="roles SFT trains (the paper: belief; the policy starts from the base)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
 
@@ -154,7 +165,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     held_states = rollout.belief_states(hlogs)  # validation seeds: measurement only
     sft = {r: out / "sft" / r for r in ("belief", "policy")}
-    if not a.skip_sft:
+    for role in set(sft) - set(a.sft_roles.split(",")):  # no SFT stage (the paper's policy)
+        if not (sft[role] / "config.json").exists():
+            shutil.copytree(base, sft[role], dirs_exist_ok=True)
+    todo = [r for r in sft if not (sft[r] / "config.json").exists()]  # made ones are reused
+    report["sft"] = {r: "reused" for r in sft if r not in todo}
+    if todo:
         from benchmark.finetune.dataset import check_training_seeds
 
         check_training_seeds(train_seeds, splits)
@@ -163,14 +179,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         settings = TrainSettings(
             epochs=a.sft_epochs, learning_rate=a.sft_lr, batch_size=a.sft_batch
         )
-        report["sft"] = {}
-        for role, ex in examples.items():
-            ex = random.Random(a.seed).sample(ex, min(a.sft_examples, len(ex)))
+        for role in todo:
+            ex = random.Random(a.seed).sample(
+                examples[role], min(a.sft_examples, len(examples[role]))
+            )
             report["sft"][role] = fine_tune(base, ex, sft[role], settings, seed=a.seed)
             print(role, "SFT", report["sft"][role], flush=True)
-    report["held_out"] = {"teacher": {"format": 1.0}, "base": held_out(base, held_states),
-                          "sft": held_out(sft["belief"], held_states)}  # fmt: skip
+    report["held_out"] = {
+        "base": held_out(base, held_states) if a.measure_base else None,
+        "sft": held_out(sft["belief"], held_states),
+    }
     print("held-out", json.dumps(report["held_out"], default=str), flush=True)
+    if a.skip_rl:
+        (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
+        return report
     gate = policy = None
     if a.mode == "ask":
         gate, policy = ask_setup(a.env, a.tau, a.root)
@@ -180,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "sft": training_reward(rl_task, prompt, sft, reward_seeds, splits, gate, policy)
     }
     print("train reward sft", report["train_reward"]["sft"], flush=True)
-    rl = {r: out / f"rl-{a.mode}" / r for r in ("belief", "policy")}
+    rl = {r: out / RL_DIR[a.mode] / r for r in ("belief", "policy")}
     rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
     report["rl"] = joint.train(
         rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits, iterations=a.rl_iterations,
