@@ -59,6 +59,7 @@ CLIS = (
     "benchmark.bench",
     "benchmark.prompts",
     "benchmark.consultants.cache",
+    "benchmark.brace.train",
 )
 
 
