@@ -145,7 +145,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="roles SFT trains (the paper: belief; the policy starts from the base)",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (one is fastest on a small shared CPU)",
+    )
     a = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
