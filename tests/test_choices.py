@@ -282,3 +282,27 @@ def test_step_records_carry_the_choice_probabilities_only_when_scored(tmp_path):
     assert record["consultant_probs"] == probs and record["consultant"] == 2
     generated = step_record(StepEvent(ep, None, None, Decision(2, [Answer("FORWARD")]), 2))
     assert "consultant_probs" not in generated  # earlier records stay byte-identical
+
+
+@pytest.mark.parametrize("prefix,suffix", [(7, 5), (300, 256), (40, 600)])
+def test_prefix_sdpa_equals_masked_sdpa_in_blocks(prefix, suffix):
+    """The split attention (blocks of BLOCK query rows: earlier keys unmasked, own block causal,
+    merged by log-sum-exp) equals sdpa with the explicit bottom-right causal mask, for a suffix
+    shorter than a block, exactly one block, and several blocks with a ragged last one, with
+    grouped key/value heads."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmark.consultants import attention
+
+    assert suffix <= attention.BLOCK or suffix % attention.BLOCK  # (40, 600): ragged blocks
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, suffix, 16, generator=gen)
+    k, v = (torch.randn(2, 2, prefix + suffix, 16, generator=gen) for _ in range(2))
+    module = type("Attn", (), {"num_key_value_groups": 2, "is_causal": True})()
+    out, _ = attention.prefix_sdpa_attention(module, q, k, v, None, scaling=0.25)
+    mask = torch.ones(suffix, prefix + suffix, dtype=torch.bool).tril(prefix)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    want = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=0.25).transpose(1, 2)
+    assert out.shape == want.shape == (2, suffix, 4, 16)
+    assert torch.allclose(out, want, atol=1e-5)

@@ -4,7 +4,9 @@ gate        batched MC dropout vs the N-pass reference (and the evaluator's per-
 training    PPO steps/s: the default DummyVecEnv with 4 envs vs a single env
 evaluation  ASK with the tiny model: lockstep vs sequential, identical per-episode results
 ir1         ASK at IR 1 (every step asks), stateful prompt: the suite's default path (lockstep,
-            batched, prefix reuse) vs the naive batch-1 loop (sequential, no prefix reuse)
+            batched, prefix reuse) and choice scoring vs the naive batch-1 loop (sequential, no
+            prefix reuse) and the authors' loop (benchmark.bench.authors); the floor (one
+            suffix's prefill) and the best ratio it allows
 tuning      a tau study with and without the response cache (both from an empty cache)
 threads     tiny-model generation with 1 torch thread vs the default thread count
 memory      peak RSS, RSS during the lockstep evaluation, the response cache's cap and size
@@ -14,6 +16,7 @@ The policies are built here, untrained (gate) or short-trained by the training s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmark.bench.authors import AuthorsConsultant, n_pass_gate
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
 from benchmark.consultants.cache import cache_cap
 from benchmark.store import Store
@@ -383,11 +387,12 @@ class CpuBench:
         }
 
     # -------------------------------------------------------------------------------- ir1
-    def suffix_floor(self, cfg: Any, task: Any, repeats: int = 5) -> dict[str, float]:
+    def suffix_floor(self, cfg: Any, task: Any, repeats: int = 9) -> dict[str, float]:
         """The floor of a query at IR 1: the first step's user message (the suffix every path
         must prefill) through the model's layers on top of the cached system prompt, batch 1,
-        no sampling or decoding, timed alone (median of `repeats`): what attention and MLP cost,
-        against which the paths' prefill ms/query compare."""
+        no sampling or decoding; beside it, interleaved, the whole prompt from an empty cache
+        (what a path without prefix reuse prefills). Medians and minima of `repeats`: what
+        attention and MLP cost, against which the paths' ms/query compare."""
         import copy as _copy
 
         from benchmark.build import build_prompt
@@ -402,16 +407,21 @@ class CpuBench:
             base = consultant._new_cache()
             with torch.inference_mode():
                 consultant._extend(base, [ids[:anchor]])
-                times = []
-                for _ in range(repeats + 1):
-                    cache = _copy.deepcopy(base)
-                    t0 = time.perf_counter()
-                    consultant._extend(cache, [ids[anchor:]])
-                    times.append(time.perf_counter() - t0)
+
+                def suffix() -> None:
+                    consultant._extend(_copy.deepcopy(base), [ids[anchor:]])
+
+                def whole() -> None:
+                    consultant._extend(consultant._new_cache(), [ids])
+
+                timings = time_interleaved({"suffix": suffix, "whole": whole}, repeats)
             return {
                 "suffix_tokens": len(ids) - anchor,
                 "prefix_tokens": anchor,
-                "suffix_ms": 1e3 * sorted(times[1:])[repeats // 2],
+                "suffix_ms": 1e3 * timings["suffix"]["median_s"],
+                "suffix_min_ms": 1e3 * timings["suffix"]["min_s"],
+                "whole_ms": 1e3 * timings["whole"]["median_s"],
+                "whole_min_ms": 1e3 * timings["whole"]["min_s"],
             }
         finally:
             consultant.close()
@@ -442,11 +452,13 @@ class CpuBench:
             f"eval.n_episodes={z.ir1_episodes}",
         ]
         generate = "slm.backend.lean_max_new_tokens=0"  # every answer through generate()
+        batch1 = ("slm.backend.prefix_cache=0", generate)
         paths = {  # path -> (eval mode, config)
             "default": ("lockstep", self.cfg(*base)),
             "generate": ("lockstep", self.cfg(*base, generate)),
             "choices": ("lockstep", self.cfg(*base, "slm.decoding.mode=choices")),
-            "batch1": ("sequential", self.cfg(*base, "slm.backend.prefix_cache=0", generate)),
+            "batch1": ("sequential", self.cfg(*base, *batch1)),
+            "authors": ("sequential", self.cfg(*base, *batch1)),  # wrapped below
         }
         prepared = prepare(paths["default"][1])
         policy = self._policy(paths["default"][1], prepared[0])
@@ -454,6 +466,9 @@ class CpuBench:
         steps = z.ir1_episodes * z.ir1_max_steps  # decisions of one path at most
         for k, (key, (mode, cfg)) in enumerate(paths.items()):
             evaluation = build(cfg, prepared=prepared, policy=policy)
+            authors = key == "authors"
+            if authors:  # the released code's loop (benchmark.bench.authors)
+                evaluation.consultant = AuthorsConsultant(evaluation.consultant)
 
             def report(fraction: float, rate: float, k: int = k, key: str = key) -> None:
                 self.within(
@@ -462,9 +477,10 @@ class CpuBench:
                 )
 
             try:
-                runs[key] = timed_run(
-                    evaluation, evaluation.test_seeds(), mode, 0.0, True, every(steps, report)
-                )
+                with n_pass_gate() if authors else contextlib.nullcontext():
+                    runs[key] = timed_run(
+                        evaluation, evaluation.test_seeds(), mode, 0.0, True, every(steps, report)
+                    )
             finally:
                 evaluation.close()
         default, batch1 = runs["default"], runs["batch1"]
@@ -490,22 +506,40 @@ class CpuBench:
             "lean decode vs generate(), both lockstep with reuse (decisions/s)",
             default.stats["decisions_per_s"] / runs["generate"].stats["decisions_per_s"],
         )
+        authors = runs["authors"]
+        for key, label in (("choices", "choice scoring"), ("default", "default path")):
+            self.check(
+                s,
+                f"{label} vs the authors' loop (decisions/s)",
+                runs[key].stats["decisions_per_s"] / authors.stats["decisions_per_s"],
+                target=TARGETS["ir1"],
+            )
         self.check(s, "identical per-episode results and actions", float(identical), "", target=1.0)
+        same_as_authors = authors.outcome == batch1.outcome and authors.actions == batch1.actions
+        self.check(s, "authors' loop plays batch-1's episodes", float(same_as_authors), "")
         floor = self.suffix_floor(paths["default"][1], prepared[0])
         self.check(s, "floor: one suffix's prefill on the cached prefix", floor["suffix_ms"], "ms")
+        self.check(s, "the whole prompt's prefill, no reuse", floor["whole_ms"], "ms")
+        # the best any exact path could do: every decision costs at least one suffix's prefill
+        ms = {k: 1e3 / r.stats["decisions_per_s"] for k, r in runs.items()}  # ms per decision
+        caps = {k: ms[k] / floor["suffix_ms"] for k in ("batch1", "authors")}
+        self.check(s, "cap vs batch-1: its ms/decision / the floor", caps["batch1"], "x")
+        self.check(s, "cap vs the authors' loop: its ms/decision / the floor", caps["authors"], "x")
         labels = {
             "default": "default path (lean decode)",
             "generate": "generate() path",
             "choices": "choice scoring",
             "batch1": "batch-1 sequential",
+            "authors": "authors' loop",
         }
         for key, label in labels.items():
             run = runs[key]
             self.check(s, f"{label} decisions/s", run.stats["decisions_per_s"], "1/s")
+            self.check(s, f"{label} ms/decision", ms[key], "ms")
             self.check(
                 s, f"{label} consultant ms/query", run.stats["consultant_ms_per_query"], "ms"
             )
-            if run.prefill is not None:
+            if run.prefill is not None and key != "authors":  # it calls generate() itself
                 self.check(s, f"{label} prefill tokens", run.prefill["prefill_tokens"], "tokens")
                 split = query_split(run)
                 if split is not None:
@@ -541,8 +575,13 @@ class CpuBench:
             "ratio": default.stats["decisions_per_s"] / batch1.stats["decisions_per_s"],
             "ratio_choices": runs["choices"].stats["decisions_per_s"]
             / batch1.stats["decisions_per_s"],
+            "ratio_authors": runs["choices"].stats["decisions_per_s"]
+            / authors.stats["decisions_per_s"],
             "identical": identical,
+            "authors_plays_batch1": same_as_authors,
             "floor": floor,
+            "ms_per_decision": ms,
+            "cap": caps,
         }
 
     # -------------------------------------------------------------------------------- 3. tuning
