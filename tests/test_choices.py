@@ -306,3 +306,32 @@ def test_prefix_sdpa_equals_masked_sdpa_in_blocks(prefix, suffix):
     want = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=0.25).transpose(1, 2)
     assert out.shape == want.shape == (2, suffix, 4, 16)
     assert torch.allclose(out, want, atol=1e-5)
+
+
+def test_folded_scoring_equals_a_separate_forward(models, tmp_path):
+    """Choice scoring with the actions' tokens in the prefill's own forward (branches after the
+    prompt, each blind to the others) gives the scores of the unfolded path (prefill, then one
+    forward over the actions on the prompt's cache), in one forward per length group instead of
+    two. The hybrid model (recurrent layers) never folds."""
+    on, off = models
+    queries = choice_queries(tmp_path, n=4)
+    assert on._folds_choices == off._folds_choices == (on.reuse_mode == "padded")
+    if not on._folds_choices:
+        return
+    on.choice_logprobs(queries)  # the stored prefix computed once, before counting
+    calls = []
+    hook = on.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        folded = on.choice_logprobs(queries)
+        n_folded = len(calls)
+        on._folds_choices = False
+        calls.clear()
+        plain = on.choice_logprobs(queries)
+        n_plain = len(calls)
+    finally:
+        on._folds_choices = True
+        hook.remove()
+    groups = len({len(on.encode(q)) for q in queries})  # equal-length prompts share a forward
+    assert 1 < groups < len(queries) and n_plain == n_folded + groups
+    for (a, n, _), (b, m, _) in zip(folded, plain, strict=True):
+        assert n == m and a == pytest.approx(b, abs=1e-5)
