@@ -335,3 +335,30 @@ def test_folded_scoring_equals_a_separate_forward(models, tmp_path):
     assert 1 < groups < len(queries) and n_plain == n_folded + groups
     for (a, n, _), (b, m, _) in zip(folded, plain, strict=True):
         assert n == m and a == pytest.approx(b, abs=1e-5)
+
+
+def test_branched_attention_equals_one_masked_attention_per_branch():
+    """Branches after a shared context (the actions after the prompt): each branch row attends
+    to the whole context and causally to its own branch only, as if every branch ran alone."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmark.consultants.attention import branched_attention
+
+    gen = torch.Generator().manual_seed(1)
+    lengths, context = [3, 1, 2], 9
+    q = torch.randn(2, 4, sum(lengths), 16, generator=gen)
+    k, v = (torch.randn(2, 4, context, 16, generator=gen) for _ in range(2))
+    own_k, own_v = (torch.randn(2, 4, sum(lengths), 16, generator=gen) for _ in range(2))
+    out = branched_attention(q, k, v, own_k, own_v, lengths, 0.25)
+    start = 0
+    for n in lengths:
+        rows = slice(start, start + n)
+        keys = torch.cat([k, own_k[:, :, rows]], dim=2)
+        values = torch.cat([v, own_v[:, :, rows]], dim=2)
+        mask = torch.ones(n, context + n, dtype=torch.bool).tril(context)
+        alone = F.scaled_dot_product_attention(
+            q[:, :, rows], keys, values, attn_mask=mask, scale=0.25
+        )
+        assert torch.allclose(out[:, rows], alone.transpose(1, 2), atol=1e-5)
+        start += n

@@ -387,44 +387,87 @@ class CpuBench:
         }
 
     # -------------------------------------------------------------------------------- ir1
-    def suffix_floor(self, cfg: Any, task: Any, repeats: int = 9) -> dict[str, float]:
-        """The floor of a query at IR 1: the first step's user message (the suffix every path
-        must prefill) through the model's layers on top of the cached system prompt, batch 1,
-        no sampling or decoding; beside it, interleaved, the whole prompt from an empty cache
-        (what a path without prefix reuse prefills). Medians and minima of `repeats`: what
-        attention and MLP cost, against which the paths' ms/query compare."""
+    def query_costs(
+        self,
+        paths: dict[str, tuple[str, Any]],
+        task: Any,
+        policy: Any,
+        seeds: list[int],
+        repeats: int = 7,
+    ) -> dict[str, Any]:
+        """Each path's cost per query on the same queries (the first step of the test episodes,
+        as one lockstep batch or one by one as the path asks them), timed round-robin so that
+        the machine's drifting load hits every path alike; beside them the floor: each query's
+        suffix (its user message) prefilled on the cached system prompt, batch 1, nothing
+        decoded (attention and MLP only), and its whole prompt prefilled from an empty cache;
+        and the gate's MC dropout per decision, batched (the suite) or N passes (the authors).
+        Medians and minima in ms per query."""
         import copy as _copy
+        from dataclasses import replace as _replace
 
         from benchmark.build import build_prompt
         from benchmark.consultants import make_consultant
+        from benchmark.uncertainty import mc_dropout, mc_dropout_sequential
 
-        consultant = make_consultant(cfg.slm, cfg.paths)  # slm.cache=false: the hf backend
+        cfg = paths["default"][1]
+        variant = build_prompt(cfg, task)
+        episodes = [task.episode(seed) for seed in seeds]
+        queries = [next(variant.session(e, False).consult(0))[0] for e in episodes]
+        scored = [_replace(q, decoding=_replace(q.decoding, mode="choices")) for q in queries]
+        obs = np.stack([np.asarray(e.obs) for e in episodes])
+        n_mc = int(cfg.gate.mc_samples)
+        made = {k: make_consultant(paths[k][1].slm, paths[k][1].paths) for k in paths}
         try:
-            variant = build_prompt(cfg, task)
-            query = next(variant.session(task.episode(0), False).consult(0))[0]
-            prompt = consultant.prompt(query)
-            ids, anchor = prompt.ids, prompt.anchor
-            base = consultant._new_cache()
+            floor_model = made["default"]
+            prompts = [floor_model.prompt(q) for q in queries]
+            bases = []
             with torch.inference_mode():
-                consultant._extend(base, [ids[:anchor]])
+                for pr in prompts:
+                    bases.append(floor_model._new_cache())
+                    floor_model._extend(bases[-1], [pr.ids[: pr.anchor]])
 
-                def suffix() -> None:
-                    consultant._extend(_copy.deepcopy(base), [ids[anchor:]])
+            def suffixes() -> None:
+                with torch.inference_mode():
+                    for pr, base in zip(prompts, bases, strict=True):
+                        floor_model._extend(_copy.deepcopy(base), [pr.ids[pr.anchor :]])
 
-                def whole() -> None:
-                    consultant._extend(consultant._new_cache(), [ids])
+            def wholes() -> None:
+                with torch.inference_mode():
+                    for pr in prompts:
+                        floor_model._extend(floor_model._new_cache(), [pr.ids])
 
-                timings = time_interleaved({"suffix": suffix, "whole": whole}, repeats)
-            return {
-                "suffix_tokens": len(ids) - anchor,
-                "prefix_tokens": anchor,
-                "suffix_ms": 1e3 * timings["suffix"]["median_s"],
-                "suffix_min_ms": 1e3 * timings["suffix"]["min_s"],
-                "whole_ms": 1e3 * timings["whole"]["median_s"],
-                "whole_min_ms": 1e3 * timings["whole"]["min_s"],
+            authors = AuthorsConsultant(made["authors"])
+
+            def one_by_one(consultant: Any, qs: list) -> Any:
+                return lambda: [consultant.answer([q]) for q in qs]
+
+            fns = {
+                "default": lambda: made["default"].answer(queries),
+                "generate": lambda: made["generate"].answer(queries),
+                "choices": lambda: made["choices"].answer(scored),
+                "batch1": one_by_one(made["batch1"], queries),
+                "authors": one_by_one(authors, queries),
+                "floor": suffixes,
+                "whole": wholes,
+                "gate_batched": lambda: mc_dropout(policy, obs, n_mc),
+                "gate_n_pass": lambda: [
+                    mc_dropout_sequential(policy, obs[i : i + 1], n_mc) for i in range(len(obs))
+                ],
             }
+            timings = time_interleaved(fns, repeats)
         finally:
-            consultant.close()
+            for consultant in made.values():
+                consultant.close()
+        n = len(queries)
+        return {
+            "queries": n,
+            "prompt_tokens": [len(pr.ids) for pr in prompts],
+            "prefix_tokens": prompts[0].anchor,
+            "suffix_tokens": [len(pr.ids) - pr.anchor for pr in prompts],
+            "median_ms": {k: 1e3 * t["median_s"] / n for k, t in timings.items()},
+            "min_ms": {k: 1e3 * t["min_s"] / n for k, t in timings.items()},
+            "repeats": repeats,
+        }
 
     def section_ir1(self) -> dict[str, Any]:
         """ASK at interaction rate 1 (the entropy gate with tau=0 asks at every step, and the
@@ -479,7 +522,12 @@ class CpuBench:
             try:
                 with n_pass_gate() if authors else contextlib.nullcontext():
                     runs[key] = timed_run(
-                        evaluation, evaluation.test_seeds(), mode, 0.0, True, every(steps, report)
+                        evaluation,
+                        (seeds := evaluation.test_seeds()),
+                        mode,
+                        0.0,
+                        True,
+                        every(steps, report),
                     )
             finally:
                 evaluation.close()
@@ -517,14 +565,40 @@ class CpuBench:
         self.check(s, "identical per-episode results and actions", float(identical), "", target=1.0)
         same_as_authors = authors.outcome == batch1.outcome and authors.actions == batch1.actions
         self.check(s, "authors' loop plays batch-1's episodes", float(same_as_authors), "")
-        floor = self.suffix_floor(paths["default"][1], prepared[0])
+        costs = self.query_costs(paths, prepared[0], policy, seeds)
+        med = costs["median_ms"]
+        floor = {
+            "suffix_tokens": round(statistics.mean(costs["suffix_tokens"])),
+            "prefix_tokens": costs["prefix_tokens"],
+            "suffix_ms": med["floor"],
+            "whole_ms": med["whole"],
+        }
         self.check(s, "floor: one suffix's prefill on the cached prefix", floor["suffix_ms"], "ms")
         self.check(s, "the whole prompt's prefill, no reuse", floor["whole_ms"], "ms")
+        for key, label in (("choices", "choice scoring"), ("default", "default path")):
+            for other, name in (("batch1", "batch-1"), ("authors", "the authors' call")):
+                self.check(
+                    s,
+                    f"per query, interleaved: {label} vs {name}",
+                    med[other] / med[key],
+                )
+        for key in ("choices", "default", "generate", "batch1", "authors"):
+            self.check(s, f"per query, interleaved: {key} ms", med[key], "ms")
+        self.check(s, "gate per decision: batched MC dropout", med["gate_batched"], "ms")
+        self.check(s, "gate per decision: N-pass MC dropout", med["gate_n_pass"], "ms")
         # the best any exact path could do: every decision costs at least one suffix's prefill
         ms = {k: 1e3 / r.stats["decisions_per_s"] for k, r in runs.items()}  # ms per decision
-        caps = {k: ms[k] / floor["suffix_ms"] for k in ("batch1", "authors")}
-        self.check(s, "cap vs batch-1: its ms/decision / the floor", caps["batch1"], "x")
-        self.check(s, "cap vs the authors' loop: its ms/decision / the floor", caps["authors"], "x")
+        caps = {
+            "batch1": med["batch1"] / med["floor"],
+            "authors": (med["authors"] + med["gate_n_pass"]) / med["floor"],
+        }
+        self.check(s, "cap vs batch-1: its ms/query / the floor", caps["batch1"], "x")
+        self.check(
+            s,
+            "cap vs the authors' loop: its ms/query (call + gate) / the floor",
+            caps["authors"],
+            "x",
+        )
         labels = {
             "default": "default path (lean decode)",
             "generate": "generate() path",
@@ -580,6 +654,7 @@ class CpuBench:
             "identical": identical,
             "authors_plays_batch1": same_as_authors,
             "floor": floor,
+            "query_costs": costs,
             "ms_per_decision": ms,
             "cap": caps,
         }
