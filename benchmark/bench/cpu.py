@@ -46,8 +46,9 @@ IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much work each section does. FULL: `make bench` in about 8 minutes on 2 loaded cores
-    (the IR-1 section, 2 x 4 episodes x 500 steps, about half of it)."""
+    """How much work each section does. FULL: `make bench` took about 8 minutes on 2 loaded cores
+    with four IR-1 paths; the IR-1 section (now five paths x 4 episodes x 500 steps, and the
+    interleaved per-query costs) is most of it."""
 
     gate_batch: int = 100
     gate_repeats: int = 25
@@ -475,7 +476,10 @@ class CpuBench:
         prompt, tiny LM, greedy, response cache off. The like-for-like figure of the suite's
         default path (lockstep, batched, prefix reuse) against the naive loop of the official
         ASK+ code (one episode, one query at a time, no prefix reuse): same policy, same seeds,
-        same config otherwise, and the same episodes step for step."""
+        same config otherwise, and the same episodes step for step. Beside them: choice scoring,
+        the authors' loop (benchmark.bench.authors) and the per-query costs timed round-robin
+        with the floor (`query_costs`), whose ratio to a path's cost is the best any exact path
+        could reach against it (the cap; docs/choices.md)."""
         from benchmark.build import build, prepare
 
         z = self.sizes
