@@ -39,8 +39,10 @@ path runs one forward per distinct row length instead of one for the batch (not 
 Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
 is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
 unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
-continuation (`choice_ids`: its tokens and the first stop token) in one batched forward on that
-cache; the most likely action is the answer, every action's probability goes in
+continuation (`choice_ids`: its tokens and the first stop token): on CPU with attention layers
+only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
+attention.branched_attention); otherwise in one batched forward on that cache. The most likely
+action is the answer, every action's probability goes in
 `Answer.choices`. Short greedy answers (at most `lean_max_new_tokens`) take the same prefill and
 a plain argmax loop instead of `generate` (`_lean_ids`), only where generation would apply no
 logits processor (`plain_greedy`): the same tokens (tests/test_choices.py). On CPU, attention is
