@@ -77,8 +77,10 @@ class Sampler(Consultant):
         ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = max(map(len, ids))
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+        batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=model.device)
+        mask = torch.tensor(
+            [[0] * (width - len(x)) + [1] * len(x) for x in ids], device=model.device
+        )
         model.eval()
         with torch.no_grad():
             gen = model.generate(
@@ -108,6 +110,16 @@ def eos_ids(model: Any, tok: Any) -> set[int]:
     ids = set(gen if isinstance(gen, list) else [gen]) | {tok.eos_token_id}
     end = tok.get_vocab().get("<|im_end|>")
     return {int(i) for i in ids | {end} if i is not None}
+
+
+def load(model_dir: str | Path) -> tuple[Any, Any]:
+    """(model, tokenizer) of a local model dir, float32, on the GPU when there is one."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(device)
+    return model, AutoTokenizer.from_pretrained(str(model_dir))
 
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
@@ -169,8 +181,10 @@ def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[st
             chunk = mine[k : k + micro]
             seqs = [ids["prompt_ids"] + ids["completion_ids"] for ids, _ in chunk]
             width = max(map(len, seqs))
-            x = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
-            att = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+            x = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=model.device)
+            att = torch.tensor(
+                [[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=model.device
+            )
             logp = torch.log_softmax(model(input_ids=x, attention_mask=att).logits[:, :-1], -1)
             tok_logp = logp.gather(-1, x[:, 1:, None])[..., 0]
             loss = 0.0
@@ -209,7 +223,6 @@ def train(
     with two prompts, trained on both) on episodes of `train_seeds` (training seeds only);
     saves each trained role to `out_dirs[role]`. Returns the mean rewards per iteration."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_training_seeds(train_seeds, splits)
     torch.manual_seed(seed)
@@ -217,10 +230,7 @@ def train(
     loaded: dict[str, tuple[Any, Any]] = {}
     for role, d in model_dirs.items():
         same = next((r for r, o in model_dirs.items() if o == d and r in loaded), None)
-        loaded[role] = loaded[same] if same else (
-            AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32),
-            AutoTokenizer.from_pretrained(str(d)),
-        )  # fmt: skip
+        loaded[role] = loaded[same] if same else load(d)
     optimizers: dict[str, Any] = {}
     for role in train_roles:
         model = loaded[role][0]

@@ -81,18 +81,10 @@ def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequen
                     splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
     """The models' greedy rollouts on training seeds: R_env per episode, R_belief and format
     per update, with CIs."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from benchmark.finetune.dataset import check_training_seeds
 
     check_training_seeds(seeds, splits)
-    models: dict[str, Any] = {}
-    for role, d in dirs.items():
-        models[role] = (
-            AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32),
-            AutoTokenizer.from_pretrained(str(d)),
-        )
+    models = {role: joint.load(d) for role, d in dirs.items()}
     _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
     groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
     _, raw = joint.samples(groups)
