@@ -1,7 +1,8 @@
 """PPO training recipes by name (`policy.recipe: paper | official | suite`).
 
 The values live in conf/ppo_recipes/default.yaml (root node `ppo_recipes`), one table per recipe
-with a `default` row and optional per-env rows (`<env.name>`). The policy config reads them with
+with a `default` row and optional per-env rows (`<env.name>`); a row `{use: <recipe>}` makes that
+env train with another recipe's values (the paper protocol's one measured exception). The policy config reads them with
 `${recipe:KEY}`, so switching `policy.recipe` switches every key of the recipe at once and one
 key can still be overridden alone (`policy.learning_rate=...`). The recipe's name never enters a
 checkpoint's hash, only the values it resolves to: the suite recipe resolves to the same values
@@ -38,6 +39,16 @@ def recipe_value(key: str, *, _root_: DictConfig) -> Any:
     table = tables[name]
     env_node = _root_.get("env")
     env = str((env_node if isinstance(env_node, DictConfig) else _root_).get("name"))
+    row_node = table.get(env)
+    if isinstance(row_node, DictConfig) and "use" in row_node:
+        # a measured exception (docs/protocol.md): this env trains with another recipe's values
+        other = str(row_node.use)
+        if other not in tables or other == name:
+            raise ValueError(
+                f"ppo_recipes.{name}.{env}.use={other!r}: must name another recipe, one of "
+                f"{sorted(set(tables) - {name})}"
+            )
+        table = tables[other]
     for row in (env, "default"):
         node = table.get(row)
         if isinstance(node, DictConfig) and key in node:
