@@ -23,9 +23,8 @@ LEARNED = [
 ]
 
 
-def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monkeypatch):
-    from benchmark.build import build
-
+def rolled_out_seeds(monkeypatch) -> list[int]:
+    """Every seed an Evaluator rolls out from now on (the real run, recorded)."""
     seen: list[int] = []
     real_run = Evaluator.run
 
@@ -34,6 +33,13 @@ def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monke
         return real_run(self, seeds, *args, **kw)
 
     monkeypatch.setattr(Evaluator, "run", spy)
+    return seen
+
+
+def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monkeypatch):
+    from benchmark.build import build
+
+    seen = rolled_out_seeds(monkeypatch)
     cfg = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5")
     evaluation = build(cfg)
     gate = evaluation.gate()
@@ -61,14 +67,7 @@ def test_policy_probabilities_are_a_named_feature_of_its_own_classifier(trained_
     from benchmark.cell import CellSpec
     from benchmark.uncertainty import mc_dropout
 
-    seen: list[int] = []
-    real_run = Evaluator.run
-
-    def spy(self, seeds, *args, **kw):
-        seen.extend(seeds)
-        return real_run(self, seeds, *args, **kw)
-
-    monkeypatch.setattr(Evaluator, "run", spy)
+    seen = rolled_out_seeds(monkeypatch)
     cfg = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5", "gate.features=[total,policy_probs]")
     evaluation = build(cfg)
     gate = evaluation.gate()
