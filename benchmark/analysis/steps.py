@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.results import write_bytes_atomic
+from benchmark.store import write_bytes_atomic
 
 if TYPE_CHECKING:
     from benchmark.evaluate import StepEvent
