@@ -63,7 +63,7 @@ def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
     assert "lockstep vs sequential" in proc.stdout and ">= 2 x" in proc.stdout
 
 
-@pytest.mark.slow  # times four decode paths (~12 s)
+@pytest.mark.slow  # times five decode paths (~20 s)
 def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
     """ASK at IR 1 with the stateful prompt, on a tiny budget: the default path (lockstep, prefix
     reuse) and batch-1 sequential without reuse play the same episodes, action for action."""
@@ -80,6 +80,7 @@ def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
         "generate": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
         "choices": {"mode": "lockstep", "prefix_cache": 8, "max_batch_size": 32},
         "batch1": {"mode": "sequential", "prefix_cache": 0, "max_batch_size": 32},
+        "authors": {"mode": "sequential", "prefix_cache": 0, "max_batch_size": 32},
     }
     default, batch1 = ir1["default"], ir1["batch1"]
     assert ir1["identical"] is True and default["episodes"] == batch1["episodes"]
@@ -90,6 +91,16 @@ def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
         assert split["prefill"] > 0 and split["decode"] > 0
         assert sum(split.values()) == pytest.approx(ir1[key]["stats"]["consultant_ms_per_query"])
     assert ir1["batch1"]["split_ms"] is None and ir1["floor"]["suffix_ms"] > 0
+    # the authors' loop asks at every step too; the cap is its ms/decision over the floor
+    authors = ir1["authors"]["stats"]
+    assert authors["ir"] == 1.0 and authors["queries"] == authors["decisions"] > 0
+    assert ir1["ratio_authors"] == pytest.approx(
+        ir1["choices"]["stats"]["decisions_per_s"] / authors["decisions_per_s"]
+    )
+    per_query = ir1["query_costs"]["median_ms"]  # the same queries, timed round-robin
+    assert ir1["cap"]["batch1"] == pytest.approx(per_query["batch1"] / per_query["floor"])
+    assert per_query["floor"] == ir1["floor"]["suffix_ms"] and ir1["floor"]["whole_ms"] > 0
+    assert set(per_query) == {*params["paths"], "floor", "whole", "gate_batched", "gate_n_pass"}
     assert ir1["floor"]["suffix_tokens"] > 0 and ir1["floor"]["prefix_tokens"] > 0
     assert len(default["episodes"]) == params["episodes"]
     for run in (default, batch1):

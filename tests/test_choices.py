@@ -282,3 +282,83 @@ def test_step_records_carry_the_choice_probabilities_only_when_scored(tmp_path):
     assert record["consultant_probs"] == probs and record["consultant"] == 2
     generated = step_record(StepEvent(ep, None, None, Decision(2, [Answer("FORWARD")]), 2))
     assert "consultant_probs" not in generated  # earlier records stay byte-identical
+
+
+@pytest.mark.parametrize("prefix,suffix", [(7, 5), (300, 256), (40, 600)])
+def test_prefix_sdpa_equals_masked_sdpa_in_blocks(prefix, suffix):
+    """The split attention (blocks of BLOCK query rows: earlier keys unmasked, own block causal,
+    merged by log-sum-exp) equals sdpa with the explicit bottom-right causal mask, for a suffix
+    shorter than a block, exactly one block, and several blocks with a ragged last one, with
+    grouped key/value heads."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmark.consultants import attention
+
+    assert suffix <= attention.BLOCK or suffix % attention.BLOCK  # (40, 600): ragged blocks
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, suffix, 16, generator=gen)
+    k, v = (torch.randn(2, 2, prefix + suffix, 16, generator=gen) for _ in range(2))
+    module = type("Attn", (), {"num_key_value_groups": 2, "is_causal": True})()
+    out, _ = attention.prefix_sdpa_attention(module, q, k, v, None, scaling=0.25)
+    mask = torch.ones(suffix, prefix + suffix, dtype=torch.bool).tril(prefix)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    want = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=0.25).transpose(1, 2)
+    assert out.shape == want.shape == (2, suffix, 4, 16)
+    assert torch.allclose(out, want, atol=1e-5)
+
+
+def test_folded_scoring_equals_a_separate_forward(models, tmp_path):
+    """Choice scoring with the actions' tokens in the prefill's own forward (branches after the
+    prompt, each blind to the others) gives the scores of the unfolded path (prefill, then one
+    forward over the actions on the prompt's cache), in one forward per length group instead of
+    two. The hybrid model (recurrent layers) never folds."""
+    on, off = models
+    queries = choice_queries(tmp_path, n=4)
+    assert on._folds_choices == off._folds_choices == (on.reuse_mode == "padded")
+    if not on._folds_choices:
+        return
+    on.choice_logprobs(queries)  # the stored prefix computed once, before counting
+    calls = []
+    hook = on.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        folded = on.choice_logprobs(queries)
+        n_folded = len(calls)
+        on._folds_choices = False
+        calls.clear()
+        plain = on.choice_logprobs(queries)
+        n_plain = len(calls)
+    finally:
+        on._folds_choices = True
+        hook.remove()
+    groups = len({len(on.encode(q)) for q in queries})  # equal-length prompts share a forward
+    assert 1 < groups < len(queries) and n_plain == n_folded + groups
+    for (a, n, _), (b, m, _) in zip(folded, plain, strict=True):
+        assert n == m and a == pytest.approx(b, abs=1e-5)
+
+
+def test_branched_attention_equals_one_masked_attention_per_branch():
+    """Branches after a shared context (the actions after the prompt): each branch row attends
+    to the whole context and causally to its own branch only, as if every branch ran alone."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmark.consultants.attention import branched_attention
+
+    gen = torch.Generator().manual_seed(1)
+    lengths, context = [3, 1, 2], 9
+    q = torch.randn(2, 4, sum(lengths), 16, generator=gen)
+    k, v = (torch.randn(2, 4, context, 16, generator=gen) for _ in range(2))
+    own_k, own_v = (torch.randn(2, 4, sum(lengths), 16, generator=gen) for _ in range(2))
+    out = branched_attention(q, k, v, own_k, own_v, lengths, 0.25)
+    start = 0
+    for n in lengths:
+        rows = slice(start, start + n)
+        keys = torch.cat([k, own_k[:, :, rows]], dim=2)
+        values = torch.cat([v, own_v[:, :, rows]], dim=2)
+        mask = torch.ones(n, context + n, dtype=torch.bool).tril(context)
+        alone = F.scaled_dot_product_attention(
+            q[:, :, rows], keys, values, attn_mask=mask, scale=0.25
+        )
+        assert torch.allclose(out[:, rows], alone.transpose(1, 2), atol=1e-5)
+        start += n

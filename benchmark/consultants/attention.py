@@ -7,7 +7,11 @@ its `is_causal` fast path assumes top-left alignment, which is wrong when P > 0.
 attention is split exactly: the suffix's queries against the prefix's keys with no mask at
 all, and against the suffix's own keys with `is_causal` (aligned, since both are S long); the
 two partial results are merged with their log-sum-exps (the online-softmax merge of flash
-attention). The result is the masked attention's up to float rounding (about 1e-7 in float32;
+attention). A long suffix goes in blocks of BLOCK query rows, each attending every earlier key
+unmasked and its own block causally: the CPU kernel's causal mode computes whole key blocks
+along the diagonal and is then slower per score than its unmasked mode, so the causal part is
+kept small (about 7% off one stateful prompt's prefill on the tiny model, 2 loaded cores). The
+result is the masked attention's up to float rounding (about 1e-7 in float32;
 tests/test_choices.py checks tokens and scores).
 
 It is registered as the attention implementation "prefix_sdpa" (transformers'
@@ -22,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 NAME = "prefix_sdpa"
+BLOCK = 256  # query rows per block (module docstring)
 _registered = False
 
 
@@ -52,35 +57,111 @@ def prefix_sdpa_attention(
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """transformers' sdpa, except for a suffix on a cached prefix without a mask (module
-    docstring): query [B, H, S, D], key/value [B, Hkv, P + S, D]; returns [B, S, H, D]."""
-    import torch
+    docstring): query [B, H, S, D], key/value [B, Hkv, P + S, D]; returns [B, S, H, D].
+    `choice_branches=(n, lengths)` (choice scoring's folded forward, `branched_attention`): the
+    first n query rows are the suffix, the rest are branches of those lengths, each after the
+    whole suffix and blind to the others."""
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
+    branches = kwargs.pop("choice_branches", None)
     s, total = query.shape[2], key.shape[2]
-    if (
-        attention_mask is not None
-        or s == 1
-        or s >= total
-        or query.device.type != "cpu"
-        or dropout
-        or kwargs.get("position_bias") is not None
-        or kwargs.get("softcap") is not None
-        or not getattr(module, "is_causal", True)
-    ):
+    plain = (
+        attention_mask is None
+        and query.device.type == "cpu"
+        and not dropout
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+        and getattr(module, "is_causal", True)
+    )
+    if branches is not None and not plain:
+        raise ValueError(
+            "choice_branches needs the unmasked CPU attention of prefix_sdpa (no attention mask, "
+            "no dropout, softcap or position bias)"
+        )
+    if branches is None and (not plain or s == 1 or s >= total):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     groups = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    p = total - s
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    if branches is None:
+        return _suffix(query, key, value, total - s, scaling).to(query.dtype), None
+    n, lengths = branches
+    p = total - s  # the cache before this forward
+    out = query.new_empty(query.shape[0], s, query.shape[1], query.shape[3])
+    out[:, :n] = _suffix(query[:, :, :n], key[:, :, : p + n], value[:, :, : p + n], p, scaling)
+    out[:, n:] = branched_attention(
+        query[:, :, n:],
+        key[:, :, : p + n],
+        value[:, :, : p + n],
+        key[:, :, p + n :],
+        value[:, :, p + n :],
+        lengths,
+        scaling,
+    )
+    return out.to(query.dtype), None
+
+
+def _suffix(query: Any, key: Any, value: Any, p: int, scaling: float) -> Any:
+    """Bottom-right causal attention of query [B, H, S, D] on key/value [B, H, p + S, D], in
+    blocks of BLOCK query rows; [B, S, H, D]."""
+    import torch
+
+    s = query.shape[2]
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    past, lse_past = flash(query, key[:, :, :p], value[:, :, :p], scale=scaling)[:2]
-    own, lse_own = flash(query, key[:, :, p:], value[:, :, p:], is_causal=True, scale=scaling)[:2]
-    top = torch.maximum(lse_past, lse_own)
-    w_past = (lse_past - top).exp().unsqueeze(-1)
-    w_own = (lse_own - top).exp().unsqueeze(-1)
-    out = (past * w_past + own * w_own) / (w_past + w_own)
-    return out.to(query.dtype).transpose(1, 2).contiguous(), None
+    out = query.new_empty(query.shape[0], s, query.shape[1], query.shape[3])
+    for s0 in range(0, s, BLOCK):  # query blocks: all earlier keys unmasked, own block causal
+        s1 = min(s, s0 + BLOCK)
+        q = query[:, :, s0:s1]
+        parts = []
+        if p + s0 > 0:
+            parts.append(flash(q, key[:, :, : p + s0], value[:, :, : p + s0], scale=scaling)[:2])
+        kv = (key[:, :, p + s0 : p + s1], value[:, :, p + s0 : p + s1])
+        parts.append(flash(q, *kv, is_causal=True, scale=scaling)[:2])
+        out[:, s0:s1] = _merge(parts).transpose(1, 2)
+    return out
+
+
+def branched_attention(
+    query: Any, key: Any, value: Any, own_key: Any, own_value: Any, lengths: Any, scaling: float
+) -> Any:
+    """Branches after a shared context (choice scoring: every action's tokens after the same
+    prompt): query/own_key/own_value [B, H, sum(lengths), D], the branches one after the other;
+    each row attends to every context key (key/value [B, H, C, D]) and causally to its own
+    branch's earlier rows, never to another branch. [B, sum(lengths), H, D]."""
+    import torch
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    past = flash(query, key, value, scale=scaling)[:2]
+    m = query.shape[2]
+    branch = torch.repeat_interleave(
+        torch.arange(len(lengths), device=query.device),
+        torch.as_tensor(list(lengths), device=query.device),
+    )
+    index = torch.arange(m, device=query.device)
+    allowed = (branch[:, None] == branch[None, :]) & (index[None, :] <= index[:, None])
+    scores = torch.matmul(query, own_key.transpose(-1, -2)).float() * scaling
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    own = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)).to(own_value.dtype), own_value)
+    return _merge([past, (own, lse)]).transpose(1, 2)
+
+
+def _merge(parts: list[tuple[Any, Any]]) -> Any:
+    """Attention outputs [B, H, S, D] over disjoint key sets, with their log-sum-exps [B, H, S],
+    merged into the attention over all of them (the online-softmax merge)."""
+    import torch
+
+    if len(parts) == 1:
+        return parts[0][0]
+    top = parts[0][1]
+    for _, lse in parts[1:]:
+        top = torch.maximum(top, lse)
+    weights = [(lse - top).exp().unsqueeze(-1) for _, lse in parts]
+    num = sum(out * w for (out, _), w in zip(parts, weights, strict=True))
+    return num / sum(weights)
 
 
 def register() -> str:

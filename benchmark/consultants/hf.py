@@ -39,8 +39,10 @@ path runs one forward per distinct row length instead of one for the batch (not 
 Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
 is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
 unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
-continuation (`choice_ids`: its tokens and the first stop token) in one batched forward on that
-cache; the most likely action is the answer, every action's probability goes in
+continuation (`choice_ids`: its tokens and the first stop token): on CPU with attention layers
+only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
+attention.branched_attention); otherwise in one batched forward on that cache. The most likely
+action is the answer, every action's probability goes in
 `Answer.choices`. Short greedy answers (at most `lean_max_new_tokens`) take the same prefill and
 a plain argmax loop instead of `generate` (`_lean_ids`), only where generation would apply no
 logits processor (`plain_greedy`): the same tokens (tests/test_choices.py). On CPU, attention is
@@ -285,10 +287,18 @@ class HFConsultant(Consultant):
         self._logits_to_keep = "logits_to_keep" in params
         self._prefix_attention()
         self.reuse_mode = prefix_reuse_mode(self.model)
+        # choice scoring in the prefill's forward: needs prefix_sdpa and only attention layers
+        # (a branch would run through a recurrent state); the logits of every position kept
+        self._folds_choices = (
+            self.reuse_mode == "padded"
+            and self._logits_to_keep
+            and getattr(self.model.config, "_attn_implementation", None) == attention_name()
+        )
         self.reuses_prefixes = self.reuse_mode is not None
         self.kernels = kernel_report(self.model)
         log.info("%s: %s", self.identity, describe_kernels(self.kernels))
         self._anchors: dict[tuple, list[int] | None] = {}
+        self._choice_memo: dict[str, list[int]] = {}
         self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
     def _prefix_attention(self) -> None:
@@ -361,8 +371,12 @@ class HFConsultant(Consultant):
 
     def choice_ids(self, action: str) -> list[int]:
         """An action's continuation: its tokens, then the end of the answer (the first stop
-        token: the token greedy generation would end an answer of exactly this action with)."""
-        return [*self.tokenizer.encode(action, add_special_tokens=False), self.eos_ids[0]]
+        token: the token greedy generation would end an answer of exactly this action with);
+        memoized (the same few actions come at every step)."""
+        if action not in self._choice_memo:
+            ids = self.tokenizer.encode(action, add_special_tokens=False)
+            self._choice_memo[action] = [*ids, self.eos_ids[0]]
+        return list(self._choice_memo[action])
 
     def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
         """Per query: the log-likelihood of each valid action's continuation (`choice_ids`, all
@@ -389,8 +403,20 @@ class HFConsultant(Consultant):
         seqs = [r.ids for r in rows]
         out: list[list[float]] = [[] for _ in rows]
         with torch.inference_mode():
-            for members, cache, last in self._prefill_groups(seqs, rows):
+            for members, cache, last in self._prefill_groups(seqs, rows, conts):
                 t0 = time.perf_counter()
+                if last.dim() == 3:  # folded: the prompt's last position, then every branch's
+                    logp = torch.log_softmax(last.float(), dim=-1)  # [g, 1 + branch tokens, V]
+                    for j, r in enumerate(members):
+                        at = 1
+                        for c in conts[r]:
+                            v = float(logp[j, 0, c[0]])
+                            for t in range(1, len(c)):
+                                v += float(logp[j, at + t - 1, c[t]])
+                            out[r].append(v)
+                            at += len(c) - 1
+                    self._stats["decode_seconds"] += time.perf_counter() - t0
+                    continue
                 first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
                 pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
                 width = max(len(c) for _, c in pairs) - 1
@@ -413,11 +439,16 @@ class HFConsultant(Consultant):
                 self._stats["decode_seconds"] += time.perf_counter() - t0
         return out
 
-    def _prefill_groups(self, seqs: list[list[int]], rows: list[Prompt]):
+    def _prefill_groups(
+        self, seqs: list[list[int]], rows: list[Prompt], conts: list[list[list[int]]] | None = None
+    ):
         """Yield (row indices, their batch cache, their last position's logits [g, V]) per group
         of equal-length rows, each group prefilled unpadded on a copy of the shared prefix's
         cache (or from an empty cache): no padding and no mask beyond the causal one, so every
-        row computes exactly what it would alone; the suffix costs what it costs."""
+        row computes exactly what it would alone; the suffix costs what it costs. With `conts`
+        (choice scoring) and `_folds_choices`, a group whose rows share their actions' token
+        sequences has them scored in the same forward (`_extend`'s branches): its logits are
+        then [g, 1 + branch tokens, V] and its cache holds the branches too."""
         import torch
 
         t0 = time.perf_counter()
@@ -433,7 +464,12 @@ class HFConsultant(Consultant):
             cache = copy.deepcopy(prefix) if prefix is not None else self._new_cache()
             if prefix is not None and len(members) > 1:
                 cache.reorder_cache(torch.zeros(len(members), dtype=torch.long, device=self.device))
-            last = self._extend(cache, [seqs[r][p:] for r in members])
+            branches = None
+            if conts is not None and self._folds_choices:
+                first = conts[members[0]]
+                if all(conts[r] == first for r in members):
+                    branches = [c[:-1] for c in first]  # the inputs whose logits score c[1:]
+            last = self._extend(cache, [seqs[r][p:] for r in members], branches)
             self._stats["prefill_seconds"] += time.perf_counter() - t0
             yield members, cache, last
 
@@ -761,21 +797,38 @@ class HFConsultant(Consultant):
 
         return DynamicCache(config=self.model.config)
 
-    def _extend(self, cache: Any, rows: list[list[int]]) -> Any:
+    def _extend(
+        self, cache: Any, rows: list[list[int]], branches: list[list[int]] | None = None
+    ) -> Any:
         """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
-        same batch size), which grows in place; the last position's logits [rows, V]."""
+        same batch size), which grows in place; the last position's logits [rows, V].
+        `branches` (choice scoring, only where `_folds_choices`): token sequences that each
+        continue every row from its end, computed in the same forward, each blind to the others
+        (attention.branched_attention; positions restart after the row for each); the logits
+        are then [rows, 1 + branch tokens, V]: the row's last position, then every branch
+        position in order. The cache then holds the branches' keys too (not to be reused)."""
         import torch
 
         self._stats["prefill_tokens"] += sum(len(r) for r in rows)
-        kwargs = {self._cache_arg: cache}
+        kwargs: dict[str, Any] = {self._cache_arg: cache}
+        keep = 1  # only the last position's logits are read
+        if branches:
+            past, n = cache.get_seq_length(), len(rows[0])
+            positions = list(range(past, past + n))
+            for b in branches:
+                positions += range(past + n, past + n + len(b))
+            kwargs["position_ids"] = torch.tensor([positions], device=self.device)
+            kwargs["choice_branches"] = (n, [len(b) for b in branches])
+            keep += sum(len(b) for b in branches)
+            rows = [r + [t for b in branches for t in b] for r in rows]
         if self._logits_to_keep:
-            kwargs["logits_to_keep"] = 1  # only the last position's logits are read
+            kwargs["logits_to_keep"] = keep
         out = self.model(
             input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
             use_cache=True,
             **kwargs,
         )
-        return out.logits[:, -1]
+        return out.logits[:, -keep:] if branches else out.logits[:, -1]
 
     def close(self) -> None:
         import torch
@@ -823,6 +876,13 @@ _PROCESSOR_FIELDS = {
     "assistant_model": (None,),
     "prompt_lookup_num_tokens": (None,),
 }
+
+
+def attention_name() -> str:
+    """The name prefix_sdpa registers under (benchmark.consultants.attention)."""
+    from benchmark.consultants.attention import NAME
+
+    return NAME
 
 
 def plain_greedy(gc: Any) -> bool:
