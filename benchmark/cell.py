@@ -178,11 +178,11 @@ class CellSpec:
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
-            # slm.decoding.mode (and its copy in the prompt's sampling) at its default "generate"
-            # is left out: cells made before the key existed keep their hash
+            # slm.decoding.mode and .source (and their copies in the prompt's sampling) at their
+            # defaults are left out: cells made before the keys existed keep their hash
             for part, key in (("slm", "decoding"), ("prompt", "sampling")):
                 if isinstance(out.get(part), dict) and key in out[part]:
-                    out[part] = {**out[part], key: without_default_mode(out[part][key])}
+                    out[part] = {**out[part], key: without_default_decoding(out[part][key])}
         if "tuning" in out:
             out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
@@ -281,12 +281,17 @@ def _drop_legacy(node: str, value: Any) -> Any:
     return {k: v for k, v in value.items() if not (k in legacy and v == legacy[k])}
 
 
-def without_default_mode(decoding: Any) -> Any:
-    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` when it is the default
-    "generate" (what every cell before the key existed did); anything else as it is."""
-    if isinstance(decoding, dict) and decoding.get("mode") == "generate":
-        return _drop(decoding, ("mode",))
-    return decoding
+# decoding keys added after the cells they would re-key, at the value those cells used
+DECODING_DEFAULTS = {"mode": "generate", "source": "config"}
+
+
+def without_default_decoding(decoding: Any) -> Any:
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` and `source` where they
+    hold their defaults, "generate" and "config" (what every cell before those keys existed
+    did); anything else as it is."""
+    if not isinstance(decoding, dict):
+        return decoding
+    return {k: v for k, v in decoding.items() if not DECODING_DEFAULTS.get(k, object()) == v}
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

@@ -39,6 +39,8 @@ class StepEvent:
     uncertainty: tuple[float, float, float] | None  # (total, aleatoric, epistemic) bits, or None
     decision: Decision | None  # the consultation, None when the gate did not ask
     action: int  # the action taken
+    # PPO's action probabilities (dropout off) where the gate computed the uncertainty, else None
+    policy_probs: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -113,8 +115,11 @@ class Evaluator:
                 if ppo_actions[j] is not None and action != ppo_actions[j]:
                     stats[i]["overwrites"] += 1
                 if on_step is not None:
+                    probs = None if unc is None else tuple(unc.policy_probs[j].tolist())
                     on_step(
-                        StepEvent(episodes[i], ppo_actions[j], _row(unc, j), by_j.get(j), action)
+                        StepEvent(
+                            episodes[i], ppo_actions[j], _row(unc, j), by_j.get(j), action, probs
+                        )
                     )
                 episodes[i].step(action)
                 if episodes[i].done:

@@ -87,13 +87,27 @@ class EpistemicGate(EntropyGate):
     threshold_field = "epistemic"
 
 
-FEATURES = ("total", "aleatoric", "epistemic")  # what a learned gate may read at run time
+# what a learned gate may read at run time: the MC-dropout entropies (one column each) and PPO's
+# action probabilities with dropout off (`policy_probs`: one column per action, in index order)
+FEATURES = ("total", "aleatoric", "epistemic", "policy_probs")
+
+
+def feature_matrix(columns: dict[str, Any], features: tuple[str, ...] | list[str]) -> np.ndarray:
+    """The classifier's input, (rows, columns): the `features` in their order, a per-action
+    feature (policy_probs, (rows, A)) spread over A columns. `columns` maps each feature to its
+    values, from a gate's Uncertainty or from per-step records alike."""
+    blocks = [np.asarray(columns[f], float) for f in features]
+    rows = len(blocks[0])
+    if rows == 0:  # no step: the per-action width is unknown (only a constant model sees this)
+        return np.zeros((0, len(blocks)))
+    return np.column_stack([b.reshape(rows, -1) for b in blocks])
 
 
 class LearnedGate(EntropyGate):
-    """Query when a classifier's score of the step's MC-dropout entropies is >= tau: its
-    estimate that PPO's action is not optimal. The classifier is trained on step records of
-    TRAINING seeds only and handed in by the job (benchmark.learned builds and caches it)."""
+    """Query when a classifier's score of the step's MC-dropout entropies (and, when named,
+    PPO's action probabilities) is >= tau: its estimate that PPO's action is not optimal. The
+    classifier is trained on step records of TRAINING seeds only and handed in by the job
+    (benchmark.learned builds and caches it)."""
 
     name = "learned"
     threshold_field = None
@@ -113,8 +127,11 @@ class LearnedGate(EntropyGate):
     def _score(self, columns: dict[str, np.ndarray]) -> np.ndarray:
         if self.classifier is None:
             raise RuntimeError("the learned gate has no classifier: build it through the job")
-        x = np.column_stack([np.asarray(columns[f], float) for f in self.features])
-        return self.classifier.predict_proba(x)[:, 1]
+        proba = self.classifier.predict_proba(feature_matrix(columns, self.features))
+        classes = list(self.classifier.classes_)
+        if 1 not in classes:  # a constant classifier of training records without a mistake
+            return np.zeros(len(proba))
+        return proba[:, classes.index(1)]
 
     def mask(self, unc, seeds, step):
         return self._score({f: getattr(unc, f) for f in self.features}) >= self.tau

@@ -79,11 +79,11 @@ def train(task: Any, policy: Any, key: dict, splits: Any) -> tuple[Any, dict]:
     from sklearn.dummy import DummyClassifier
     from sklearn.ensemble import HistGradientBoostingClassifier
 
+    from benchmark.gates import feature_matrix
+
     seeds, records = training_records(task, policy, key, splits)
     judged = [r for r in records if r.get("ppo_optimal") is not None]
-    x = np.array([[r[f] for f in key["features"]] for r in judged], float).reshape(
-        len(judged), len(key["features"])
-    )
+    x = feature_matrix({f: [r[f] for r in judged] for f in key["features"]}, key["features"])
     y = np.array([not r["ppo_optimal"] for r in judged], int)
     if len(set(y.tolist())) < 2:
         model = DummyClassifier(strategy="prior").fit(

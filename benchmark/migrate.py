@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.cell import CellSpec, digest, tuning_key, without_default_mode
+from benchmark.cell import CellSpec, digest, tuning_key, without_default_decoding
 from benchmark.gates import AlwaysGate, GateSettings
 from benchmark.store import Store, file_sha256
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
@@ -48,9 +48,9 @@ def v1_cell_config(cfg: DictConfig) -> dict:
     cell.get("slm", {}).get("backend", {}).pop("prefix_cache", None)
     cell.get("slm", {}).get("backend", {}).pop("lean_max_new_tokens", None)  # later than v1
     cell.get("slm", {}).get("backend", {}).pop("prompt_logprobs", None)
-    for group, key in (("slm", "decoding"), ("prompt", "sampling")):  # mode: later than v1
+    for group, key in (("slm", "decoding"), ("prompt", "sampling")):  # mode, source: later than v1
         if isinstance(cell.get(group), dict) and key in cell[group]:
-            cell[group][key] = without_default_mode(cell[group][key])
+            cell[group][key] = without_default_decoding(cell[group][key])
     gate = cell["gate"]
     if GateSettings.from_config(gate).cls is AlwaysGate:
         gate["needs_policy"] = False  # v1's conf/gate/always.yaml carried it

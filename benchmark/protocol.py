@@ -17,6 +17,7 @@ KEYS = {
     "policy_recipe": ("policy.recipe", "policy"),
     "planner_hint": ("prompt.planner_hint", "prompt"),
     "mc_samples": ("gate.mc_samples", "gate"),
+    "decoding_source": ("slm.decoding.source", "slm"),
     "clip_tau": ("tuning.clip_tau", "tuning"),
     "n_trials": ("tuning.n_trials", "tuning"),
 }

@@ -7,9 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-# the one atomic writer and file hash live with the results root's layout (benchmark.store)
+from benchmark.analysis import STEPS_FILE, gate_quality, write_steps
+from benchmark.analysis.belief import belief_metrics
+
+# the one atomic writer, file hash and reader of a cell's files live with the results root's
+# layout (benchmark.store)
 from benchmark.store import (  # noqa: F401 - re-exported
+    complete_cell,
     file_sha256,
+    read_json,
+    read_jsonl,
     write_bytes_atomic,
     write_json_atomic,
     write_text_atomic,
@@ -33,7 +40,7 @@ RESULT_FILES = (
     "episode_costs.jsonl",
     "trials.csv",
     "cell.json",
-    "steps.jsonl.gz",  # eval.step_records=true (benchmark.analysis.steps)
+    STEPS_FILE,  # eval.step_records=true (benchmark.analysis.steps)
 )
 # per-episode fields that depend on the machine or on the cache, kept out of episodes.jsonl so
 # that the same config gives byte-identical episodes.jsonl (they go to episode_costs.jsonl)
@@ -48,39 +55,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
-def read_json(path: Path) -> Any | None:
-    """The parsed file, or None when it is missing or truncated/corrupt."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_jsonl(path: Path) -> list[dict] | None:
-    try:
-        lines = Path(path).read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-    except (OSError, ValueError):
-        return None
-
-
 def split_runtime(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(deterministic episode rows, per-episode runtime costs)."""
     outcome = [{k: v for k, v in r.items() if k not in RUNTIME_FIELDS} for r in rows]
     costs = [{"seed": r["seed"], **{k: r[k] for k in RUNTIME_FIELDS if k in r}} for r in rows]
     return outcome, costs
-
-
-def complete_cell(cell_dir: Path) -> tuple[dict, list[dict]] | None:
-    """The cell's (summary, episodes) when its results are complete and consistent, else None.
-    A truncated or inconsistent file is never read as valid: the cell is recomputed."""
-    summary = read_json(Path(cell_dir) / "summary.json")
-    episodes = read_jsonl(Path(cell_dir) / "episodes.jsonl")
-    if not isinstance(summary, dict) or episodes is None:
-        return None
-    if summary.get("n_episodes") != len(episodes) or not summary.get("complete"):
-        return None
-    return summary, episodes
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -98,8 +77,6 @@ def cell_summary(
     """summary.json of a computed cell: the metrics with CIs, the gate-quality fields when step
     records were taken, the labels, the inputs by content, the settings decided at run time
     (tuned tau, matched p), the seeds it touched, and where and with what it was computed."""
-    from benchmark.analysis import gate_quality
-    from benchmark.analysis.belief import belief_metrics
     from benchmark.metrics import summarize
 
     spec, cfg = evaluation.spec, evaluation.cfg
@@ -138,8 +115,6 @@ def write_cell(
 ) -> list[dict]:
     """Write a computed cell's files, summary.json last (it marks the cell complete); returns
     the deterministic episode rows (episodes.jsonl)."""
-    from benchmark.analysis import STEPS_FILE, write_steps
-
     outcome, costs = split_runtime(rows)
     if records is not None:
         write_steps(cell_dir / STEPS_FILE, records)

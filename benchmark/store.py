@@ -228,6 +228,34 @@ def cached_digest(
 
 
 # ----------------------------------------------------------------------------- the root
+def read_json(path: str | os.PathLike) -> Any | None:
+    """The parsed file, or None when it is missing or truncated/corrupt."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict] | None:
+    try:
+        lines = Path(path).read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def complete_cell(cell_dir: Path) -> tuple[dict, list[dict]] | None:
+    """The cell's (summary, episodes) when its results are complete and consistent, else None.
+    A truncated or inconsistent file is never read as valid: the cell is recomputed."""
+    summary = read_json(Path(cell_dir) / "summary.json")
+    episodes = read_jsonl(Path(cell_dir) / "episodes.jsonl")
+    if not isinstance(summary, dict) or episodes is None:
+        return None
+    if summary.get("n_episodes") != len(episodes) or not summary.get("complete"):
+        return None
+    return summary, episodes
+
+
 @dataclass
 class StoredCell:
     """A directory under <root>/cells: its record (cell.json, else error.json's config)."""
@@ -261,8 +289,6 @@ class StoredCell:
         return found or ((self.identity or {}).get("policy") or {}).get("checkpoint_sha256")
 
     def read(self) -> tuple[dict, list[dict]] | None:
-        from benchmark.results import complete_cell
-
         return complete_cell(self.dir)
 
 
@@ -332,14 +358,10 @@ class Store:
 
     # ------------------------------------------------------------------------- cells
     def complete_cell(self, cell_hash: str) -> tuple[dict, list[dict]] | None:
-        from benchmark.results import complete_cell
-
         return complete_cell(self.cell_dir(cell_hash))
 
     def cells(self) -> list[StoredCell]:
         """Every cell directory with a record, in hash order."""
-        from benchmark.results import read_json
-
         out = []
         for d in sorted((self.root / CELLS).glob("*/")):
             record = read_json(d / "cell.json")
@@ -377,8 +399,6 @@ class Store:
         reason it was not adopted."""
         from filelock import FileLock
 
-        from benchmark.results import complete_cell, write_json
-
         old_dir, new_dir = self.cell_dir(old_hash), self.cell_dir(new_hash)
         if old_dir == new_dir or not (old_dir / "summary.json").exists():
             return ""
@@ -394,8 +414,8 @@ class Store:
             except OSError:  # another host adopted it first (the lock may not reach it)
                 return "adopted" if complete_cell(new_dir) is not None else ""
             cell_json, summary = record(done[0])
-            write_json(new_dir / "cell.json", cell_json)
-            write_json(new_dir / "summary.json", summary)
+            write_json_atomic(new_dir / "cell.json", cell_json)
+            write_json_atomic(new_dir / "summary.json", summary)
             if studies is not None:
                 self.move_study(*studies)
         return "adopted"

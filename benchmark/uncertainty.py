@@ -38,6 +38,9 @@ class Uncertainty:
     aleatoric: np.ndarray  # mean of the per-pass entropies
     epistemic: np.ndarray  # total - aleatoric (mutual information), >= 0
     state: tuple | None = None  # a recurrent policy's next actor LSTM (hidden, cell), else None
+    # (B, A) the action probabilities of the dropout-off pass, the distribution PPO's greedy
+    # `action` is the argmax of (a learned gate's `policy_probs` feature)
+    policy_probs: np.ndarray | None = None
 
 
 def _policy(policy: object) -> ActorCriticPolicy:
@@ -133,9 +136,14 @@ def _entropies(logits: torch.Tensor, n_obs: int, n_samples: int) -> tuple[torch.
     return total, aleatoric, epistemic
 
 
-def _to_result(action: torch.Tensor, ent: tuple[torch.Tensor, ...], state) -> Uncertainty:
+def _to_result(
+    action: torch.Tensor, ent: tuple[torch.Tensor, ...], state, logits: torch.Tensor
+) -> Uncertainty:
+    """`logits`: the dropout-off pass's, (B, A)."""
     total, aleatoric, epistemic = (t.cpu().numpy() for t in ent)
-    return Uncertainty(action.cpu().numpy().astype(np.int64), total, aleatoric, epistemic, state)
+    probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+    action = action.cpu().numpy().astype(np.int64)
+    return Uncertainty(action, total, aleatoric, epistemic, state, probs)
 
 
 def mc_dropout(
@@ -170,9 +178,9 @@ def mc_dropout(
                 det = layer(det)
             else:
                 det, mc = layer(det), layer(mc)
-        action = pol.action_net(det).argmax(-1)
+        logits = pol.action_net(det)
         ent = _entropies(pol.action_net(mc), b, n)
-    return _to_result(action, ent, state)
+    return _to_result(logits.argmax(-1), ent, state, logits)
 
 
 def mc_dropout_sequential(
@@ -212,9 +220,11 @@ def mc_dropout_sequential(
             state = initial_state(pol, b)
         as_numpy = None if state is None else tuple(s.detach().cpu().numpy() for s in state)
         action, _ = pol.predict(obs, state=as_numpy, deterministic=True)
+        with torch.inference_mode():  # the dropout-off distribution (eval mode: no dropout)
+            logits = pol.action_net(pol.mlp_extractor.forward_actor(x))
     finally:
         pol.set_training_mode(was_training)
-    return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent, next_state)
+    return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent, next_state, logits)
 
 
 def _check_masks(masks: list[torch.Tensor], widths: list[int], b: int, n: int) -> None:

@@ -10,6 +10,7 @@ from functools import cache
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
+from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
 from benchmark.policy import names
@@ -133,11 +134,31 @@ def validate(cfg: DictConfig, task=None) -> Splits:
 
 
 def _check_decoding_mode(cfg: DictConfig) -> None:
-    """slm.decoding.mode: generate or choices; choices only where the backend can score
-    (the hf backend; the openai backend with a server that returns prompt log-probabilities)."""
+    """slm.decoding.source: config or model, model only where the backend reads the model's
+    generation config (not the openai backend); slm.decoding.mode: generate or choices; choices
+    only greedy and where the backend can score (the hf backend; the openai backend with a
+    server that returns prompt log-probabilities)."""
+    source = OmegaConf.select(cfg, "slm.decoding.source")
+    if source is not None and source not in SOURCES:
+        raise ValueError(
+            f"slm.decoding.source={source!r} is invalid: allowed {list(SOURCES)} (docs/protocol.md)"
+        )
+    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
+    if source == "model" and target.endswith("OpenAIConsultant"):
+        raise ValueError(
+            "slm.decoding.source=model: the openai backend cannot read the served model's "
+            "generation config; set slm.decoding.source=config and slm.decoding.temperature/"
+            "top_p/top_k to the model's values"
+        )
     mode = OmegaConf.select(cfg, "slm.decoding.mode")
     if mode is None or mode == "generate":
         return
+    if mode == "choices" and source == "model":
+        raise ValueError(
+            "slm.decoding.mode=choices answers with the most likely action: it needs "
+            "slm.decoding.source=config (source=model samples where the model's generation "
+            "config does)"
+        )
     if mode != "choices":
         raise ValueError(
             f"slm.decoding.mode={mode!r} is invalid: allowed generate, choices (docs/protocol.md)"
@@ -148,7 +169,6 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             f"slm.decoding.mode=choices answers with the most likely action: it needs "
             f"slm.decoding.temperature=0, got {temperature!r}"
         )
-    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
     if target.endswith("OpenAIConsultant") and not OmegaConf.select(
         cfg, "slm.backend.prompt_logprobs"
     ):

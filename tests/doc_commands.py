@@ -138,11 +138,34 @@ def _commands_in_line(line: str) -> list[tuple[str, bool]]:
     return out
 
 
+class LineJoiner:
+    """Shell line continuation: lines ending in `\\` are joined with the next (one space)."""
+
+    def __init__(self) -> None:
+        self.pending, self.start = "", 0
+
+    def add(self, number: int, body: str) -> tuple[int, str] | None:
+        """(number of its first line, the joined line) once `body` ends a command; None while
+        it continues on the next line."""
+        if self.pending:
+            body = self.pending + " " + body
+        else:
+            self.start = number
+        if body.endswith("\\"):
+            self.pending = body[:-1].rstrip()
+            return None
+        self.pending = ""
+        return self.start, body
+
+    def reset(self) -> None:
+        self.pending = ""
+
+
 def _markdown(path: Path, root: Path = REPO) -> list[Command]:
     rel = path.relative_to(root)
     lines = path.read_text().splitlines()
     out: list[Command] = []
-    fence, block_marked, pending, start_line = False, False, "", 0
+    fence, block_marked, joiner = False, False, LineJoiner()
     prose: list[tuple[int, str]] = []  # (line number, text) of the prose between fences
 
     def flush_prose() -> None:
@@ -165,15 +188,10 @@ def _markdown(path: Path, root: Path = REPO) -> list[Command]:
         if not fence:
             prose.append((number, line))
             continue
-        body = stripped.removeprefix("$ ")
-        if pending:
-            body = pending + " " + body
-        else:
-            start_line = number
-        if body.endswith("\\"):
-            pending = body[:-1].rstrip()
+        joined = joiner.add(number, stripped.removeprefix("$ "))
+        if joined is None:
             continue
-        pending = ""
+        start_line, body = joined
         for text, marked in _commands_in_line(body):
             out.append(Command(text, f"{rel}:{start_line}", marked or block_marked))
     flush_prose()
@@ -183,21 +201,16 @@ def _markdown(path: Path, root: Path = REPO) -> list[Command]:
 def _comments(path: Path) -> list[Command]:
     """Commands in `#` comment lines (a YAML or shell header); `\\` continues a line."""
     rel = path.relative_to(REPO)
-    out, pending, start_line = [], "", 0
+    out, joiner = [], LineJoiner()
     for number, line in enumerate(path.read_text().splitlines(), 1):
         stripped = line.strip()
         if not stripped.startswith("#"):
-            pending = ""
+            joiner.reset()  # a continuation ends with the comment block
             continue
-        body = stripped.lstrip("#").strip()
-        if pending:
-            body = pending + " " + body
-        else:
-            start_line = number
-        if body.endswith("\\"):
-            pending = body[:-1].rstrip()
+        joined = joiner.add(number, stripped.lstrip("#").strip())
+        if joined is None:
             continue
-        pending = ""
+        start_line, body = joined
         spans = re.findall(r"`([^`]+)`", body) or [body]
         for span in spans:
             for text, marked in _commands_in_line(span):

@@ -257,13 +257,16 @@ def test_oracle_helps_on_every_query_and_never_harms(tmp_path, env, tau):
     assert all(key in r for r in records)
     sequential = StepRecorder()
     ev.run(seeds, mode="sequential", on_step=sequential)
-    # lockstep and sequential record the same steps (entropies up to float rounding: batch size)
-    unc = ("total", "aleatoric", "epistemic")
+    # lockstep and sequential record the same steps (entropies and PPO's probabilities up to
+    # float rounding: batch size)
+    unc = ("total", "aleatoric", "epistemic", "policy_probs")
+    assert all(len(r["policy_probs"]) == len(ev.task.action_names) for r in records)
     for a, b in zip(sequential.records, records, strict=True):
         assert {k: v for k, v in a.items() if k not in unc} == {
             k: v for k, v in b.items() if k not in unc
         }
-        assert [a[k] for k in unc] == pytest.approx([b[k] for k in unc], abs=1e-5)
+        assert [a[k] for k in unc[:3]] == pytest.approx([b[k] for k in unc[:3]], abs=1e-5)
+        assert a["policy_probs"] == pytest.approx(b["policy_probs"], abs=1e-5)
 
 
 def test_ppo_only_records_have_recall_zero_and_no_entropies(tmp_path):
@@ -273,6 +276,7 @@ def test_ppo_only_records_have_recall_zero_and_no_entropies(tmp_path):
     q = gate_quality(recorder.records)
     assert q["gate_wrong"] > 0 and q["gate_recall"] == 0.0 and q["gate_queried"] == 0
     assert all(r["total"] is None and r["consultant"] is None for r in recorder.records)
+    assert not any("policy_probs" in r for r in recorder.records)  # only where computed
 
 
 def test_tallies_by_position_rank_and_decision():

@@ -4,6 +4,7 @@ seed, independent of batching and evaluation mode, and never cached."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from omegaconf import OmegaConf
 from benchmark import results
 from benchmark.consultants.base import Decoding, Query, query_seed, sampling_fields
 from benchmark.consultants.cache import CachedConsultant, cache_key
+from benchmark.consultants.dice import DiceConsultant
+from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
 from benchmark.consultants.tiny import build_tiny
@@ -119,15 +122,38 @@ def test_slm_decoding_reaches_every_query(tmp_path):
     assert decoding("slm=oracle", "prompt=basic").temperature == 0.0  # no slm.decoding: greedy
 
 
-def test_feedback_preset_samples_like_ollama(tmp_path):
-    cfg = compose_cfg(tmp_path, "+experiment=feedback", "env=empty16x16", "prompt=hwbp")
+@pytest.mark.parametrize("protocol", ["paper", "official"])
+def test_feedback_preset_samples_like_ollama(tmp_path, protocol):
+    """Ollama's defaults whatever the protocol (official's model sampling is the ASK+ code's)."""
+    cfg = compose_cfg(
+        tmp_path, "+experiment=feedback", "env=empty16x16", "prompt=hwbp", f"protocol={protocol}"
+    )
     assert OmegaConf.to_container(cfg.slm.decoding, resolve=True) == {
         "temperature": 0.8,
         "top_p": 0.9,
         "top_k": 40,
         "seed": 0,
         "mode": "generate",
+        "source": "config",
     }
+
+
+def test_decoding_source_is_checked_where_it_cannot_act(tmp_path):
+    from benchmark.validate import validate
+
+    def check(*overrides):
+        validate(compose_cfg(tmp_path, "env=fourrooms", "gate=always", *overrides))
+
+    with pytest.raises(ValueError, match=r"slm.decoding.source='both' is invalid: allowed"):
+        check("slm.decoding.source=both")
+    with pytest.raises(ValueError, match="openai backend cannot read"):
+        check("slm=openai", "slm.decoding.source=model")
+    with pytest.raises(ValueError, match="choices .* needs slm.decoding.source=config"):
+        check("slm.decoding.mode=choices", "slm.decoding.source=model")
+    with pytest.raises(ValueError, match="source='both' is not one of"):
+        Decoding(source="both")
+    # protocol=official leaves the openai backend on its configured values (a named override)
+    assert compose_cfg(tmp_path, "slm=openai", "protocol=official").slm.decoding.source == "config"
 
 
 # ------------------------------------------------------------------------------ tiny model
@@ -141,6 +167,87 @@ def tiny(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
     yield HFConsultant(path=str(build_tiny(base / "tiny-qwen3-s0", 0)), num_threads=1)
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def own_sampling_model(tmp_path_factory) -> Path:
+    """The tiny model saved with a generation config that samples with non-default values."""
+    from transformers import GenerationConfig
+
+    base = tmp_path_factory.getbasetemp()
+    target = base / "tiny-own-sampling"
+    shutil.copytree(build_tiny(base / "tiny-qwen3-s0", 0), target)
+    gc = GenerationConfig.from_pretrained(target)
+    gc.update(do_sample=True, temperature=0.7, top_p=0.8, top_k=20)
+    gc.save_pretrained(target)
+    return target
+
+
+@pytest.mark.parametrize("protocol", ["paper", "official"])
+def test_official_protocol_samples_with_the_models_generation_config(
+    own_sampling_model, tmp_path, protocol
+):
+    """protocol=official decodes as the released code (generate() on the checkpoint's own
+    generation_config.json), seeded; paper stays greedy. Through the job's own builders: the
+    prompt's decoding, make_consultant (the response cache around the hf backend)."""
+    import torch
+
+    from benchmark.build import build_prompt, prepare
+    from benchmark.consultants import make_consultant
+
+    cfg = compose_cfg(
+        tmp_path,
+        "env=fourrooms",
+        "gate=always",
+        "slm=tiny",
+        f"slm.backend.path={own_sampling_model}",
+        "prompt=basic",
+        "seed=3",
+        f"protocol={protocol}",
+    )
+    decoding = build_prompt(cfg, prepare(cfg)[0]).decoding
+    threads = torch.get_num_threads()
+    consultant = make_consultant(cfg.slm, cfg.paths)
+    try:
+        assert isinstance(consultant, CachedConsultant)
+        qs = _queries(4, decoding)
+        (resolved,) = {q.decoding for q in consultant.inner.resolve_decoding(qs)}
+        own = Decoding(max_new_tokens=8, temperature=0.7, top_p=0.8, top_k=20, seed=3)
+        greedy = Decoding(max_new_tokens=8, seed=3)
+        assert resolved == (own if protocol == "official" else greedy)
+        answers = [a.text for a in consultant.answer(qs)]
+        assert answers == [a.text for a in consultant.answer(qs)]  # seeded: it repeats
+
+        def texts(d):
+            return [a.text for a in consultant.inner.answer([replace(q, decoding=d) for q in qs])]
+
+        assert answers == texts(resolved)
+        if protocol == "official":
+            assert answers != texts(greedy) and answers != texts(replace(own, seed=4))
+            assert len(consultant.store) == 0  # sampled: never cached
+        else:
+            assert len(consultant.store) == 4
+    finally:
+        consultant.close()
+        torch.set_num_threads(threads)
+
+
+def test_model_sampling_reads_the_generation_config_as_generate_does(tiny):
+    from transformers import GenerationConfig
+
+    saved = tiny.model.generation_config
+    try:
+        assert tiny.model_sampling() == {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+        tiny.model.generation_config = GenerationConfig(do_sample=True, temperature=0.5)
+        # unset fields: transformers' defaults (top_k 50), as generate() samples with them
+        assert tiny.model_sampling() == {"temperature": 0.5, "top_p": 1.0, "top_k": 50}
+        tiny.model.generation_config = GenerationConfig(do_sample=True, min_p=0.1)
+        with pytest.raises(ConsultantError, match="min_p"):
+            tiny.model_sampling()
+    finally:
+        tiny.model.generation_config = saved
+    with pytest.raises(ConsultantError, match="cannot read the model's own generation config"):
+        DiceConsultant().resolve_decoding(_queries(1, Decoding(source="model")))
 
 
 def _queries(n: int, decoding: Decoding) -> list[Query]:

@@ -326,3 +326,16 @@ def test_feedback_step_limit_cuts_evaluation_episodes_but_not_training_ones() ->
     # an explicit max_steps still sets MiniGrid's own limit (and so its reward horizon)
     own = MiniGridTask("x", "MiniGrid-Empty-16x16-v0", 50, ["FORWARD"])
     assert own.max_steps == own.episode_limit == 50 and own.episode(1).sim.max_steps == 50
+
+
+@pytest.mark.parametrize("env", ["empty5x5_random", "higherlower"])
+def test_a_bad_action_or_a_finished_episode_is_refused(env):
+    """Both families share one check (Episode.checked_action)."""
+    episode = make_task(env).episode(100)
+    n = len(episode.action_names)
+    with pytest.raises(ValueError, match=rf"action {n} out of range: allowed 0..{n - 1}"):
+        episode.step(n)
+    while not episode.done:
+        episode.step(episode.expert_action())
+    with pytest.raises(RuntimeError, match="episode seed=100 is over"):
+        episode.step(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from benchmark.evaluate import Evaluator
@@ -22,9 +23,8 @@ LEARNED = [
 ]
 
 
-def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monkeypatch):
-    from benchmark.build import build
-
+def rolled_out_seeds(monkeypatch) -> list[int]:
+    """Every seed an Evaluator rolls out from now on (the real run, recorded)."""
     seen: list[int] = []
     real_run = Evaluator.run
 
@@ -33,14 +33,21 @@ def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monke
         return real_run(self, seeds, *args, **kw)
 
     monkeypatch.setattr(Evaluator, "run", spy)
+    return seen
+
+
+def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monkeypatch):
+    from benchmark.build import build
+
+    seen = rolled_out_seeds(monkeypatch)
     cfg = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5")
     evaluation = build(cfg)
     gate = evaluation.gate()
     assert gate.classifier is not None and len(seen) == 12
     evaluated = set(DEFAULT_SPLITS.ranges["validation"]) | set(DEFAULT_SPLITS.ranges["test"])
     assert min(seen) >= TRAIN_SEED_MIN and not set(seen) & evaluated
-    (info,) = (trained_root / "gates").glob("*/info.json")
-    recorded = json.loads(info.read_text())
+    infos = [json.loads(p.read_text()) for p in (trained_root / "gates").glob("*/info.json")]
+    (recorded,) = [i for i in infos if i["key"]["features"] == ["total", "aleatoric", "epistemic"]]
     assert recorded["training_seeds"][2] == 12 and recorded["judged_steps"] > 0
     # built once: a second cell of the same checkpoint, env and features rolls out nothing
     seen.clear()
@@ -50,6 +57,62 @@ def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monke
     records = [{"total": h, "aleatoric": h / 2, "epistemic": h / 2} for h in (0.1, 1.0, 2.0)]
     scores = gate.scores(records)
     assert ((0 <= scores) & (scores <= 1)).all()
+
+
+def test_policy_probabilities_are_a_named_feature_of_its_own_classifier(trained_root, monkeypatch):
+    """gate.features=[..., policy_probs]: PPO's action probabilities, one column per action,
+    in the classifier's identity (another cached classifier, another cell), still trained on
+    training seeds only, and read alike from the run-time uncertainty and from step records."""
+    from benchmark.build import build
+    from benchmark.cell import CellSpec
+    from benchmark.uncertainty import mc_dropout
+
+    seen = rolled_out_seeds(monkeypatch)
+    cfg = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5", "gate.features=[total,policy_probs]")
+    evaluation = build(cfg)
+    gate = evaluation.gate()
+    n_actions = len(evaluation.task.action_names)
+    assert gate.classifier.n_features_in_ == 1 + n_actions
+    assert len(seen) == 12 and min(seen) >= TRAIN_SEED_MIN
+    keys = [json.loads(p.read_text())["key"] for p in (trained_root / "gates").glob("*/info.json")]
+    assert {"features": ["total", "policy_probs"]}.items() <= next(
+        k for k in keys if "policy_probs" in k["features"]
+    ).items()
+    plain = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5")
+    assert CellSpec.from_config(cfg).config["gate"] != CellSpec.from_config(plain).config["gate"]
+    # the gate's run-time scores equal those it gives the same steps' records
+    task = evaluation.task
+    obs = np.stack([task.episode(s).obs for s in (100, 101, 102)])
+    unc = mc_dropout(evaluation.policy, obs, 5)
+    records = [
+        {"total": float(unc.total[j]), "policy_probs": unc.policy_probs[j].tolist()}
+        for j in range(len(obs))
+    ]
+    np.testing.assert_allclose(
+        gate._score({"total": unc.total, "policy_probs": unc.policy_probs}),
+        gate.scores(records),
+        atol=1e-6,
+    )
+    assert (
+        gate.mask(unc, [100, 101, 102], [0, 0, 0]).tolist()
+        == (gate.scores(records) >= 0.5).tolist()
+    )
+
+
+def test_a_classifier_without_a_mistake_to_learn_scores_zero():
+    """Training records where PPO is never wrong give a constant classifier (one class)."""
+    from sklearn.dummy import DummyClassifier
+
+    from benchmark.gates import LearnedGate, feature_matrix
+
+    columns = {"total": [0.1, 0.5], "policy_probs": [[0.2, 0.3, 0.5], [0.9, 0.05, 0.05]]}
+    x = feature_matrix(columns, ["total", "policy_probs"])
+    assert x.tolist() == [[0.1, 0.2, 0.3, 0.5], [0.5, 0.9, 0.05, 0.05]]
+    assert feature_matrix({"total": []}, ["total"]).shape == (0, 1)
+    model = DummyClassifier(strategy="prior").fit(x, [0, 0])
+    gate = LearnedGate(0.5, ["total", "policy_probs"], classifier=model)
+    records = [{"total": t, "policy_probs": p} for t, p in zip(*columns.values(), strict=True)]
+    assert gate.scores(records).tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize(

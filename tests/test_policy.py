@@ -27,7 +27,7 @@ from benchmark.policy.checkpoints import (
     resolve,
 )
 from benchmark.policy.network import MinigridFeaturesExtractor, policy_kwargs
-from benchmark.policy.train import evaluate
+from benchmark.policy.train import TRAINING_VERSION, evaluate
 from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,7 +454,7 @@ def test_training_code_matches_its_recorded_version():
     TRAINING_VERSION when the change can alter the weights (the message says how)."""
     from benchmark.policy import provenance
 
-    problem = provenance.check()
+    problem = provenance.check(TRAINING_VERSION)
     assert problem is None, problem
 
 
@@ -479,7 +479,7 @@ def test_training_code_digest_sees_code_not_comments(tmp_path, monkeypatch):
     record = tmp_path / "TRAINING_CODE"
     record.write_text(json.dumps({"training_version": 1, "digest": "0" * 64}))
     monkeypatch.setattr(provenance, "RECORD", record)
-    message = provenance.check()
+    message = provenance.check(TRAINING_VERSION)
     assert "bump TRAINING_VERSION in benchmark/policy/train.py" in message
     assert "python -m benchmark.policy training-code --record" in message
 

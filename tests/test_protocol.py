@@ -30,6 +30,7 @@ EXPECTED = {
         "policy.total_timesteps": 2_000_000,
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "seen_target",
+        "slm.decoding.source": "config",
         "gate.mc_samples": 30,
         "tuning.clip_tau": False,
         "tuning.n_trials": 15,
@@ -40,6 +41,7 @@ EXPECTED = {
         "policy.total_timesteps": 2_000_000,
         "policy.lr_schedule": "constant",
         "prompt.planner_hint": "seen_target",
+        "slm.decoding.source": "model",
         "gate.mc_samples": 30,
         "tuning.clip_tau": False,
         "tuning.n_trials": 15,
@@ -50,6 +52,7 @@ EXPECTED = {
         "policy.total_timesteps": 3_000_000,
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "frontier",
+        "slm.decoding.source": "config",
         "gate.mc_samples": 50,
         "tuning.clip_tau": True,
         "tuning.n_trials": 15,
@@ -60,7 +63,13 @@ PRESET_OWN = {
     "demo": {"policy.checkpoint", "policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
     "smoke": {"policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
     # their own policy configs (ppo_cnn, ppo_lstm), which have no recipe key
-    "feedback": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
+    # ... and Ollama's sampling values, whatever the protocol (slm.decoding.source=config)
+    "feedback": {
+        "policy.checkpoint",
+        "policy.total_timesteps",
+        "policy.lr_schedule",
+        "slm.decoding.source",
+    },
     "recurrent": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
 }
 # preset -> its tuning (scope, n_trials) under each protocol
@@ -292,8 +301,8 @@ def test_table1_under_paper_runs_one_study_per_slm_and_env(env):
 
 
 def test_suite_protocol_keeps_the_cells_of_todays_defaults():
-    """Keys added with the protocols stay out of the identity at today's values, and the
-    planner hint stays out of it where no prompt shows one (HigherLower, basic)."""
+    """Keys added with the protocols stay out of the identity at today's values (the decoding
+    source too), and the planner hint stays out of it where no prompt shows one (HigherLower, basic)."""
     ask_plus = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", "protocol=suite")
     assert "planner_hint" not in _spec(ask_plus).with_inputs(tau_study="s").identity["prompt"]
     assert "clip_tau" not in _spec(ask_plus).with_inputs(tau_study="s").identity["tuning"]
@@ -302,6 +311,14 @@ def test_suite_protocol_keeps_the_cells_of_todays_defaults():
         _spec(paper).with_inputs(tau_study="s").identity["prompt"]["planner_hint"] == "seen_target"
     )
     assert _spec(paper).with_inputs(tau_study="s").identity["tuning"]["clip_tau"] is False
+    # slm.decoding.source enters only away from its default (official: the model's sampling)
+    official = compose(
+        "+experiment=table1", "env=fourrooms", "method=ask_plus", "protocol=official"
+    )
+    for c, source in ((ask_plus, None), (paper, None), (official, "model")):
+        identity = _spec(c).with_inputs(tau_study="s").identity
+        for part, key in (("slm", "decoding"), ("prompt", "sampling")):
+            assert identity[part][key].get("source") == source
     hl = [
         compose("env=higherlower", "method=slm_only", f"prompt.planner_hint={h}").prompt
         for h in ("seen_target", "none")

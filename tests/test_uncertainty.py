@@ -66,7 +66,7 @@ def test_batched_equals_sequential_with_same_generator(model, obs):
     a = mc_dropout(model, obs, 16, generator=torch.Generator().manual_seed(7))
     b = mc_dropout_sequential(model, obs, 16, generator=torch.Generator().manual_seed(7))
     np.testing.assert_array_equal(a.action, b.action)
-    for field in ("total", "aleatoric", "epistemic"):
+    for field in ("total", "aleatoric", "epistemic", "policy_probs"):
         np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-5, rtol=0)
     # the masks really matter: another generator state gives other numbers
     c = mc_dropout(model, obs, 16, generator=torch.Generator().manual_seed(8))
@@ -101,6 +101,10 @@ def test_action_is_dropout_off_and_independent_of_sampling(model, obs):
     for n, seed in ((1, 0), (7, 1), (50, 2)):
         u = mc_dropout(model, obs, n, generator=torch.Generator().manual_seed(seed))
         np.testing.assert_array_equal(u.action, expected)
+        # the action probabilities are the dropout-off distribution's, whatever n and the masks
+        want = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution
+        np.testing.assert_allclose(u.policy_probs, want.probs.detach().numpy(), atol=1e-6)
+        np.testing.assert_array_equal(u.policy_probs.argmax(1), expected)
     assert not model.policy.training  # modes untouched
 
 

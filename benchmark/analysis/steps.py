@@ -20,6 +20,9 @@ One JSON object per step, in (seed, step) order:
                         invalid) and whether it is optimal
     action, action_optimal
                         the action taken and whether it is optimal
+    policy_probs        only when the gate computes the entropies: PPO's action probabilities
+                        (dropout off, in action-index order), what its greedy action is the
+                        argmax of (a learned gate's feature)
     consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
                         each valid action's probability (action name -> float, over the valid
                         actions), the consultant's own confidence beside PPO's entropy
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmark.analysis.belief import belief_fields, context_tokens
-from benchmark.results import write_bytes_atomic
+from benchmark.store import write_bytes_atomic
 
 if TYPE_CHECKING:
     from benchmark.evaluate import StepEvent
@@ -87,6 +90,8 @@ def step_record(event: StepEvent) -> dict[str, Any]:
         "action": int(event.action),
         "action_optimal": _judge(int(event.action), optimal),
     }
+    if event.policy_probs is not None:
+        record["policy_probs"] = [_f32(p) for p in event.policy_probs]
     scored = [a.choices for a in decision.answers if a.choices] if decision is not None else []
     if scored:
         record["consultant_probs"] = {k: _f32(v) for k, v in scored[-1].items()}

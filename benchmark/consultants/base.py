@@ -10,13 +10,16 @@ import abc
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from benchmark.consultants.errors import ConsultantError
+
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
-DECODING_FIELDS = (*SAMPLING_FIELDS, "mode")  # what `slm.decoding` may set
+DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source")  # what `slm.decoding` may set
 MODES = ("generate", "choices")  # Decoding.mode
+SOURCES = ("config", "model")  # Decoding.source
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,23 @@ class Decoding:
     # action as a continuation of the prompt (backends that can; docs/protocol.md, "Choice
     # scoring"); other queries (rationale, belief updates, plans) still generate
     mode: str = "generate"
+    # where temperature, top_p and top_k come from: "config" (the fields above, from
+    # slm.decoding) or "model" (the model's own generation_config.json, as the ASK+ authors'
+    # released code decodes: `Consultant.resolve_decoding` replaces them before anything else
+    # reads the query, so a resolved decoding is always "config")
+    source: str = "config"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"slm.decoding.mode={self.mode!r} is not one of {list(MODES)}")
+        if self.source not in SOURCES:
+            raise ValueError(f"slm.decoding.source={self.source!r} is not one of {list(SOURCES)}")
+        if self.mode == "choices" and self.source == "model":
+            raise ValueError(
+                "slm.decoding.mode=choices answers with the most likely action; it needs "
+                "slm.decoding.source=config (source=model samples where the model's own "
+                "generation config does)"
+            )
         if self.mode == "choices" and self.temperature > 0:
             raise ValueError(
                 f"slm.decoding.mode=choices answers with the most likely action; it needs "
@@ -68,7 +84,7 @@ class Decoding:
 
 def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     """The `slm.decoding` fields of a `Decoding` from a config mapping (temperature, top_p,
-    top_k, seed, mode; missing ones keep their defaults, null = default). Unknown keys fail."""
+    top_k, seed, mode, source; missing ones keep their defaults, null = default). Unknown keys fail."""
     if sampling is None:
         return {}
     items = dict(sampling.items())
@@ -81,9 +97,10 @@ def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in items.items():
         if value is None:
             continue
-        if key == "mode":
-            if value not in MODES:
-                raise ValueError(f"slm.decoding.mode={value!r} is not one of {list(MODES)}")
+        if key in ("mode", "source"):
+            allowed = MODES if key == "mode" else SOURCES
+            if value not in allowed:
+                raise ValueError(f"slm.decoding.{key}={value!r} is not one of {list(allowed)}")
             out[key] = str(value)
         elif key in ("temperature", "top_p"):
             out[key] = float(value)
@@ -194,6 +211,30 @@ class Consultant(abc.ABC):
     @abc.abstractmethod
     def answer(self, queries: list[Query]) -> list[Answer]:
         """Answer every query; same length and order as `queries`."""
+
+    def model_sampling(self) -> dict[str, Any]:
+        """The Decoding sampling fields (temperature, top_p, top_k) that the model's own
+        generation config sets, for `slm.decoding.source=model`. A backend that cannot read
+        one refuses (the dice and the oracle never ask: they decode nothing)."""
+        raise ConsultantError(
+            f"slm.decoding.source=model: the {type(self).__name__} backend cannot read the "
+            "model's own generation config; set slm.decoding.source=config and "
+            "slm.decoding.temperature/top_p/top_k to the model's values"
+        )
+
+    def resolve_decoding(self, queries: list[Query]) -> list[Query]:
+        """`queries` with every `source="model"` decoding replaced by the model's own sampling
+        (`model_sampling`) and marked "config": from here on (cache key, query seed, sampler)
+        it is the decoding one would get by writing those values in slm.decoding."""
+        if all(q.decoding.source == "config" for q in queries):
+            return queries
+        own = self.model_sampling()
+        return [
+            replace(q, decoding=replace(q.decoding, source="config", **own))
+            if q.decoding.source == "model"
+            else q
+            for q in queries
+        ]
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release processes, sockets or GPU memory."""

@@ -130,8 +130,9 @@ SAMPLING_ONLY = ("top_p", "top_k", "seed")
 def decoding_key(decoding: Decoding) -> dict:
     """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
     data = dataclasses.asdict(decoding)
-    if data["mode"] == "generate":  # the default: keys made before the field existed still hit
-        data.pop("mode")
+    for name, default in (("mode", "generate"), ("source", "config")):
+        if data[name] == default:  # the default: keys made before the field existed still hit
+            data.pop(name)
     if decoding.temperature == 0:
         for name in SAMPLING_ONLY:
             data.pop(name)
@@ -995,6 +996,9 @@ class CachedConsultant(Consultant):
 
     def answer(self, queries: list[Query]) -> list[Answer]:
         identity = self.inner.identity
+        # the model's own sampling in place of slm.decoding.source=model: a model whose
+        # generation config is greedy has its answers cached, one that samples does not
+        queries = self.inner.resolve_decoding(queries)
         # sampled answers are never cached; nor are choice-scored ones, whose per-action
         # probabilities the store has no place for (and which cost one forward pass anyway)
         keys = [

@@ -54,7 +54,8 @@ and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv
 transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
 reported by `make bench-gpu`.
 
-Sampling (Decoding.temperature > 0; temperature, top_p, top_k from `slm.decoding`): generation
+Sampling (Decoding.temperature > 0; temperature, top_p, top_k from `slm.decoding`, or from the
+model's own generation config with `slm.decoding.source=model`: `model_sampling`): generation
 stays greedy on logits that a processor has already sampled from. The k-th new token of a query
 is drawn by inverse CDF with a uniform number hashed from (the query's seed, k): no random state is
 shared between the rows of a batch or carried from one batch to the next, so a query's draws do
@@ -104,6 +105,9 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
 DEFAULT_LEAN_MAX_NEW_TOKENS = 16  # greedy answers up to this long take the lean decode loop
+# what transformers' generate() samples with where a generation config leaves a field unset
+# (GenerationConfig._get_default_generation_params; the same in transformers 4.x)
+HF_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
 _MB = 1 << 20
 GPU_EXTRA_HINT = "pip install -e '.[gpu]' on a CUDA machine"
 log = logging.getLogger(__name__)
@@ -310,6 +314,27 @@ class HFConsultant(Consultant):
     def identity(self) -> str:
         return self._identity
 
+    def model_sampling(self) -> dict[str, Any]:
+        """What `generate` would sample with given no sampling argument, as the ASK+ authors'
+        released code calls it (slm.decoding.source=model): greedy unless the model's
+        generation config sets `do_sample`; then its temperature, top_p and top_k, transformers'
+        own defaults where it sets none (HF_SAMPLING_DEFAULTS). A `min_p`, which Decoding cannot
+        express, is refused rather than dropped."""
+        gc = self.model.generation_config
+        if not gc.do_sample:
+            return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+        if getattr(gc, "min_p", None):
+            raise ConsultantError(
+                f"slm.decoding.source=model: {self.identity}'s generation config samples with "
+                f"min_p={gc.min_p}, which the suite's sampler does not apply; set "
+                "slm.decoding.source=config and slm.decoding.temperature/top_p/top_k"
+            )
+        out = {}
+        for name, default in HF_SAMPLING_DEFAULTS.items():
+            value = getattr(gc, name, None)
+            out[name] = type(default)(default if value is None else value)
+        return out
+
     @property
     def device(self) -> Any:
         return self.model.device
@@ -317,6 +342,7 @@ class HFConsultant(Consultant):
     # ----------------------------------------------------------------------------- answer
     def answer(self, queries: list[Query]) -> list[Answer]:
         """Choice-scored queries (`scores_choices`) by `score_choices`, the rest generated."""
+        queries = self.resolve_decoding(queries)
         out: list[Answer | None] = [None] * len(queries)
         scored = [i for i, q in enumerate(queries) if scores_choices(q)]
         generated = sorted(set(range(len(queries))) - set(scored))
@@ -452,6 +478,7 @@ class HFConsultant(Consultant):
 
     def generate_with_times(self, queries: list[Query]) -> list[tuple[Generation, float]]:
         """Group by decoding, sort by prompt length, batch, restore the original order."""
+        queries = self.resolve_decoding(queries)
         prompts = [self.prompt(q) for q in queries]
         out: list[tuple[Generation, float] | None] = [None] * len(queries)
         groups: dict[Decoding, list[int]] = {}

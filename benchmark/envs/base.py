@@ -100,6 +100,15 @@ class Episode(abc.ABC):
     def step(self, action: int) -> tuple[float, bool]:
         """Apply a policy action index; update obs, memory, counters. Returns (reward, done)."""
 
+    def checked_action(self, action: int) -> int:
+        """`action` as an int, refused when the episode is over or it is no action index."""
+        if self.done:
+            raise RuntimeError(f"episode seed={self.seed} is over (step {self.steps}); reset it")
+        a = int(action)
+        if not 0 <= a < len(self.action_names):
+            raise ValueError(f"action {a} out of range: allowed 0..{len(self.action_names) - 1}")
+        return a
+
     @abc.abstractmethod
     def view(self) -> NavView | CardView:
         """Simulator facts for the prompt at the current step."""

@@ -181,11 +181,7 @@ class MiniGridEpisode(Episode):
     # -- stepping and memory -------------------------------------------------------------------
 
     def step(self, action: int) -> tuple[float, bool]:
-        if self.done:
-            raise RuntimeError(f"episode seed={self.seed} is over (step {self.steps}); reset it")
-        a = int(action)
-        if not 0 <= a < len(self.action_names):
-            raise ValueError(f"action {a} out of range: allowed 0..{len(self.action_names) - 1}")
+        a = self.checked_action(action)
         self.obs, reward, terminated, truncated, _ = self.env.step(a)
         reward = float(reward)
         self.steps += 1

@@ -7,7 +7,7 @@ simulator reports for the cell directly ahead (the agent sees it)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmark.envs.base import Memory, NavView
@@ -57,23 +57,21 @@ def offset_words(view: NavView, target: tuple[int, int]) -> str:
     fx, fy = VEC[view.facing]
     rx, ry = VEC[turn(view.facing, "right")]
     ahead, right = dx * fx + dy * fy, dx * rx + dy * ry
-    parts = []
-    if ahead:
-        parts.append(f"{abs(ahead)} {'ahead' if ahead > 0 else 'behind'}")
-    if right:
-        parts.append(f"{abs(right)} {'right' if right > 0 else 'left'}")
-    return ", ".join(parts) or "here"
+    return _axis_words((ahead, "ahead", "behind"), (right, "right", "left"))
 
 
 def compass_words(view: NavView, target: tuple[int, int]) -> str:
     """Where `target` lies from the agent, north-up: '13 east, 4 north'."""
     dx, dy = target[0] - view.pos[0], target[1] - view.pos[1]
-    parts = []
-    if dx:
-        parts.append(f"{abs(dx)} {'east' if dx > 0 else 'west'}")
-    if dy:
-        parts.append(f"{abs(dy)} {'south' if dy > 0 else 'north'}")
-    return ", ".join(parts) or "here"
+    return _axis_words((dx, "east", "west"), (dy, "south", "north"))
+
+
+def _axis_words(*axes: tuple[int, str, str]) -> str:
+    """'3 ahead, 1 left' from (signed distance, word when > 0, word when < 0) per axis; axes at
+    0 are left out, 'here' when all are."""
+    return (
+        ", ".join(f"{abs(n)} {plus if n > 0 else minus}" for n, plus, minus in axes if n) or "here"
+    )
 
 
 class World:
@@ -111,21 +109,28 @@ def ray(world: World, direction: str) -> int:
     """Clear (passable, known) cells in a straight line from the agent, in the known world."""
     dx, dy = relative(world.view.facing)[direction]
     x, y = world.view.pos
-    n = 0
-    while world.at((x + (n + 1) * dx, y + (n + 1) * dy)) in PASSABLE:
-        n += 1
-    return n
+    return _clear_run(lambda k: world.at((x + k * dx, y + k * dy)))
 
 
 def view_ray(view: NavView, direction: str) -> int:
     """Clear cells from the agent inside the 7x7 view (forward, left, right; back is unseen)."""
-    row, col = len(view.ego) - 1, len(view.ego[0]) // 2
-    step = {"forward": (-1, 0), "left": (0, -1), "right": (0, 1)}[direction]
+    rows, cols = len(view.ego), len(view.ego[0])
+    row, col = rows - 1, cols // 2
+    dr, dc = {"forward": (-1, 0), "left": (0, -1), "right": (0, 1)}[direction]
+
+    def cell(k: int) -> str | None:
+        r, c = row + k * dr, col + k * dc
+        return view.ego[r][c] if 0 <= r < rows and 0 <= c < cols else None
+
+    return _clear_run(cell)
+
+
+def _clear_run(cell: Callable[[int], str | None]) -> int:
+    """How many cells in a row, k = 1, 2, ..., are passable (`cell(k)`: the k-th cell's
+    character, None past the edge)."""
     n = 0
-    r, c = row + step[0], col + step[1]
-    while 0 <= r < len(view.ego) and 0 <= c < len(view.ego[0]) and view.ego[r][c] in PASSABLE:
+    while cell(n + 1) in PASSABLE:
         n += 1
-        r, c = r + step[0], c + step[1]
     return n
 
 

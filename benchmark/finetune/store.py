@@ -213,7 +213,8 @@ class Recipe:
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
             "env": self.env,
-            # how the model is asked (generate or choice scoring) does not change its training
+            # how the model is asked (generate or choice scoring, whose sampling values) does
+            # not change its training
             "prompt": _sans_mode(self.prompt),
             "prompt_version": PROMPT_VERSION,
             "policy": {"checkpoint_sha256": checkpoint_sha256},
@@ -490,8 +491,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:
-    """The prompt config without its sampling's decoding mode (slm.decoding.mode)."""
+    """The prompt config without how its sampling asks the model (slm.decoding.mode and
+    .source), which does not change what the model is trained on."""
     sampling = prompt.get("sampling")
-    if isinstance(sampling, dict) and "mode" in sampling:
-        return {**prompt, "sampling": {k: v for k, v in sampling.items() if k != "mode"}}
+    if isinstance(sampling, dict) and {"mode", "source"} & set(sampling):
+        kept = {k: v for k, v in sampling.items() if k not in ("mode", "source")}
+        return {**prompt, "sampling": kept}
     return prompt

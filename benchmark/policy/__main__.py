@@ -92,15 +92,16 @@ def export_main(args: argparse.Namespace) -> int:
 
 def training_code_main(args: argparse.Namespace) -> int:
     from benchmark.policy import provenance
+    from benchmark.policy.train import TRAINING_VERSION
 
     if args.record:
-        data = provenance.record()
+        data = provenance.record(TRAINING_VERSION)
         print(
             f"recorded training code {data['digest'][:12]} as TRAINING_VERSION "
             f"{data['training_version']} in {provenance.RECORD}"
         )
         return 0
-    problem = provenance.check()
+    problem = provenance.check(TRAINING_VERSION)
     print(problem or f"training code matches {provenance.RECORD.name}")
     return 1 if problem else 0
 

@@ -76,12 +76,11 @@ def recorded() -> dict[str, Any] | None:
         return None
 
 
-def record() -> dict[str, Any]:
-    """Write TRAINING_CODE: the current digest for the current TRAINING_VERSION."""
-    from benchmark.policy.train import TRAINING_VERSION
-
+def record(training_version: int) -> dict[str, Any]:
+    """Write TRAINING_CODE: the current digest for `training_version` (train.TRAINING_VERSION,
+    passed in: this module reads the training code's files, it does not import it)."""
     data = {
-        "training_version": TRAINING_VERSION,
+        "training_version": training_version,
         "digest": training_code_digest(),
         "sources": [f"benchmark/policy/{s}" for s in SOURCES],
         "note": "written by `" + RECORD_COMMAND + "`; see benchmark/policy/provenance.py",
@@ -90,14 +89,13 @@ def record() -> dict[str, Any]:
     return data
 
 
-def check() -> str | None:
-    """None when TRAINING_CODE matches the code and TRAINING_VERSION; else what to do."""
-    from benchmark.policy.train import TRAINING_VERSION
-
+def check(training_version: int) -> str | None:
+    """None when TRAINING_CODE matches the code and `training_version` (train.TRAINING_VERSION);
+    else what to do."""
     rec = recorded() or {}
     digest = training_code_digest()
     files = " and ".join(f"benchmark/policy/{s}" for s in SOURCES)
-    if rec.get("training_version") == TRAINING_VERSION and rec.get("digest") == digest:
+    if rec.get("training_version") == training_version and rec.get("digest") == digest:
         return None
     if rec.get("digest") != digest:
         return (
@@ -110,7 +108,7 @@ def check() -> str | None:
             f"way, re-record: {RECORD_COMMAND}"
         )
     return (
-        f"TRAINING_VERSION is {TRAINING_VERSION} but {RECORD.name} records "
+        f"TRAINING_VERSION is {training_version} but {RECORD.name} records "
         f"{rec.get('training_version')} for the same code: re-record with {RECORD_COMMAND}"
     )
 

@@ -48,6 +48,8 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from benchmark.policy.provenance import PACKAGES, package_versions
+
 log = logging.getLogger(__name__)
 
 FORMAT = 1
@@ -114,8 +116,6 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 
 
 def _versions() -> dict[str, str]:
-    from benchmark.policy.provenance import PACKAGES, package_versions
-
     return {k: str(v) for k, v in package_versions(PACKAGES).items()}
 
 
