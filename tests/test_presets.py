@@ -25,7 +25,7 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "ceiling": (3 * 5, 3 * 5),
     "feedback": (3 * 10 * 2, 3 * 10),  # envs x strategies x {qwen2.5-1.5b, llama3.1-8b}
     "belief": (3 * 2, 3 * 2),
-    "brace": (2 * 3 * 2 * 2, 2 * 3 * 2),  # envs x {stateful, belief, brace} x {base, SFT} x gates
+    "brace": (2 * 4 * 2, 2 * 4 * 2),  # envs x {stateful, frozen, SFT, SFT+RL} x {always, entropy}
     "policies": (3 * 3, 3 * 3),
     "smoke": (4 * 3, 4),
     "demo": (3 * 3 * 4, 3 * 4),  # {never, entropy, always} x consultants x (auto + 3 taus)
