@@ -139,7 +139,7 @@ def _record_steps(
         if spec.gate.matches_ir:
             gate_args["p"] = summary["p"]
         seeds = evaluation.test_seeds()
-        recorder = StepRecorder()
+        recorder = StepRecorder(evaluation.gate(**gate_args))
         with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
             rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
     finally:
@@ -217,7 +217,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
         _write_trials(cell_dir, trials)
         tracker.table("optuna_trials", trials)
     seeds = evaluation.test_seeds()
-    recorder = StepRecorder() if cfg.eval.get("step_records") else None
+    recorder = StepRecorder(evaluation.gate(**gate_args)) if cfg.eval.get("step_records") else None
     with EvaluationProgress(len(seeds), enabled=not cfg.get("quiet", False)) as progress:
         rows = _evaluate(evaluation, seeds, gate_args, progress, recorder)
     records = recorder.records if recorder is not None else None

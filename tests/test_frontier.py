@@ -90,3 +90,52 @@ def test_report_draws_each_gates_frontier_and_tabulates_area_and_budgets(tmp_pat
     assert values["norm. area"] == "0.500" and values["grid cells"] == "5"
     assert values["IR≤10%: recall"] == "0.100" and values["IR≤20%: reward"] == "0.420"
     assert (report.out / "frontier.png").exists()
+
+
+def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_risk_check(tmp_path):
+    """Per env, each tuned cell's objective with its parameters, its test IR and its
+    missed-mistake rate (1 - recall, the CI flipped); a risk cell's guarantee is checked on its
+    test step records: one episode of 4 mistakes with 1 missed is a miss rate of 0.25, so it
+    holds at alpha 0.3 in every resample. Grid cells (a fixed tau) are not in the table."""
+    from benchmark.analysis import write_steps
+    from benchmark.report import build_report
+
+    sweep = tmp_path / "sweep"
+    recall = {"gate_recall": 0.75, "gate_recall_ci95_low": 0.6, "gate_recall_ci95_high": 0.9}
+    _job(sweep / "0", "never", PPO, 0.0)
+    _job(sweep / "1", "entropy", 0.8, 0.4, tau=0.5, tuning_objective="reward", **recall)
+    _job(
+        sweep / "2",
+        "entropy",
+        0.7,
+        0.1,
+        tau=1.2,
+        tuning_objective="budget",
+        tuning_params={"budget": 0.2},
+        **recall,
+    )
+    _job(
+        sweep / "3",
+        "entropy",
+        0.75,
+        0.3,
+        tau=0.9,
+        tuning_objective="risk",
+        tuning_params={"alpha": 0.3, "delta": 0.1},
+        **recall,
+    )
+    _job(sweep / "4", "entropy", 0.6, 0.05, tau=1.5)  # a grid cell
+    steps = [
+        {"seed": 100, "step": i, "ppo_optimal": False, "queried": i > 0, "action_optimal": True}
+        for i in range(4)
+    ]
+    write_steps(sweep / "3" / "steps.jsonl.gz", steps)
+    table = build_report(sweep).table("objectives")
+    rows = {
+        row[0][2]: dict(zip(table.header(), row[0] + row[1], strict=True)) for row in table.rows
+    }
+    assert list(rows) == ["reward", "budget 0.2", "risk α0.3 δ0.1"]
+    assert rows["budget 0.2"]["tau"] == "1.200" and rows["budget 0.2"]["IR"].startswith("0.100")
+    assert rows["reward"]["missed mistakes"] == "0.250 [0.10, 0.40]"
+    assert rows["risk α0.3 δ0.1"]["held"] == "1.00 ≥ 0.90"
+    assert rows["reward"]["held"] == "—"

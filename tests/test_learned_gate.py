@@ -145,3 +145,43 @@ def test_a_learned_gate_cell_tunes_its_threshold_and_runs(trained_root, tmp_path
     summary = run_job(cfg, tmp_path / "job", multirun=False)
     assert summary["gate"] == "learned" and 0 <= summary["tau"] <= 1
     assert summary["gate_judged"] > 0
+    assert "gate_auroc_gate_score" in summary  # its own score's AUROC (None without a mistake)
+
+
+def test_a_learned_gates_step_records_carry_its_score_and_its_auroc():
+    """StepRecorder scores a trained gate's records in one batch (what its threshold applies
+    to); gate_quality then reports that score's AUROC beside the entropies'. An untrained gate's
+    records get no score and no such field."""
+    from sklearn.linear_model import LogisticRegression
+
+    from benchmark.analysis import StepRecorder, gate_quality
+    from benchmark.gates import EntropyGate, LearnedGate
+
+    total = [0.1, 0.2, 0.9, 1.0, 0.15, 0.95]
+    wrong = [0, 0, 1, 1, 0, 1]
+    model = LogisticRegression().fit(np.array(total)[:, None], wrong)
+    gate = LearnedGate(0.5, ["total"], classifier=model)
+
+    def records(recorder):
+        recorder._records = [
+            {
+                "seed": 100 + i // 2,
+                "step": i % 2,
+                "total": t,
+                "aleatoric": t,
+                "epistemic": 0.0,
+                "ppo_optimal": not w,
+                "queried": False,
+                "action_optimal": not w,
+            }
+            for i, (t, w) in enumerate(zip(total, wrong, strict=True))
+        ]
+        return recorder.records
+
+    scored = records(StepRecorder(gate))
+    expected = gate.scores(scored)
+    assert [r["gate_score"] for r in scored] == pytest.approx(expected.tolist(), abs=1e-6)
+    quality = gate_quality(scored)
+    assert quality["gate_auroc_gate_score"] == 1.0  # the score ranks every mistake first
+    plain = records(StepRecorder(EntropyGate(0.5)))
+    assert "gate_score" not in plain[0] and "gate_auroc_gate_score" not in gate_quality(plain)

@@ -16,6 +16,7 @@ of a cell, pooled over its episodes:
                      (the probability that a random wrong step has a higher entropy than a
                      random right one, ties counting one half); only where the gate computed
                      them
+    auroc_gate_score the same for a trained gate's own score (gate=learned)
 
 Each comes with a 95% percentile bootstrap CI that resamples episodes (steps of one episode are
 not independent). AUROC is the Mann-Whitney rank statistic, computed with numpy (sklearn is not a
@@ -35,6 +36,7 @@ from benchmark.metrics import N_BOOT, ratio_bootstrap_ci
 
 PREFIX = "gate_"  # summary.json keys: gate_precision, gate_precision_ci95_low, ...
 ENTROPIES = ("total", "aleatoric", "epistemic")
+SIGNALS = (*ENTROPIES, "gate_score")  # step-record fields whose AUROC is reported
 # rate -> (numerator count, denominator count) of `episode_counts`
 RATES = {
     "ppo_error_rate": ("wrong", "judged"),
@@ -157,7 +159,7 @@ def gate_quality(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         value, low, high = _rate([c[num_key] for c in counts], [c[den_key] for c in counts])
         out[f"{PREFIX}{rate}"] = value
         out[f"{PREFIX}{rate}_ci95_low"], out[f"{PREFIX}{rate}_ci95_high"] = low, high
-    for entropy in ENTROPIES:
+    for entropy in SIGNALS:
         scores, labels = [], []
         for steps in episodes:
             judged = [r for r in steps if r.get("ppo_optimal") is not None]
@@ -166,6 +168,8 @@ def gate_quality(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 break
             scores.append([r[entropy] for r in judged])
             labels.append([not r["ppo_optimal"] for r in judged])
+        if not scores and entropy not in ENTROPIES:
+            continue  # only a trained gate's records have a gate_score
         value, low, high = auroc_ci(scores, labels) if scores else (None, None, None)
         key = f"{PREFIX}auroc_{entropy}"
         out[key], out[f"{key}_ci95_low"], out[f"{key}_ci95_high"] = value, low, high

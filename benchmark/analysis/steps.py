@@ -26,6 +26,9 @@ One JSON object per step, in (seed, step) order:
     consultant_probs    only when the consultant scored the choices (slm.decoding.mode=choices):
                         each valid action's probability (action name -> float, over the valid
                         actions), the consultant's own confidence beside PPO's entropy
+    gate_score          only for a trained gate (gate=learned): the score its threshold applies to
+                        (the classifier's probability that PPO's action is not optimal), so its
+                        AUROC sits beside the entropies'
     context_tokens, belief_updated, belief_score, belief_claims
                         the context length of a queried step and, for belief-style prompts,
                         the held belief scored against the true state (benchmark.analysis.belief)
@@ -105,17 +108,23 @@ def step_record(event: StepEvent) -> dict[str, Any]:
 
 class StepRecorder:
     """The evaluator's `on_step` hook: collects one record per step; `records` is sorted by
-    (seed, step) whatever order the lockstep loop produced them in."""
+    (seed, step) whatever order the lockstep loop produced them in. Given a trained gate, each
+    record gets its `gate_score`, computed in one batch from the records' own features."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: Any = None) -> None:
         self._records: list[dict[str, Any]] = []
+        self._gate = gate if getattr(gate, "trained", False) else None
 
     def __call__(self, event: StepEvent) -> None:
         self._records.append(step_record(event))
 
     @property
     def records(self) -> list[dict[str, Any]]:
-        return sorted(self._records, key=lambda r: (r["seed"], r["step"]))
+        records = sorted(self._records, key=lambda r: (r["seed"], r["step"]))
+        if self._gate is not None and records:
+            for r, score in zip(records, self._gate.scores(records), strict=True):
+                r["gate_score"] = _f32(score)
+        return records
 
 
 def write_steps(path: Path, records: list[dict[str, Any]]) -> None:

@@ -6,7 +6,11 @@ model    Cell, Sweep; names, order; the row layout tables and figures share
 render   Table -> Markdown, LaTeX, CSV; number formats
 tables   the table builders
 figures  the plots (matplotlib)
-analysis gate quality and where queries land (cells with step records, issue 16)"""
+analysis gate quality and where queries land (cells with step records, issue 16)
+frontier, objectives
+         the reward-IR frontier of each gate; tuned gates by objective (issue 28)
+belief, aggregate
+         context length and belief quality; IQM over envs and training seeds"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import aggregate, analysis, belief, frontier
+from benchmark.report import aggregate, analysis, belief, frontier, objectives
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
@@ -55,6 +59,7 @@ TABLES = (
     analysis.TABLE,
     belief.TABLE,
     frontier.TABLE,
+    objectives.TABLE,
     aggregate.TABLE,
 )
 PLOTS = (
@@ -83,6 +88,7 @@ SECTIONS = {
     analysis.TABLE: "Gate quality against the expert",
     belief.TABLE: "Context length and belief quality",
     frontier.TABLE: "Reward-IR frontier",
+    objectives.TABLE: "Tuned gates by objective",
     aggregate.TABLE: "Aggregate over envs and training seeds",
 }
 
@@ -111,6 +117,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         analysis.gate_quality_table(sweep, steps),
         belief.belief_table(sweep, steps),
         frontier.frontier_table(sweep),
+        objectives.objectives_table(sweep, steps),
         aggregate.aggregate_table(sweep),
     ):
         if table is not None and table.rows:

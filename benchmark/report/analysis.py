@@ -37,6 +37,7 @@ COLUMNS = {  # column -> (summary rate, scale)
     "recall": ("recall", 1),
     "AUROC H": ("auroc_total", 1),
     "AUROC epistemic": ("auroc_epistemic", 1),
+    "AUROC score": ("auroc_gate_score", 1),  # a trained gate's own score (gate=learned)
     "help": ("help_rate", 1),
     "harm": ("harm_rate", 1),
     "fixed /100": ("fixed", 100),
@@ -126,7 +127,7 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
             "A step is judged when PPO acted and the expert has an answer; PPO is wrong when its "
             "action is not in the expert's set of optimal actions. precision = wrong among "
             "queried; recall = queried among wrong; AUROC = how well the total (H) or epistemic "
-            "MC-dropout entropy ranks wrong steps above right ones (0.5 = chance); help = "
+            "MC-dropout entropy (or, AUROC score, a learned gate's classifier score) ranks wrong steps above right ones (0.5 = chance); help = "
             "queried wrong steps whose final action is optimal; harm = queried right steps whose "
             "final action is not; fixed - broken (per 100 judged steps) is the change in "
             "optimal actions that asking made, fixed = PPO error x recall x help."
