@@ -97,6 +97,9 @@ def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_ris
     missed-mistake rate (1 - recall, the CI flipped); a risk cell's guarantee is checked on its
     test step records: one episode of 4 mistakes with 1 missed is a miss rate of 0.25, so it
     holds at alpha 0.3 in every resample. Grid cells (a fixed tau) are not in the table."""
+    import json
+
+    from benchmark import results
     from benchmark.analysis import write_steps
     from benchmark.report import build_report
 
@@ -125,6 +128,13 @@ def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_ris
         **recall,
     )
     _job(sweep / "4", "entropy", 0.6, 0.05, tau=1.5)  # a grid cell
+    for job in ("1", "5"):  # job 5: the reward cell again (a key it does not read differs)
+        (sweep / job).mkdir(exist_ok=True)
+        results.write_json(
+            sweep / job / "summary.json",
+            {**json.loads((sweep / "1" / "summary.json").read_text()), "cell_hash": "abc"},
+        )
+    results.write_jsonl(sweep / "5" / "episodes.jsonl", [{"seed": 100, "reward": 0.8}])
     steps = [
         {"seed": 100, "step": i, "ppo_optimal": False, "queried": i > 0, "action_optimal": True}
         for i in range(4)
@@ -134,7 +144,7 @@ def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_ris
     rows = {
         row[0][2]: dict(zip(table.header(), row[0] + row[1], strict=True)) for row in table.rows
     }
-    assert list(rows) == ["reward", "budget 0.2", "risk α0.3 δ0.1"]
+    assert list(rows) == ["reward", "budget 0.2", "risk α0.3 δ0.1"] and len(table.rows) == 3
     assert rows["budget 0.2"]["tau"] == "1.200" and rows["budget 0.2"]["IR"].startswith("0.100")
     assert rows["reward"]["missed mistakes"] == "0.250 [0.10, 0.40]"
     assert rows["risk α0.3 δ0.1"]["held"] == "1.00 ≥ 0.90"
