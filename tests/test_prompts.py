@@ -574,3 +574,25 @@ def test_golden_prompt(case):
 def test_navfeatures_relative_offsets():
     assert nf.turn("NORTH", "left") == "WEST" and nf.turn("WEST", "right") == "NORTH"
     assert nf.relative("EAST")["left"] == (0, -1) and nf.relative("EAST")["back"] == (-1, 0)
+
+
+@pytest.mark.parametrize("env", ["fourrooms", "higherlower"])
+def test_the_raw_history_prompt_grows_one_line_per_step(env):
+    """prompt=history (Agent-BRACE's raw-history baseline): the stateful prompt plus one line
+    per step since the episode began, never summarised, so the prompt grows with the episode;
+    the rest of the message is the stateful prompt's."""
+    from hydra.utils import instantiate
+
+    _, task = showcase.variant_for(env, "stateful", False)
+    variant = instantiate(OmegaConf.load(CONF / "prompt" / "history.yaml"), _convert_="all")
+    stateful = instantiate(showcase.prompt_cfg("stateful"), _convert_="all")
+    lengths = []
+    for record in showcase.drive(variant, task, 101, 6, policy="random"):
+        user = record.queries[0].messages[1]["content"]
+        history = user.split("HISTORY", 1)[1].split("\n\nEXAMPLES:", 1)[0]
+        lines = [x for x in history.splitlines()[1:] if x]
+        assert [x.split(":", 1)[0] for x in lines] == [str(t) for t in range(record.step)]
+        lengths.append(len(user))
+    assert len(lengths) >= 4 and all(b > a for a, b in zip(lengths, lengths[1:]))
+    *_, last = showcase.drive(stateful, task, 101, 0, policy="random")
+    assert "HISTORY" not in last.queries[0].messages[1]["content"]

@@ -35,6 +35,14 @@ def render_line(rationale: bool):
     return render
 
 
+def history_block(episode: Episode) -> str:
+    """Every step since the episode began, one line each, oldest first."""
+    lines = family_of(episode).belief_steps(episode, 0, episode.steps)
+    if not lines:
+        return "HISTORY: (no step taken yet)"
+    return "HISTORY (oldest first):\n" + "\n".join(f"{t}: {x}" for t, x in enumerate(lines))
+
+
 def check_family(variant: PromptVariant, task: Task, part: str) -> None:
     """Fail unless the task's env family has the prompts of `part` (ask, belief, feedback)."""
     fam = family_of(task)
@@ -61,10 +69,14 @@ class AskPrompt(PromptVariant):
         autopilot: bool = True,
         sampling: Mapping[str, Any] | None = None,
         planner_hint: str = "frontier",
+        history: bool = False,
     ):
         """`sampling`: the SLM's sampling settings (`slm.decoding`: temperature, top_p, top_k,
         seed), part of every query's Decoding; None = greedy. `planner_hint`: what the stateful
-        levels' `Planner hint:` searches for (seen_target | frontier | none, navfeatures)."""
+        levels' `Planner hint:` searches for (seen_target | frontier | none, navfeatures).
+        `history`: add the raw history, one line per step since the episode began (the env
+        family's step lines: action -> position, or bet -> outcome), never summarised, so the
+        context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history)."""
         if level not in blocks.LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
         if int(map_radius) < 1:
@@ -81,6 +93,9 @@ class AskPrompt(PromptVariant):
                 f"prompt.planner_hint={planner_hint!r} is unknown: allowed {list(PLANNER_HINTS)}"
             )
         self.planner_hint = planner_hint
+        if not isinstance(history, bool):
+            raise ValueError(f"prompt.history must be true or false, got {history!r}")
+        self.history = history
         sample = sampling_fields(sampling)
         self.decoding = (
             Decoding(
@@ -120,6 +135,8 @@ class AskSession(PromptSession):
         state = fam.state(
             ep.view(), ep.memory, actions, v.level, autopilot, v.map_radius, v.planner_hint
         )
+        if v.history:
+            state += "\n\n" + history_block(ep)
         examples = fam.examples(actions, v.level)
         user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
