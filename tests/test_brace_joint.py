@@ -83,3 +83,28 @@ def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch):
     (row,) = result["history"]
     assert row["updates"] == 2 * 2 * 2  # 2 seeds x 2 members x 2 steps (capped episodes)
     assert (out["belief"] / "config.json").exists() and (out["policy"] / "config.json").exists()
+
+
+def test_rl_gains_are_paired_differences_with_cis():
+    """RL - SFT on the same held-out states and training seeds: a model better on every state
+    has a CI above 0; seeds where a model made no belief update are left out of that pair."""
+    from benchmark.brace.train import gains
+
+    def side(correct, r_belief, r_env, per_seed_belief):
+        return (
+            {"per_state": {"correctness": correct, "r_belief": r_belief}},
+            {"per_seed": {"r_env": r_env, "r_belief": per_seed_belief}},
+        )
+
+    sft_h, sft_t = side([0.5, 0.6, 0.7, 0.4], [2.0, 2.1, 2.2, 1.9], [0, 1, 0], [1.0, None, 0.5])
+    rl_h, rl_t = side([0.6, 0.7, 0.8, 0.5], [2.0, 2.1, 2.2, 1.9], [0, 1, 1], [1.5, 0.7, None])
+    report = {
+        "held_out": {"sft": sft_h, "rl": rl_h},
+        "train_reward": {"sft": sft_t, "rl": rl_t},
+    }
+    g = gains(report)
+    assert g["held_out_correctness"]["diff_mean"] == pytest.approx(0.1)
+    assert g["held_out_correctness"]["diff_ci95_low"] > 0
+    assert g["held_out_r_belief"]["diff_mean"] == 0
+    assert g["train_r_env"]["n"] == 3 and g["train_r_env"]["diff_mean"] == pytest.approx(1 / 3)
+    assert g["train_r_belief"] == {**g["train_r_belief"], "n": 1, "diff_mean": 0.5}

@@ -74,6 +74,11 @@ def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
         "r_belief": rollout.mean_ci([r.total for r in rewards]),
         "seconds": round(seconds, 1),
         "example": answers[0].text if answers else "",
+        # per state, in the states' order: what the paired SFT vs RL comparison reads (`gains`)
+        "per_state": {
+            "correctness": [round(r.correctness, 4) for r in rewards],
+            "r_belief": [round(r.total, 4) for r in rewards],
+        },
     }
 
 
@@ -89,18 +94,24 @@ def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequen
     groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
     _, raw = joint.samples(groups)
     env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
+    per_seed = [joint.samples({s: groups[s]})[1]["belief"] for s in seeds]
     return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
             "format": rollout.mean_ci(raw["gate"]),
-            "correctness": rollout.mean_ci(raw["correctness"])}  # fmt: skip
+            "correctness": rollout.mean_ci(raw["correctness"]),
+            # per seed, in `seeds` order (R_belief: the mean of its updates, None without one)
+            "per_seed": {"r_env": env, "r_belief": [
+                round(float(np.mean(b)), 4) if b else None for b in per_seed]}}  # fmt: skip
 
 
-def ask_setup(env: str, tau: float, root: str) -> tuple[Any, Any]:
-    """The entropy gate at `tau` and the env's PPO policy (trained once, as a job does)."""
+def ask_setup(env: str, tau: float, root: str, overrides: Sequence[str] = ()) -> tuple[Any, Any]:
+    """The entropy gate at `tau` and the env's PPO policy (trained once, as a job does);
+    `overrides`: more Hydra overrides of that job (e.g. the policy recipe)."""
     from benchmark.build import build
     from benchmark.config import compose
 
     cfg = compose([f"env={env}", "gate=entropy", f"gate.tau={tau}", "slm=oracle",
-                   "prompt=brace", f"paths.root={root}", "tracking=none"])  # fmt: skip
+                   "prompt=brace", f"paths.root={root}", "tracking=none",
+                   *overrides])  # fmt: skip
     evaluation = build(cfg)
     return evaluation.gate(), evaluation.policy
 
@@ -129,6 +140,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
     ap.add_argument("--tau", type=float, default=0.5)
     ap.add_argument("--root", default="outputs", help="results root (ask mode: its PPO cache)")
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="ask mode: a Hydra override of the job whose PPO and gate it uses "
+        "(repeatable, e.g. policy.total_timesteps=20000)",
+    )
     ap.add_argument("--skip-rl", action="store_true", help="SFT and its measurement only")
     ap.add_argument("--measure-base", action="store_true", help="also the base on held-out states")
     ap.add_argument(
@@ -196,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return report
     gate = policy = None
     if a.mode == "ask":
-        gate, policy = ask_setup(a.env, a.tau, a.root)
+        gate, policy = ask_setup(a.env, a.tau, a.root, a.override)
     rl_task = task_for(a.env, a.rl_max_steps)
     reward_seeds = list(range(TRAIN_SEED_MIN + 5000, TRAIN_SEED_MIN + 5000 + a.reward_episodes))
     report["train_reward"] = {
@@ -215,20 +233,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     report["held_out"]["rl"] = held_out(rl["belief"], held_states)
     report["seconds"] = round(time.perf_counter() - t0, 1)
+    report["gains"] = gains(report)
     print("train reward rl", report["train_reward"]["rl"], flush=True)
     print("held-out rl", report["held_out"]["rl"], flush=True)
+    print("RL - SFT (paired)", json.dumps(report["gains"]), flush=True)
     (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
     return report
 
 
-def diff(report: dict[str, Any]) -> dict[str, float]:
-    """RL's gains (SFT+RL minus SFT) of the report's means."""
-    tr, ho = report["train_reward"], report["held_out"]
-    return {
-        "train_r_env": tr["rl"]["r_env"]["mean"] - tr["sft"]["r_env"]["mean"],
-        "train_r_belief": tr["rl"]["r_belief"]["mean"] - tr["sft"]["r_belief"]["mean"],
-        "held_out_correctness": ho["rl"]["correctness"]["mean"] - ho["sft"]["correctness"]["mean"],
+def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """RL's gains (SFT+RL minus SFT), paired: on the same held-out states (correctness,
+    R_belief) and the same training seeds (R_env, mean R_belief of a seed's updates; seeds
+    where either model made no update are left out), each with its 95% bootstrap CI
+    (benchmark.metrics.paired_difference): a CI above 0 is a gain."""
+    from benchmark.metrics import paired_difference
+
+    ho, tr = report["held_out"], report["train_reward"]
+    out = {
+        f"held_out_{k}": paired_difference(ho["rl"]["per_state"][k], ho["sft"]["per_state"][k])
+        for k in ("correctness", "r_belief")
     }
+    for k in ("r_env", "r_belief"):
+        pairs = [
+            (a, b)
+            for a, b in zip(tr["rl"]["per_seed"][k], tr["sft"]["per_seed"][k], strict=True)
+            if a is not None and b is not None
+        ]
+        if pairs:
+            out[f"train_{k}"] = {**paired_difference(*zip(*pairs, strict=True)), "n": len(pairs)}
+    return out
 
 
 if __name__ == "__main__":
