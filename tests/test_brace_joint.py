@@ -53,6 +53,26 @@ def test_group_advantages_and_rewards_of_hand_built_rollouts(teacher_logs):
     assert all((a > 0) == (i == 0) for i, a in belief)  # the teacher's beliefs over garbage
 
 
+def test_sibling_updates_of_one_state_form_its_grpo_group(teacher_logs):
+    """--rl-belief-samples K: a belief turn carrying K sampled updates of its state gets one
+    group per state: the teacher's update beats the malformed sibling of the SAME state, and
+    the raw rewards count only the update the episode went on with."""
+    _, logs = teacher_logs
+    won = [s for s in logs if s.seed == 200]
+    for s in won:
+        s.turns = [
+            rollout.Turn(**{**t.__dict__, "extra": {"ids": "first", "siblings": [
+                (t.text, {"ids": "teacher"}), ("garbage", {"ids": "garbage"})]}})
+            if t.role == "belief" else rollout.Turn(**{**t.__dict__, "extra": {}})
+            for t in s.turns
+        ]  # fmt: skip
+    batch, raw = joint.samples({200: [won]})
+    belief = [(ids["ids"], a) for r, ids, a in batch if r == "belief"]
+    n = sum(t.role == "belief" for s in won for t in s.turns)
+    assert len(belief) == 2 * n and len(raw["belief"]) == n
+    assert all((a > 0) == (i == "teacher") for i, a in belief)
+
+
 def test_joint_rl_refuses_a_held_out_seed_before_any_work():
     with pytest.raises(ValueError, match="seed 5 is in the validation split"):
         joint.train(None, None, {}, {}, train_seeds=[200, 5], splits=DEFAULT_SPLITS)
@@ -78,10 +98,12 @@ def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch):
     out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
     result = joint.train(task_for("empty5x5_random", 2), prompt, {"belief": base, "policy": base},
                          out, train_seeds=[300, 301, 302], splits=DEFAULT_SPLITS, iterations=1,
-                         seeds_per_step=2, group=2, log=lambda r: None)  # fmt: skip
+                         seeds_per_step=2, group=2, belief_samples=2,
+                         log=lambda r: None)  # fmt: skip
     assert played and all(s >= 200 for s in played) and len(played) == 4
     (row,) = result["history"]
     assert row["updates"] == 2 * 2 * 2  # 2 seeds x 2 members x 2 steps (capped episodes)
+    # (each update sampled twice from its state: the raw rewards count the one followed)
     assert (out["belief"] / "config.json").exists() and (out["policy"] / "config.json").exists()
 
 

@@ -41,10 +41,14 @@ class Sampler(Consultant):
     `temperature`; each answer keeps its prompt and completion token ids for the loss."""
 
     def __init__(self, models: dict[str, tuple[Any, Any]], temperature: float = 1.0,
-                 max_batch: int = 16) -> None:  # fmt: skip
+                 max_batch: int = 16, belief_samples: int = 1) -> None:  # fmt: skip
+        """`belief_samples` > 1: each belief update is sampled that many times from the same
+        state; the episode goes on with the first, and all of them (`extra["siblings"]`) are
+        scored as one GRPO group of that state (R_belief is known at once from the truth)."""
         self.models = models  # role -> (model, tokenizer)
         self.temperature = float(temperature)
         self.max_batch = int(max_batch)
+        self.belief_samples = int(belief_samples)
 
     @property
     def identity(self) -> str:
@@ -56,12 +60,20 @@ class Sampler(Consultant):
             mine = [
                 i for i, q in enumerate(queries) if (q.role == BELIEF_ROLE) == (role == "belief")
             ]
+            n = self.belief_samples if role == "belief" else 1
+            mine = [i for i in mine for _ in range(n)]  # each query n times, side by side
+            got: list[Answer] = []
             for k in range(0, len(mine), self.max_batch):
                 chunk = mine[k : k + self.max_batch]
-                for i, a in zip(
-                    chunk, self._generate(role, [queries[i] for i in chunk]), strict=True
-                ):
-                    out[i] = a
+                got += self._generate(role, [queries[i] for i in chunk])
+            for j in range(0, len(got), n):
+                first = got[j]
+                if n > 1:
+                    first.extra["siblings"] = [  # type: ignore[attr-defined]
+                        (a.text, a.extra)
+                        for a in got[j : j + n]  # type: ignore[attr-defined]
+                    ]
+                out[mine[j]] = first
         return out  # type: ignore[return-value]
 
     def _generate(self, role: str, queries: list[Query]) -> list[Answer]:
@@ -141,7 +153,7 @@ def samples(groups: dict[int, list[list[StepLog]]], weights: BeliefWeights = DEF
         env = [m[0].success if m else 0.0 for m in members]
         raw["env"] += env
         env_adv = group_advantages(env)
-        updates = []  # (turn, R_belief)
+        updates = []  # (turn, R_belief) of updates without siblings
         for member, adv in zip(members, env_adv, strict=True):
             for s in member:
                 for t in s.turns:
@@ -149,12 +161,25 @@ def samples(groups: dict[int, list[list[StepLog]]], weights: BeliefWeights = DEF
                         r = belief_reward(
                             t.text, s.previous, s.truth, s.teacher, s.success, weights
                         )
-                        updates.append((t, r.total))
                         raw["belief"].append(r.total)
                         raw["gate"].append(r.gate)
                         raw["correctness"].append(r.correctness)
+                        siblings = t.extra.get("siblings")
+                        if not siblings:
+                            updates.append((t, r.total))
+                            continue
+                        # one GRPO group per state: the same state's sampled updates
+                        scores = [
+                            belief_reward(text, s.previous, s.truth, s.teacher, s.success, weights)
+                            for text, _ in siblings
+                        ]
+                        for (_, ids), a in zip(
+                            siblings, group_advantages([x.total for x in scores]), strict=True
+                        ):
+                            out.append(("belief", ids, a))
                     elif t.extra:
                         out.append(("policy", t.extra, adv))
+        # without siblings: the group is every update of the seed's rollouts
         for (t, _), adv in zip(updates, group_advantages([r for _, r in updates]), strict=True):
             if t.extra:
                 out.append(("belief", t.extra, adv))
@@ -216,6 +241,7 @@ def train(
     gate: Any = None,
     policy: Any = None,
     train_roles: Sequence[str] = ("belief", "policy"),
+    belief_samples: int = 1,
     seed: int = 0,
     log: Any = print,
 ) -> dict[str, Any]:
@@ -241,7 +267,7 @@ def train(
             )
     # a role whose model another role shares trains through that role's optimizer
     train_models = {r: loaded[r] for r in optimizers}
-    sampler = Sampler(loaded, temperature)
+    sampler = Sampler(loaded, temperature, belief_samples=belief_samples)
     history = []
     pool = list(train_seeds)
     for it in range(iterations):

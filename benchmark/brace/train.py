@@ -136,6 +136,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rl-group", type=int, default=4)
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--rl-max-steps", type=int, default=12)
+    ap.add_argument(
+        "--rl-belief-samples",
+        type=int,
+        default=1,
+        help="updates sampled per belief state, one GRPO group each (1: the group is every "
+        "update of a seed's rollouts)",
+    )
     ap.add_argument("--reward-episodes", type=int, default=16)
     ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
     ap.add_argument("--tau", type=float, default=0.5)
@@ -226,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report["rl"] = joint.train(
         rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits, iterations=a.rl_iterations,
         seeds_per_step=a.rl_seeds, group=a.rl_group, learning_rate=a.rl_lr, gate=gate,
-        policy=policy, seed=a.seed, log=lambda row: print("rl", row, flush=True),
+        policy=policy, belief_samples=a.rl_belief_samples, seed=a.seed,
+        log=lambda row: print("rl", row, flush=True),
     )  # fmt: skip
     report["train_reward"]["rl"] = training_reward(
         rl_task, prompt, rl, reward_seeds, splits, gate, policy
