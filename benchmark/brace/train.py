@@ -34,6 +34,8 @@ from benchmark.brace import joint, rollout
 from benchmark.brace.rewards import belief_reward
 from benchmark.seeds import Splits
 
+# training-reward fields averaged per seed over its updates (name -> joint.samples' raw key)
+PER_SEED = {"r_belief": "belief", "format": "gate", "correctness": "correctness"}
 # where the RL models of each mode go: named by the gate a cell of that mode runs (the preset's
 # method brace_sft_rl reads <paths.models>/brace/<env>/rl-<gate>/{belief,policy})
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
@@ -94,13 +96,14 @@ def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequen
     groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
     _, raw = joint.samples(groups)
     env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
-    per_seed = [joint.samples({s: groups[s]})[1]["belief"] for s in seeds]
+    per_seed = [joint.samples({s: groups[s]})[1] for s in seeds]
     return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
             "format": rollout.mean_ci(raw["gate"]),
             "correctness": rollout.mean_ci(raw["correctness"]),
             # per seed, in `seeds` order (R_belief: the mean of its updates, None without one)
-            "per_seed": {"r_env": env, "r_belief": [
-                round(float(np.mean(b)), 4) if b else None for b in per_seed]}}  # fmt: skip
+            "per_seed": {"r_env": env, **{key: [
+                round(float(np.mean(r[raw_key])), 4) if r[raw_key] else None for r in per_seed]
+                for key, raw_key in PER_SEED.items()}}}  # fmt: skip
 
 
 def ask_setup(env: str, tau: float, root: str, overrides: Sequence[str] = ()) -> tuple[Any, Any]:
@@ -251,8 +254,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
     """RL's gains (SFT+RL minus SFT), paired: on the same held-out states (correctness,
-    R_belief) and the same training seeds (R_env, mean R_belief of a seed's updates; seeds
-    where either model made no update are left out), each with its 95% bootstrap CI
+    R_belief) and the same training seeds (R_env; R_belief, format and correctness averaged
+    over a seed's updates, seeds where either model made no update left out), each with its
+    95% bootstrap CI
     (benchmark.metrics.paired_difference): a CI above 0 is a gain."""
     from benchmark.metrics import paired_difference
 
@@ -261,7 +265,9 @@ def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
         f"held_out_{k}": paired_difference(ho["rl"]["per_state"][k], ho["sft"]["per_state"][k])
         for k in ("correctness", "r_belief")
     }
-    for k in ("r_env", "r_belief"):
+    for k in ("r_env", *PER_SEED):
+        if k not in tr["rl"]["per_seed"]:  # a report written before the field existed
+            continue
         pairs = [
             (a, b)
             for a, b in zip(tr["rl"]["per_seed"][k], tr["sft"]["per_seed"][k], strict=True)
