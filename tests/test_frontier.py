@@ -104,7 +104,8 @@ def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_ris
     from benchmark.report import build_report
 
     sweep = tmp_path / "sweep"
-    recall = {"gate_recall": 0.75, "gate_recall_ci95_low": 0.6, "gate_recall_ci95_high": 0.9}
+    recall = {"gate_recall": 0.75, "gate_recall_ci95_low": 0.6, "gate_recall_ci95_high": 0.9,
+              "gate_judged": 4}  # fmt: skip
     _job(sweep / "0", "never", PPO, 0.0)
     _job(sweep / "1", "entropy", 0.8, 0.4, tau=0.5, tuning_objective="reward", **recall)
     _job(
@@ -140,7 +141,9 @@ def test_tuned_cells_are_tabulated_by_objective_with_missed_mistakes_and_the_ris
         for i in range(4)
     ]
     write_steps(sweep / "3" / "steps.jsonl.gz", steps)
-    table = build_report(sweep).table("objectives")
+    report = build_report(sweep)
+    table = report.table("objectives")
+    assert len(report.table("gate_quality").rows) == 3  # jobs 1 and 5 are one cell
     rows = {
         row[0][2]: dict(zip(table.header(), row[0] + row[1], strict=True)) for row in table.rows
     }
