@@ -110,6 +110,8 @@ class AskPrompt(PromptVariant):
 
     def check(self, task: Task) -> None:
         check_family(self, task, "ask")
+        if self.history:  # its lines are the family's belief-prompt step lines
+            check_family(self, task, "belief")
 
     def session(self, episode: Episode, with_expert: bool) -> AskSession:
         return AskSession(self, episode, with_expert)
