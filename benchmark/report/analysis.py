@@ -25,6 +25,7 @@ from benchmark.report.model import (
     env_label,
     method_label,
     method_order,
+    unique_cells,
 )
 from benchmark.report.render import DASH, Table, fmt
 
@@ -77,12 +78,9 @@ def quality(c: Cell, records: list[dict] | None) -> dict[str, Any] | None:
 def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
     """The cells with gate-quality numbers, one per cell (jobs that differ only in keys a cell
     does not read share it)."""
-    cells, seen = [], set()
-    for c in sweep.ok:
-        key = (c.summary or {}).get("cell_hash") or c.job
-        if (c.job in steps or f"{gq.PREFIX}judged" in (c.summary or {})) and key not in seen:
-            seen.add(key)
-            cells.append(c)
+    cells = unique_cells(
+        [c for c in sweep.ok if c.job in steps or f"{gq.PREFIX}judged" in (c.summary or {})]
+    )
     return sorted(
         cells,
         key=lambda c: (

@@ -359,6 +359,19 @@ def _differing_override_keys(group: list[Cell]) -> list[str]:
     return [k for k in keys if len({m.get(k) for m in maps}) > 1]
 
 
+def unique_cells(cells: list[Cell]) -> list[Cell]:
+    """The first job of each cell, in order: jobs that differ only in keys a cell does not read
+    (e.g. `tuning.alpha` under another objective) are one cell (its summary's cell_hash)."""
+    seen: set[str] = set()
+    out = []
+    for c in cells:
+        key = (c.summary or {}).get("cell_hash") or c.job
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
 def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
     """PPO-only of the same env (and checkpoint and policy seed when `c` uses a policy);
     SLM-only is compared with the strongest checkpoint in the sweep (final, else best, else the

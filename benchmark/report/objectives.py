@@ -17,6 +17,7 @@ from benchmark.report.model import (
     env_label,
     method_label,
     method_order,
+    unique_cells,
 )
 from benchmark.report.render import DASH, Table, fmt
 
@@ -78,12 +79,9 @@ def _order(sweep: Sweep, c: Cell) -> tuple:
 
 def objectives_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
     """None unless two or more tuned cells share an env (one tuned cell is the main table)."""
-    cells, seen = [], set()
-    for c in sweep.ok:  # one row per cell: jobs that differ only in keys it does not read share it
-        key = (c.summary or {}).get("cell_hash") or c.job
-        if c.gate != "random" and objective_label(c) is not None and key not in seen:
-            seen.add(key)
-            cells.append(c)
+    cells = unique_cells(
+        [c for c in sweep.ok if c.gate != "random" and objective_label(c) is not None]
+    )
     if len(cells) < 2:
         return None
     cells.sort(key=lambda c: _order(sweep, c))
