@@ -8,7 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.analysis.frontier import BUDGETS, Point, at_budget, envelope, normalised_area
-from benchmark.report.model import Cell, Sweep, env_label, method_label, ppo_reference
+from benchmark.report.model import (
+    Cell,
+    Sweep,
+    env_label,
+    method_label,
+    ppo_reference,
+    tuned_objective,
+)
 from benchmark.report.render import DASH, Table
 
 TABLE = "frontier"
@@ -32,16 +39,6 @@ def _slm_only(c: Cell, sweep: Sweep) -> Cell | None:
     return cands[0] if cands else None
 
 
-def _tuned(c: Cell) -> str | None:
-    """The objective that chose the cell's threshold, None for a grid cell."""
-    objective = (c.summary or {}).get("tuning_objective")
-    if str(c.p) == "match":
-        return "match"
-    if objective or c.trials or str(c.tau_setting) == "auto":
-        return objective or "reward"
-    return None
-
-
 def _point(c: Cell) -> Point | None:
     ir, reward = c.value("ir_pooled"), c.value("reward")
     if ir is None or reward is None:
@@ -50,7 +47,7 @@ def _point(c: Cell) -> Point | None:
     return Point(
         ir[0],
         reward[0],
-        tuned=_tuned(c) is not None,
+        tuned=tuned_objective(c) is not None,
         precision=s.get("gate_precision"),
         recall=s.get("gate_recall"),
         label=c,
@@ -149,7 +146,7 @@ def frontier_plot(sweep: Sweep, out: Path) -> Path | None:
                 if p.tuned:
                     ax.scatter([p.ir], [p.reward], marker="*", s=150, color=color, ec="k", zorder=5)
                     ax.annotate(
-                        _tuned(p.label),
+                        tuned_objective(p.label),
                         (p.ir, p.reward),
                         fontsize=7,
                         xytext=(4, 4),

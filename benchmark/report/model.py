@@ -359,6 +359,17 @@ def _differing_override_keys(group: list[Cell]) -> list[str]:
     return [k for k in keys if len({m.get(k) for m in maps}) > 1]
 
 
+def tuned_objective(c: Cell) -> str | None:
+    """The objective that chose the cell's threshold (`tuning.objective`: reward, budget, ...),
+    "match" for a random gate whose p matches another cell's IR, None for a fixed tau."""
+    objective = (c.summary or {}).get("tuning_objective")
+    if str(c.p) == "match":
+        return "match"
+    if objective or c.trials or str(c.tau_setting) == "auto":
+        return objective or "reward"
+    return None
+
+
 def unique_cells(cells: list[Cell]) -> list[Cell]:
     """The first job of each cell, in order: jobs that differ only in keys a cell does not read
     (e.g. `tuning.alpha` under another objective) are one cell (its summary's cell_hash)."""

@@ -17,6 +17,7 @@ from benchmark.report.model import (
     env_label,
     method_label,
     method_order,
+    tuned_objective,
     unique_cells,
 )
 from benchmark.report.render import DASH, Table, fmt
@@ -28,14 +29,10 @@ ORDER = ("reward", "budget", "frugal", "risk")
 def objective_label(c: Cell) -> str | None:
     """`reward`, `budget 0.2`, `frugal 0.01`, `risk α0.2 δ0.1`; None for a cell whose threshold
     was not tuned (a grid cell, a fixed tau, the IR-matched random gate)."""
-    s = c.summary or {}
-    name = s.get("tuning_objective")
-    if name is None and not c.trials and str(c.tau_setting) != "auto":
+    name = tuned_objective(c)
+    if name in (None, "match") or c.tau is None:
         return None
-    if str(c.p) == "match" or c.tau is None:
-        return None
-    name = name or "reward"
-    params = s.get("tuning_params") or {}
+    params = (c.summary or {}).get("tuning_params") or {}
     if name == "risk":
         return f"risk α{params.get('alpha')} δ{params.get('delta')}"
     return " ".join([name, *(str(v) for v in params.values())])
@@ -66,7 +63,7 @@ def _held(c: Cell, records: list[dict] | None) -> str:
 
 
 def _order(sweep: Sweep, c: Cell) -> tuple:
-    name = (c.summary or {}).get("tuning_objective") or "reward"
+    name = tuned_objective(c)
     return (
         sweep.envs().index(c.env),
         checkpoint_order(c.checkpoint),
