@@ -154,8 +154,9 @@ def _record_steps(
             f"{len(stored)} episodes), so the records would not describe its results; nothing "
             "written. Recompute the cell (delete its dir) to get both."
         )
-    write_steps(cell_dir / STEPS_FILE, recorder.records)
-    summary = {**summary, **gate_quality(recorder.records), **belief_metrics(recorder.records)}
+    records = recorder.records  # sorted and (a trained gate) scored once
+    write_steps(cell_dir / STEPS_FILE, records)
+    summary = {**summary, **gate_quality(records), **belief_metrics(records)}
     results.write_json(cell_dir / "summary.json", summary)
     return summary
 

@@ -149,7 +149,7 @@ def _finite(x: float) -> float | None:
 
 
 def gate_quality(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The summary fields (`gate_<rate>`, `gate_<rate>_ci95_low/high`, `gate_auroc_<entropy>`
+    """The summary fields (`gate_<rate>`, `gate_<rate>_ci95_low/high`, `gate_auroc_<signal>`
     with its CI, `gate_<count>` totals) of a cell's step records; rates are None where their
     denominator is 0."""
     episodes = list(by_episode(list(records)).values())
@@ -159,19 +159,19 @@ def gate_quality(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         value, low, high = _rate([c[num_key] for c in counts], [c[den_key] for c in counts])
         out[f"{PREFIX}{rate}"] = value
         out[f"{PREFIX}{rate}_ci95_low"], out[f"{PREFIX}{rate}_ci95_high"] = low, high
-    for entropy in SIGNALS:
+    for signal in SIGNALS:
         scores, labels = [], []
         for steps in episodes:
             judged = [r for r in steps if r.get("ppo_optimal") is not None]
-            if any(r.get(entropy) is None for r in judged):
+            if any(r.get(signal) is None for r in judged):
                 scores = None
                 break
-            scores.append([r[entropy] for r in judged])
+            scores.append([r[signal] for r in judged])
             labels.append([not r["ppo_optimal"] for r in judged])
-        if not scores and entropy not in ENTROPIES:
+        if not scores and signal not in ENTROPIES:
             continue  # only a trained gate's records have a gate_score
         value, low, high = auroc_ci(scores, labels) if scores else (None, None, None)
-        key = f"{PREFIX}auroc_{entropy}"
+        key = f"{PREFIX}auroc_{signal}"
         out[key], out[f"{key}_ci95_low"], out[f"{key}_ci95_high"] = value, low, high
     return out
 

@@ -93,10 +93,9 @@ def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequen
     check_training_seeds(seeds, splits)
     models = {role: joint.load(d) for role, d in dirs.items()}
     _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
-    groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
-    _, raw = joint.samples(groups)
+    per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
+    raw = {k: [v for r in per_seed for v in r[k]] for k in PER_SEED.values()}
     env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
-    per_seed = [joint.samples({s: groups[s]})[1] for s in seeds]
     return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
             "format": rollout.mean_ci(raw["gate"]),
             "correctness": rollout.mean_ci(raw["correctness"]),
