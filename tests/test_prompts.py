@@ -3,6 +3,7 @@ the simulator, state carried across queries and episodes, golden prompts, prompt
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -593,6 +594,6 @@ def test_the_raw_history_prompt_grows_one_line_per_step(env):
         lines = [x for x in history.splitlines()[1:] if x]
         assert [x.split(":", 1)[0] for x in lines] == [str(t) for t in range(record.step)]
         lengths.append(len(user))
-    assert len(lengths) >= 4 and all(b > a for a, b in zip(lengths, lengths[1:]))
+    assert len(lengths) >= 4 and all(b > a for a, b in itertools.pairwise(lengths))
     *_, last = showcase.drive(stateful, task, 101, 0, policy="random")
     assert "HISTORY" not in last.queries[0].messages[1]["content"]
