@@ -130,3 +130,27 @@ def test_rl_gains_are_paired_differences_with_cis():
     assert g["held_out_r_belief"]["diff_mean"] == 0
     assert g["train_r_env"]["n"] == 3 and g["train_r_env"]["diff_mean"] == pytest.approx(1 / 3)
     assert g["train_r_belief"] == {**g["train_r_belief"], "n": 1, "diff_mean": 0.5}
+
+
+@pytest.mark.slow
+def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
+    """The whole CLI at toy size: SFT, RL, the held-out rollouts (validation seeds, each model on
+    its own beliefs) paired with the training reward; a second run into the same --out reuses
+    both models and keeps what their training reported."""
+    from benchmark.brace.train import main
+
+    args = ["--env", "empty5x5_random", "--out", str(tmp_path / "out"), "--root", str(tmp_path),
+            "--teacher-episodes", "2", "--sft-examples", "4", "--sft-epochs", "1",
+            "--held-out-episodes", "1", "--rl-iterations", "1", "--rl-seeds", "1",
+            "--rl-group", "2", "--rl-max-steps", "2", "--reward-episodes", "1"]  # fmt: skip
+    first = main(args)
+    rollouts = first["held_out_rollouts"]
+    assert set(rollouts) == {"sft", "rl"}
+    assert rollouts["rl"]["per_seed"]["r_env"] == [rollouts["rl"]["r_env"]["mean"]]  # seed 0
+    assert "held_out_rollout_r_env" in first["gains"] and "train_r_env" in first["gains"]
+    history = first["rl"]["history"]
+    assert len(history) == 1
+    again = main(args)
+    assert again["rl"] == {**first["rl"], "reused": True}
+    assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
+    assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]

@@ -8,13 +8,15 @@
    R_env, the belief model on R_belief; mode `slm` (every step) or `ask` (the entropy gate's
    states, PPO acting elsewhere);
 4. measurement with 95% bootstrap CIs: held-out (validation-seed, teacher-forced) belief updates
-   (format compliance, correctness, R_belief) of the SFT and SFT+RL models, and the training
+   (format compliance, correctness, R_belief) of the SFT and SFT+RL models, the training
    reward (R_env per episode, R_belief per update, greedy, on a fixed set of training seeds)
-   before and after RL.
+   and the held-out rollouts (the same, on the validation seeds, each model on its own
+   beliefs), before and after RL, RL's gains paired.
 
     python -m benchmark.brace.train --env empty5x5_random --out outputs/models/brace/e5
 
-writes <out>/{sft,rl-always,rl-entropy}/{belief,policy} (an SFT model already there is reused) (plain model dirs: slm=brace_trained serves them) and
+writes <out>/{sft,rl-always,rl-entropy}/{belief,policy} (plain model dirs: slm=brace_trained
+serves them; SFT and RL models already there are reused and measured again) and
 <out>/brace_train.json."""
 
 from __future__ import annotations
@@ -86,11 +88,18 @@ def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
 
 def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
                     splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
-    """The models' greedy rollouts on training seeds: R_env per episode, R_belief and format
-    per update, with CIs."""
+    """The models' greedy rollouts on training seeds (refused otherwise): `rollout_reward`."""
     from benchmark.finetune.dataset import check_training_seeds
 
     check_training_seeds(seeds, splits)
+    return rollout_reward(task, prompt, dirs, seeds, gate, policy)
+
+
+def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
+                   gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The models' greedy rollouts on `seeds`, each update following the model's OWN previous
+    belief (what RL trains on, unlike the teacher-forced `held_out`): R_env per episode,
+    R_belief, format and correctness per update, with CIs, and per seed for pairing."""
     models = {role: joint.load(d) for role, d in dirs.items()}
     _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
     per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
@@ -197,7 +206,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if not (sft[role] / "config.json").exists():
             shutil.copytree(base, sft[role], dirs_exist_ok=True)
     todo = [r for r in sft if not (sft[r] / "config.json").exists()]  # made ones are reused
-    report["sft"] = {r: "reused" for r in sft if r not in todo}
+    # a reused model keeps what its training reported (the earlier brace_train.json's entry)
+    earlier_file = out / "brace_train.json"
+    earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
+    report["sft"] = {r: earlier.get("sft", {}).get(r, "reused") for r in sft if r not in todo}
     if todo:
         from benchmark.finetune.dataset import check_training_seeds
 
@@ -232,20 +244,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("train reward sft", report["train_reward"]["sft"], flush=True)
     rl = {r: out / RL_DIR[a.mode] / r for r in ("belief", "policy")}
     rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
-    report["rl"] = joint.train(
-        rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits, iterations=a.rl_iterations,
-        seeds_per_step=a.rl_seeds, group=a.rl_group, learning_rate=a.rl_lr, gate=gate,
-        policy=policy, belief_samples=a.rl_belief_samples, seed=a.seed,
-        log=lambda row: print("rl", row, flush=True),
-    )  # fmt: skip
+    if all((d / "config.json").exists() for d in rl.values()):  # made ones are reused, as SFT's
+        report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
+        print("rl: reusing", rl["belief"].parent, "(a new --out trains again)", flush=True)
+    else:
+        report["rl"] = joint.train(
+            rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits,
+            iterations=a.rl_iterations, seeds_per_step=a.rl_seeds, group=a.rl_group,
+            learning_rate=a.rl_lr, gate=gate, policy=policy, belief_samples=a.rl_belief_samples,
+            seed=a.seed, log=lambda row: print("rl", row, flush=True),
+        )  # fmt: skip
     report["train_reward"]["rl"] = training_reward(
         rl_task, prompt, rl, reward_seeds, splits, gate, policy
     )
     report["held_out"]["rl"] = held_out(rl["belief"], held_states)
+    # held-out rollouts: validation seeds played by each model pair on its own beliefs
+    held_seeds = list(range(a.held_out_episodes))
+    report["held_out_rollouts"] = {
+        name: rollout_reward(rl_task, prompt, dirs, held_seeds, gate, policy)
+        for name, dirs in (("sft", sft), ("rl", rl))
+    }
     report["seconds"] = round(time.perf_counter() - t0, 1)
     report["gains"] = gains(report)
     print("train reward rl", report["train_reward"]["rl"], flush=True)
     print("held-out rl", report["held_out"]["rl"], flush=True)
+    print("held-out rollouts", json.dumps(report["held_out_rollouts"]), flush=True)
     print("RL - SFT (paired)", json.dumps(report["gains"]), flush=True)
     (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
     return report
@@ -254,8 +277,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
     """RL's gains (SFT+RL minus SFT), paired: on the same held-out states (correctness,
     R_belief) and the same training seeds (R_env; R_belief, format and correctness averaged
-    over a seed's updates, seeds where either model made no update left out), each with its
-    95% bootstrap CI
+    over a seed's updates, seeds where either model made no update left out), the same for the
+    held-out rollouts (validation seeds on the models' own beliefs), each with its 95% bootstrap CI
     (benchmark.metrics.paired_difference): a CI above 0 is a gain."""
     from benchmark.metrics import paired_difference
 
@@ -264,16 +287,19 @@ def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
         f"held_out_{k}": paired_difference(ho["rl"]["per_state"][k], ho["sft"]["per_state"][k])
         for k in ("correctness", "r_belief")
     }
-    for k in ("r_env", *PER_SEED):
-        if k not in tr["rl"]["per_seed"]:  # a report written before the field existed
-            continue
-        pairs = [
-            (a, b)
-            for a, b in zip(tr["rl"]["per_seed"][k], tr["sft"]["per_seed"][k], strict=True)
-            if a is not None and b is not None
-        ]
-        if pairs:
-            out[f"train_{k}"] = {**paired_difference(*zip(*pairs, strict=True)), "n": len(pairs)}
+    rollouts = {"train": tr, "held_out_rollout": report.get("held_out_rollouts")}
+    for prefix, side in rollouts.items():
+        for k in ("r_env", *PER_SEED) if side else ():
+            if k not in side["rl"]["per_seed"]:  # a report written before the field existed
+                continue
+            pairs = [
+                (a, b)
+                for a, b in zip(side["rl"]["per_seed"][k], side["sft"]["per_seed"][k], strict=True)
+                if a is not None and b is not None
+            ]
+            if pairs:
+                diff = paired_difference(*zip(*pairs, strict=True))
+                out[f"{prefix}_{k}"] = {**diff, "n": len(pairs)}
     return out
 
 
