@@ -154,3 +154,14 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     assert again["rl"] == {**first["rl"], "reused": True}
     assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
     assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]
+
+
+def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
+    """HigherLower always plays 51 decisions: capping its RL episodes is refused up front,
+    naming the flag and what it allows, before a directory or a model is made."""
+    from benchmark.brace.train import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"--rl-max-steps 6: .*51 decisions; 0 plays"):
+        main(["--env", "higherlower", "--out", str(out), "--rl-max-steps", "6"])
+    assert not out.exists()

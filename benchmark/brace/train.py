@@ -146,7 +146,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rl-seeds", type=int, default=4)
     ap.add_argument("--rl-group", type=int, default=4)
     ap.add_argument("--rl-lr", type=float, default=1e-4)
-    ap.add_argument("--rl-max-steps", type=int, default=12)
+    ap.add_argument(
+        "--rl-max-steps",
+        type=int,
+        default=12,
+        help="RL and training-reward episodes capped at this many steps (0: the env's own "
+        "length; HigherLower always plays its 51 decisions)",
+    )
     ap.add_argument(
         "--rl-belief-samples",
         type=int,
@@ -184,6 +190,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(a.threads)
 
+    try:  # before any work: a cap the env refuses fails here, not after SFT
+        rl_task = task_for(a.env, a.rl_max_steps or None)
+    except Exception as err:  # hydra wraps the task's ValueError
+        raise SystemExit(f"--rl-max-steps {a.rl_max_steps}: {err.__cause__ or err}; "
+                         "0 plays the env's own episode length") from err  # fmt: skip
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     splits = DEFAULT_SPLITS
@@ -236,7 +247,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     gate = policy = None
     if a.mode == "ask":
         gate, policy = ask_setup(a.env, a.tau, a.root, a.override)
-    rl_task = task_for(a.env, a.rl_max_steps)
     reward_seeds = list(range(TRAIN_SEED_MIN + 5000, TRAIN_SEED_MIN + 5000 + a.reward_episodes))
     report["train_reward"] = {
         "sft": training_reward(rl_task, prompt, sft, reward_seeds, splits, gate, policy)
