@@ -218,7 +218,7 @@ def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[st
                 loss = loss - adv * tok_logp[j, start : start + n].mean()
             loss = loss / len(mine)
             loss.backward()
-            total += float(loss)
+            total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses[role] = total
