@@ -229,3 +229,26 @@ def test_grpo_reward_function_scores_completions_and_refuses_held_out_states(tmp
     assert scores[0] == scores[2] > 1.0 and scores[1] == 0.0
     with pytest.raises(ValueError, match="training seeds only"):
         grpo.train("unused", held, tmp_path / "out")
+
+
+def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(tmp_path):
+    """slm=finetuned's held-out measure parses one answer per state; prompt=brace's first answer
+    is the belief update, after which the session asks the act round: the measure says so
+    (not_measured), never an invalid rate of 1.0 for answers nobody scored."""
+    from benchmark.brace.train import brace_prompt, task_for
+    from benchmark.consultants.tiny import build_tiny
+    from benchmark.finetune.dataset import MultiRoundConsultation, _label, parse
+    from benchmark.finetune.store import measure
+
+    task, prompt = task_for("empty5x5_random"), brace_prompt()
+
+    def held_out_example():
+        ep = task.episode(0)  # a validation seed: measurement only
+        (example,) = _label(prompt.session(ep, True).consult(None), ep, (), None, keep=True)
+        return example
+
+    with pytest.raises(MultiRoundConsultation, match="seed 0 step 0: .*second round"):
+        parse(held_out_example(), block("- the goal is at (1, 1) [confirmed]"))
+    result = measure(build_tiny(tmp_path / "tiny", 0, "small"), [held_out_example()])
+    assert result["states"] == 1 and "invalid_rate" not in result
+    assert "benchmark.brace.train" in result["not_measured"]

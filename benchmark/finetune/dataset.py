@@ -206,9 +206,15 @@ def _label(
     return out
 
 
+class MultiRoundConsultation(ValueError):
+    """The consultation asks another round after the first answer (e.g. prompt=brace: the
+    belief update, then the act): one answer does not decide its action."""
+
+
 def parse(example: Example, text: str) -> int | None:
     """The action a held-out example's consultation decides on `text` (None: invalid), parsed
-    by the prompt session itself, exactly as in an evaluation. Consumes the suspended session."""
+    by the prompt session itself, exactly as in an evaluation. Consumes the suspended session.
+    Raises MultiRoundConsultation when the session asks a second round instead of deciding."""
     if example.pending is None:
         raise ValueError("only held-out examples (collect(..., split_ok=True)) can be parsed")
     try:
@@ -217,4 +223,6 @@ def parse(example: Example, text: str) -> int | None:
         return stop.value.action
     finally:
         example.pending = None
-    return None  # a second round: not a single-query consultation
+    raise MultiRoundConsultation(
+        f"seed {example.seed} step {example.step}: the consultation asks a second round"
+    )

@@ -30,7 +30,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import config
-from benchmark.finetune.dataset import AUTOPILOT_MODES, Example, collect, dataset_seeds, parse
+from benchmark.finetune.dataset import (
+    AUTOPILOT_MODES,
+    Example,
+    MultiRoundConsultation,
+    collect,
+    dataset_seeds,
+    parse,
+)
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits
 
@@ -381,6 +388,15 @@ def _make(
     with (out / DATASET).open("w") as fh:
         for e in examples:
             fh.write(json.dumps(e.record(), sort_keys=True) + "\n")
+    if "invalid_rate" not in held:  # no held-out state, or a prompt one answer cannot score
+        log.info(
+            "fine-tuned %s in %.0f s (data %.0f s): held-out not measured (%s)",
+            recipe.base,
+            stats["train_seconds"],
+            data_seconds,
+            held.get("not_measured", "no held-out validation state"),
+        )
+        return
     log.info(
         "fine-tuned %s in %.0f s (data %.0f s): on %d held-out validation states invalid %.3f, "
         "expert agreement %.3f (uniform chance %.3f, majority label %.3f, PPO %.3f)",
@@ -440,7 +456,14 @@ def measure(model_dir: Path, examples: list[Example]) -> dict[str, Any]:
     if not examples:
         return {"states": 0}
     answers, seconds = answer_all(model_dir, examples)
-    chosen = [parse(e, a.text) for e, a in zip(examples, answers, strict=True)]
+    try:
+        chosen = [parse(e, a.text) for e, a in zip(examples, answers, strict=True)]
+    except MultiRoundConsultation as err:  # not a wrong answer: nothing to score it by here
+        return {
+            "states": len(examples),
+            "not_measured": f"{err}: a multi-round prompt's action follows the model's own "
+            "first-round answer; prompt=brace is measured by benchmark.brace.train (held_out)",
+        }
 
     def rates(pairs: list[tuple[int | None, Example]]) -> dict[str, Any]:
         n = len(pairs)
