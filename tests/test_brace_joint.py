@@ -5,6 +5,8 @@ only (a validation seed is refused; every episode the loop plays is a training s
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmark.brace import joint, rollout
@@ -154,6 +156,8 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     assert again["rl"] == {**first["rl"], "reused": True}
     assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
     assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]
+    kept = list((tmp_path / "out").glob("brace_train.*.json"))  # the first report, not erased
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["gains"] == first["gains"]
 
 
 def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):

@@ -17,7 +17,7 @@
 
 writes <out>/{sft,rl-always,rl-entropy}/{belief,policy} (plain model dirs: slm=brace_trained
 serves them; SFT and RL models already there are reused and measured again) and
-<out>/brace_train.json."""
+<out>/brace_train.json (an earlier one kept as brace_train.<its UTC time>.json)."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     print("held-out", json.dumps(report["held_out"], default=str), flush=True)
     if a.skip_rl:
-        (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
+        write_report(out, report)
         return report
     gate = policy = None
     if a.mode == "ask":
@@ -280,8 +280,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("held-out rl", report["held_out"]["rl"], flush=True)
     print("held-out rollouts", json.dumps(report["held_out_rollouts"]), flush=True)
     print("RL - SFT (paired)", json.dumps(report["gains"]), flush=True)
-    (out / "brace_train.json").write_text(json.dumps(report, indent=1, default=str))
+    write_report(out, report)
     return report
+
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    """<out>/brace_train.json; an earlier one is kept beside it, named by when it was written
+    (a rerun that reuses the models measures them again, it never erases what was measured)."""
+    path = out / "brace_train.json"
+    if path.exists():
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(path.stat().st_mtime))
+        path.rename(out / f"brace_train.{stamp}.json")
+    path.write_text(json.dumps(report, indent=1, default=str))
 
 
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
