@@ -152,6 +152,7 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     assert "held_out_rollout_r_env" in first["gains"] and "train_r_env" in first["gains"]
     history = first["rl"]["history"]
     assert len(history) == 1
+    assert (tmp_path / "out" / "rl-always.png").stat().st_size > 0  # the training curves
     again = main(args)
     assert again["rl"] == {**first["rl"], "reused": True}
     assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
@@ -169,3 +170,10 @@ def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
     with pytest.raises(SystemExit, match=r"--rl-max-steps 6: .*51 decisions; 0 plays"):
         main(["--env", "higherlower", "--out", str(out), "--rl-max-steps", "6"])
     assert not out.exists()
+
+
+def test_rolling_mean_of_the_training_curves():
+    from benchmark.brace.curves import rolling
+
+    assert rolling([1, 3, 5, 7], 2).tolist() == [1, 2, 4, 6]
+    assert rolling([2.0], 5).tolist() == [2.0]

@@ -17,7 +17,8 @@
 
 writes <out>/{sft,rl-always,rl-entropy}/{belief,policy} (plain model dirs: slm=brace_trained
 serves them; SFT and RL models already there are reused and measured again) and
-<out>/brace_train.json (an earlier one kept as brace_train.<its UTC time>.json)."""
+<out>/brace_train.json (an earlier one kept as brace_train.<its UTC time>.json), with the RL
+training curves in <out>/rl-<gate>.png (benchmark.brace.curves)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.brace import joint, rollout
+from benchmark.brace import curves, joint, rollout
 from benchmark.brace.rewards import belief_reward
 from benchmark.seeds import Splits
 
@@ -280,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("held-out rl", report["held_out"]["rl"], flush=True)
     print("held-out rollouts", json.dumps(report["held_out_rollouts"]), flush=True)
     print("RL - SFT (paired)", json.dumps(report["gains"]), flush=True)
+    if not report["rl"].get("reused"):
+        title = f"{a.env}, mode {a.mode}: sampled rollouts per RL iteration"
+        curves.plot(report["rl"]["history"], out / f"{RL_DIR[a.mode]}.png", title=title)
     write_report(out, report)
     return report
 
