@@ -154,7 +154,7 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     assert len(history) == 1
     assert (tmp_path / "out" / "rl-always.png").stat().st_size > 0  # the training curves
     again = main(args)
-    assert again["rl"] == {**first["rl"], "reused": True}
+    assert again["rl"] == {**first["rl"], "reused": True, "trained_with": first["args"]}
     assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
     assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]
     kept = list((tmp_path / "out").glob("brace_train.*.json"))  # the first report, not erased

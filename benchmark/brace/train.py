@@ -191,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(a.threads)
 
+    task = task_for(a.env)  # an unknown env fails here, with its own message
     try:  # before any work: a cap the env refuses fails here, not after SFT
         rl_task = task_for(a.env, a.rl_max_steps or None)
     except Exception as err:  # hydra wraps the task's ValueError
@@ -201,7 +202,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     splits = DEFAULT_SPLITS
     report: dict[str, Any] = {"args": vars(a)}
     prompt = brace_prompt()
-    task = task_for(a.env)
     base = (
         Path(a.base)
         if a.base
@@ -256,7 +256,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rl = {r: out / RL_DIR[a.mode] / r for r in ("belief", "policy")}
     rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
     if all((d / "config.json").exists() for d in rl.values()):  # made ones are reused, as SFT's
-        report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
+        # what trained them (this run's args may differ: they only measure)
+        report["rl"] = {**(earlier.get("rl") or {}), "reused": True,
+                        "trained_with": earlier.get("rl", {}).get("trained_with", earlier.get("args"))}  # fmt: skip
         print("rl: reusing", rl["belief"].parent, "(a new --out trains again)", flush=True)
     else:
         report["rl"] = joint.train(
