@@ -257,8 +257,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
     if all((d / "config.json").exists() for d in rl.values()):  # made ones are reused, as SFT's
         # what trained them (this run's args may differ: they only measure)
-        report["rl"] = {**(earlier.get("rl") or {}), "reused": True,
-                        "trained_with": earlier.get("rl", {}).get("trained_with", earlier.get("args"))}  # fmt: skip
+        trained = earlier.get("rl") or {}
+        trained_with = trained.get("trained_with", earlier.get("args"))
+        report["rl"] = {**trained, "reused": True, "trained_with": trained_with}
         print("rl: reusing", rl["belief"].parent, "(a new --out trains again)", flush=True)
     else:
         report["rl"] = joint.train(
@@ -293,11 +294,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def write_report(out: Path, report: dict[str, Any]) -> None:
     """<out>/brace_train.json; an earlier one is kept beside it, named by when it was written
     (a rerun that reuses the models measures them again, it never erases what was measured)."""
+    from benchmark.store import write_text_atomic
+
     path = out / "brace_train.json"
     if path.exists():
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(path.stat().st_mtime))
         path.rename(out / f"brace_train.{stamp}.json")
-    path.write_text(json.dumps(report, indent=1, default=str))
+    write_text_atomic(path, json.dumps(report, indent=1, default=str))
 
 
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
