@@ -32,9 +32,10 @@ test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs)
 test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow, under 3 min): the same as a plain `pytest`
 	$(PY) -m pytest -q -m "not slow"
 
-lint: $(VENV_STAMP) ## ruff lint + format check
+lint: $(VENV_STAMP) ## ruff lint + format check + the layer contracts (import-linter, docs/architecture.md)
 	.venv/bin/ruff check benchmark tests
 	.venv/bin/ruff format --check benchmark tests
+	.venv/bin/lint-imports --no-cache
 
 format: $(VENV_STAMP) ## ruff format + autofix
 	.venv/bin/ruff format benchmark tests

@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
@@ -166,8 +167,9 @@ class CellSpec:
             k: _drop_legacy(k, _drop(v, EXECUTION_KEYS.get(k, ()))) for k, v in self.config.items()
         }
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
-        if "prompt" in out and not _shows_planner_hint(self.config):
-            out["prompt"] = _drop(out["prompt"], ("planner_hint",))
+        if "prompt" in out:  # the family-dependent keys its texts do not read
+            unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
+            out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
         if "policy" in out:  # the weights by content; the recipe that made them is in them
             if self.version >= 3:  # the tensors and what loads them (policy_digest)
                 out["policy"] = {"weights": self.inputs["policy_weights"]}
@@ -223,7 +225,13 @@ class CellSpec:
         parts = [c["env"]["name"], self.gate.name]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
-            parts += [self.slm_label, c["prompt"]["name"] + rationale]
+            read = family_prompt_keys(c)  # the family's keys away from their usual value
+            keys = [
+                f",{k}={c['prompt'][k]}"
+                for k in sorted(read)
+                if k in c["prompt"] and c["prompt"][k] != FAMILY_PROMPT_KEYS[k]
+            ]
+            parts += [self.slm_label, c["prompt"]["name"] + rationale + "".join(keys)]
         if self.uses_policy:
             parts.append(self.policy_label)
         return "/".join(str(p) for p in parts)
@@ -266,11 +274,13 @@ class CellSpec:
         }
 
 
-def _shows_planner_hint(config: dict[str, Any]) -> bool:
-    """Whether the prompt has a `Planner hint:` line at all (the stateful levels on a grid env):
-    elsewhere prompt.planner_hint changes no prompt and stays out of the identity."""
+def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
+    """The family-dependent prompt keys (envs.family.FAMILY_PROMPT_KEYS) that the cell's env
+    family reads at its prompt level: its family answers (Family.prompt_keys)."""
     prompt, env = config.get("prompt") or {}, config.get("env") or {}
-    return prompt.get("level") in ("stateful_min", "stateful") and env.get("family") == "grid"
+    if not prompt.get("level") or not env.get("family"):
+        return frozenset()
+    return get_family(str(env["family"])).prompt_keys(str(prompt["level"]))
 
 
 def _drop_legacy(node: str, value: Any) -> Any:

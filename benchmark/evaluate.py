@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.consultants.base import Consultant
 from benchmark.envs.base import Episode, Task
 from benchmark.gates import Gate
 from benchmark.metrics import episode_rates
 from benchmark.policy.network import actor_input, is_recurrent, split_states, stack_states
-from benchmark.prompts.base import Consultation, Decision, PromptVariant
+from benchmark.prompts.base import Decision, PromptVariant, consult_all
 from benchmark.uncertainty import draw_masks, mc_dropout
 
 MODES = ("lockstep", "sequential")
@@ -226,39 +226,6 @@ def fallback_action(seed: int, ep: Episode) -> int:
     (seed, episode seed, step), counted as invalid. Documented in docs/metrics.md."""
     rng = np.random.default_rng([seed, ep.seed, ep.steps, 7])
     return int(rng.integers(len(ep.action_names)))
-
-
-def consult_all(
-    consultations: list[Consultation], answer: Callable[[list[Query]], list[Answer]] | None
-) -> list[Decision]:
-    """The one consultation driver: advance every consultation generator in lockstep; each
-    round is ONE batched `answer` call (a consultant's, or the prompt showcase's scripted one)."""
-    decisions: list[Decision | None] = [None] * len(consultations)
-    pending: dict[int, list] = {}
-    for k, gen in enumerate(consultations):
-        _advance(k, gen, None, pending, decisions)
-    while pending:
-        order = list(pending)
-        flat = [q for k in order for q in pending[k]]
-        answers = answer(flat) if flat else []
-        cursor, rounds = 0, {}
-        for k in order:
-            n = len(pending[k])
-            rounds[k] = answers[cursor : cursor + n]
-            cursor += n
-        pending = {}
-        for k in order:
-            _advance(k, consultations[k], rounds[k], pending, decisions)
-    return decisions  # type: ignore[return-value]
-
-
-def _advance(
-    k: int, gen: Consultation, answers: list[Answer] | None, pending: dict, out: list
-) -> None:
-    try:
-        pending[k] = next(gen) if answers is None else gen.send(answers)
-    except StopIteration as stop:
-        out[k] = stop.value
 
 
 def _new_row(seed: int, has_policy: bool) -> dict:

@@ -62,8 +62,8 @@ def training_records(
     """PPO's own episodes on the first `train_episodes` training seeds: (seeds, step records)."""
     from benchmark.analysis import StepRecorder
     from benchmark.evaluate import Evaluator
-    from benchmark.finetune.dataset import dataset_seeds
     from benchmark.gates import EntropyGate
+    from benchmark.seeds import dataset_seeds
 
     seeds = dataset_seeds(int(key["train_episodes"]), SEED_STREAM, splits)
     recorder = StepRecorder()

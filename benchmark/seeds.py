@@ -3,7 +3,7 @@ never sees an evaluation layout, and every hash that depends on a split includes
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,3 +93,28 @@ def training_seeds(seed: int) -> Iterator[int]:
     rng = np.random.default_rng(seed)
     while True:
         yield int(TRAIN_SEED_MIN + rng.integers(0, 2**31 - 1 - TRAIN_SEED_MIN))
+
+
+def dataset_seeds(n_episodes: int, seed: int, splits: Splits) -> list[int]:
+    """The first `n_episodes` distinct training seeds of the stream `training_seeds(seed)`; every
+    one is checked against the evaluation splits."""
+    out: list[int] = []
+    for s in training_seeds(seed):
+        if s not in out:
+            out.append(s)
+        if len(out) == n_episodes:
+            break
+    check_training_seeds(out, splits)
+    return out
+
+
+def check_training_seeds(seeds: Iterable[int], splits: Splits) -> None:
+    """Raise when a seed is below TRAIN_SEED_MIN or in a split (validation, test, any other)."""
+    for s in seeds:
+        inside = [name for name in splits.names() if s in splits.ranges[name]]
+        if s < TRAIN_SEED_MIN or inside:
+            where = f"the {inside[0]} split" if inside else f"below {TRAIN_SEED_MIN}"
+            raise ValueError(
+                f"seed {s} is in {where}: data for training (fine-tuning, Agent-BRACE, the learned gate) comes from training seeds only "
+                f"(>= {TRAIN_SEED_MIN}, benchmark.seeds.training_seeds)"
+            )

@@ -47,10 +47,10 @@ def method_of(config: dict) -> str:
     cell's labels come from `CellSpec.labels()` (None for what the cell does not use)."""
     from benchmark.cell import CellSpec
     from benchmark.gates import GateSettings
-    from benchmark.report.model import Cell, method_label
+    from benchmark.labels import method_label, of_spec
 
     spec = CellSpec(config=config, gate=GateSettings.from_config(config["gate"]))
-    return method_label(Cell.of_spec(spec))
+    return method_label(of_spec(spec))
 
 
 def init_timeout(cfg: Any) -> float:

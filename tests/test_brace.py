@@ -8,19 +8,11 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from benchmark.brace.rewards import (
-    belief_reward,
-    correctness,
-    diversity,
-    env_reward,
-    format_gate,
-    label_for,
-    snapshot,
-    tracking,
-    verify,
-)
+from benchmark.brace.rewards import belief_reward, diversity, env_reward, format_gate, tracking
 from benchmark.brace.teacher import teacher_claims
 from benchmark.envs import make_task
+from benchmark.envs.truth import correctness, snapshot, verify
+from benchmark.vocabulary import label_for
 
 
 def block(*lines: str) -> str:
@@ -126,7 +118,7 @@ def test_card_predictions_are_verified_by_calibration():
 
 
 def test_families_own_the_brace_parts_and_a_family_without_them_is_named(monkeypatch):
-    from benchmark.brace import rewards
+    from benchmark.envs import truth as rewards
     from benchmark.envs.family import Family, get_family
 
     assert all(get_family(f).supports("brace") for f in ("grid", "cards", "memory"))
@@ -169,8 +161,7 @@ def brace_prompt():
 
 def test_teacher_states_come_from_training_seeds_only():
     from benchmark.brace.sft import collect_states, score
-    from benchmark.finetune.dataset import dataset_seeds
-    from benchmark.seeds import TRAIN_SEED_MIN, Splits
+    from benchmark.seeds import TRAIN_SEED_MIN, Splits, dataset_seeds
     from tests.test_finetune import untrained_policy
 
     task, splits = make_task("higherlower"), Splits()

@@ -9,10 +9,10 @@ import pytest
 
 from benchmark.analysis.belief import belief_metrics, calibration, context_by_step
 from benchmark.analysis.steps import step_record
-from benchmark.brace.rewards import snapshot, truth_probability
 from benchmark.brace.teacher import teacher_claims
 from benchmark.consultants.base import Answer
 from benchmark.envs import make_task
+from benchmark.envs.truth import snapshot, truth_probability
 from benchmark.evaluate import StepEvent
 from benchmark.prompts.base import Decision
 

@@ -17,8 +17,8 @@ from benchmark.envs import make_task
 from benchmark.finetune import dataset as ds
 from benchmark.finetune.store import DataSettings, Recipe
 from benchmark.finetune.train import IGNORE, TrainSettings, encode
-from benchmark.prompts.parse import THINK_END
-from benchmark.seeds import TRAIN_SEED_MIN, Splits
+from benchmark.seeds import TRAIN_SEED_MIN, Splits, dataset_seeds
+from benchmark.vocabulary import THINK_END
 from tests.conftest import compose_cfg
 
 DEMO_POLICY = [  # the demo's weak PPO (conf/experiment/demo.yaml), about 25 s to train
@@ -73,7 +73,7 @@ class SeedSpy:
 # ----------------------------------------------------------------------------- dataset
 def test_dataset_builder_never_sees_validation_or_test_seeds():
     splits = Splits()
-    seeds = ds.dataset_seeds(200, 0, splits)
+    seeds = dataset_seeds(200, 0, splits)
     assert len(set(seeds)) == 200 and min(seeds) >= TRAIN_SEED_MIN
     task = SeedSpy(make_task("empty5x5_random"))
     ds.collect(task, basic_prompt(), untrained_policy(task.task), seeds[:6], splits=splits)
@@ -100,7 +100,7 @@ def test_examples_are_the_evaluators_messages_with_the_experts_answer():
     task = make_task("empty5x5_random")
     policy = untrained_policy(task)
     splits = Splits()
-    seeds = ds.dataset_seeds(3, 1, splits)
+    seeds = dataset_seeds(3, 1, splits)
     prompt = basic_prompt()
     examples = ds.collect(task, prompt, policy, seeds, splits=splits, unique=False)
     # the same rollout with a consultant asked at every step (tau 0): the queries it gets
@@ -138,7 +138,7 @@ def test_tau_keeps_only_the_steps_the_gate_sends():
     task = make_task("empty5x5_random")
     policy = untrained_policy(task)
     splits = Splits()
-    seeds = ds.dataset_seeds(3, 2, splits)
+    seeds = dataset_seeds(3, 2, splits)
     kw = dict(splits=splits, autopilot=("ppo",), unique=False, mc_samples=8)
     every = ds.collect(task, basic_prompt(), policy, seeds, **kw)
     assert ds.collect(task, basic_prompt(), policy, seeds, tau=0.0, **kw) == every
@@ -163,7 +163,7 @@ def test_rationale_examples_carry_a_templated_reason():
         task,
         basic_prompt(rationale=True),
         untrained_policy(task),
-        ds.dataset_seeds(2, 0, splits),
+        dataset_seeds(2, 0, splits),
         splits=splits,
         autopilot=("ppo",),
     )
@@ -182,7 +182,7 @@ def test_loss_is_on_the_answer_tokens_only(tmp_path):
     tok = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "tiny-small", 0, "small"))
     task = make_task("empty5x5_random")
     splits = Splits()
-    seeds = ds.dataset_seeds(1, 0, splits)
+    seeds = dataset_seeds(1, 0, splits)
     for rationale in (False, True):
         e = ds.collect(
             task,
@@ -389,7 +389,7 @@ def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
     task = make_task("empty5x5_random")
     splits = Splits()
     examples = ds.collect(
-        task, basic_prompt(), untrained_policy(task), ds.dataset_seeds(2, 0, splits),
+        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
         splits=splits, autopilot=("ppo",), unique=False,
     )[:24]  # fmt: skip
     settings = TrainSettings(

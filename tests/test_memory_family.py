@@ -11,8 +11,8 @@ from benchmark import results
 from benchmark.envs import family_of, make_task
 from benchmark.envs.memory import MemoryTask, cue_seen
 from benchmark.prompts.ask import AskPrompt
-from benchmark.prompts.blocks import LEVELS
 from benchmark.prompts.feedback import FeedbackPrompt
+from benchmark.vocabulary import LEVELS
 from tests.conftest import SMALL_POLICY, compose_cfg
 
 ENV = "memory_s11"

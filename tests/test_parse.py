@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchmark.consultants.hf import strip_thinking as backend_strip_thinking
-from benchmark.prompts.parse import (
-    json_field,
-    parse_action,
-    parse_plan,
-    parse_reason,
-    strip_thinking,
-)
+from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
+from benchmark.vocabulary import strip_thinking
 
 NAV = ("TURN_LEFT", "TURN_RIGHT", "FORWARD")
 DOORKEY = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "PICKUP", "DROP", "TOGGLE", "DONE")

@@ -16,7 +16,8 @@ from benchmark.config import CONF
 from benchmark.consultants.base import Answer
 from benchmark.envs import navfeatures as nf
 from benchmark.prompts import showcase
-from benchmark.prompts.belief import INITIAL_BELIEF, LABELS, parse_belief
+from benchmark.prompts.belief import INITIAL_BELIEF, parse_belief
+from benchmark.vocabulary import LABELS
 
 CASES = showcase.golden_cases()
 # ASK+ (stateful + rationale) prompt budget on FourRooms, real Qwen3.5 tokens per query
@@ -30,7 +31,7 @@ def _ids(case):
 
 def _consult(session, ppo=None, answer=None):
     """One consultation; `answer(query) -> text` (default: the expert via render_answer)."""
-    from benchmark.evaluate import consult_all
+    from benchmark.prompts.base import consult_all
 
     queries_seen = []
 

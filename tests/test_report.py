@@ -625,7 +625,8 @@ def test_labels_of_configs_that_do_not_resolve(tmp_path):
     cells = load_sweep(sweep_dir).cells
     assert (cells[0].env, cells[0].gate, cells[0].slm) == ("fourrooms", "always", "tiny")
     assert (cells[0].checkpoint, cells[0].has_policy) == (None, False)
-    assert cells[0].name == "fourrooms/always/tiny/stateful"
+    # the paper protocol's planner hint (the released code's), named as the family reads it
+    assert cells[0].name == "fourrooms/always/tiny/stateful,planner_hint=seen_target"
     assert (cells[1].env, cells[1].gate, cells[1].tau_setting) == ("higherlower", "entropy", 0.5)
     assert (cells[1].checkpoint, cells[1].uses_policy, cells[1].has_policy) == ("best", None, True)
 

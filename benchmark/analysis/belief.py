@@ -42,8 +42,9 @@ def context_tokens(decision: Any) -> int | None:
 def belief_fields(episode: Any, decision: Any) -> dict[str, Any]:
     """The belief fields of a step whose consultation kept a belief (decision.belief), scored
     against the episode's true state now; {} when the env family cannot verify claims."""
-    from benchmark.brace.rewards import correctness, snapshot, split_claim, truth_probability
     from benchmark.envs.family import family_of
+    from benchmark.envs.truth import correctness, snapshot, truth_probability
+    from benchmark.vocabulary import split_claim
 
     if decision is None or decision.belief is None:
         return {}
@@ -76,8 +77,7 @@ def _mean_ci(prefix: str, values: list[float]) -> dict[str, float]:
 def calibration(records: list[dict]) -> dict[str, dict[str, float | int | None]]:
     """Per certainty label: how many verifiable claims carried it, the share of them true
     (mean p_true) and the probability the label names (None for 'unknown')."""
-    from benchmark.brace.rewards import LABEL_P
-    from benchmark.prompts.belief import LABELS
+    from benchmark.vocabulary import LABEL_P, LABELS
 
     truths: dict[str, list[float]] = defaultdict(list)
     for r in records:

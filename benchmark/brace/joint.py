@@ -31,8 +31,8 @@ import numpy as np
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
 from benchmark.brace.rollout import StepLog, run
 from benchmark.consultants.base import Answer, Consultant, Query
-from benchmark.finetune.dataset import check_training_seeds
 from benchmark.prompts.belief import BELIEF_ROLE
+from benchmark.seeds import check_training_seeds
 
 
 class Sampler(Consultant):

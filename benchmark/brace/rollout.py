@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.brace.rewards import Truth, env_reward, snapshot
+from benchmark.brace.rewards import env_reward
 from benchmark.brace.teacher import teacher_claims
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.envs.truth import Truth, snapshot
 from benchmark.finetune.dataset import Example
 from benchmark.prompts.belief import BELIEF_ROLE, INITIAL_BELIEF
 

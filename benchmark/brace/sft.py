@@ -17,19 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark.brace.rewards import (
-    DEFAULT_WEIGHTS,
-    BeliefWeights,
-    Truth,
-    belief_reward,
-    env_reward,
-    snapshot,
-)
+from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward, env_reward
 from benchmark.brace.teacher import teacher_claims
 from benchmark.consultants.base import Answer, Decoding
 from benchmark.envs.base import Task
-from benchmark.finetune.dataset import Example, check_training_seeds
-from benchmark.seeds import Splits
+from benchmark.envs.truth import Truth, snapshot
+from benchmark.finetune.dataset import Example
+from benchmark.seeds import Splits, check_training_seeds
 
 
 @dataclass

@@ -9,7 +9,7 @@ reward asks. The claims themselves are the env family's (Family.brace_teacher)."
 
 from __future__ import annotations
 
-from benchmark.brace.rewards import Truth
+from benchmark.envs.truth import Truth
 
 
 def teacher_claims(truth: Truth) -> list[str]:

@@ -90,7 +90,7 @@ def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
 def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
                     splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
     """The models' greedy rollouts on training seeds (refused otherwise): `rollout_reward`."""
-    from benchmark.finetune.dataset import check_training_seeds
+    from benchmark.seeds import check_training_seeds
 
     check_training_seeds(seeds, splits)
     return rollout_reward(task, prompt, dirs, seeds, gate, policy)
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
     report["sft"] = {r: earlier.get("sft", {}).get(r, "reused") for r in sft if r not in todo}
     if todo:
-        from benchmark.finetune.dataset import check_training_seeds
+        from benchmark.seeds import check_training_seeds
 
         check_training_seeds(train_seeds, splits)
         _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), train_seeds)

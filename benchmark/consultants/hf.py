@@ -98,8 +98,8 @@ from benchmark.consultants.base import (
     scores_choices,
 )
 from benchmark.consultants.errors import ConsultantError
-from benchmark.prompts.parse import THINK_END, THINK_START
-from benchmark.prompts.parse import strip_thinking as split_thinking
+from benchmark.vocabulary import THINK_END, THINK_START
+from benchmark.vocabulary import strip_thinking as split_thinking
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
@@ -116,7 +116,7 @@ log = logging.getLogger(__name__)
 def strip_thinking(text: str) -> str:
     """Remove leaked thinking: `<think>...</think>` blocks, an unterminated `<think>...`, and
     anything before a stray `</think>` (the template opened the block inside the prompt); the
-    literal reading of the parser's split (benchmark.prompts.parse.strip_thinking), trimmed."""
+    literal reading of the parser's split (benchmark.vocabulary.strip_thinking), trimmed."""
     return split_thinking(text, literal=True)[0].strip()
 
 

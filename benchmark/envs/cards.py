@@ -12,7 +12,7 @@ from typing import Any
 from benchmark.envs.base import CardView, Episode, Memory
 from benchmark.envs.family import Family
 from benchmark.envs.higherlower import rank_name
-from benchmark.prompts.blocks import ACTION_MEANING
+from benchmark.vocabulary import ACTION_MEANING
 
 CARDS_RATIONALE_RULE = (
     "- Line 1: Reason: <one short line, max 12 words>.   Line 2: Action: <HIGHER|LOWER>."
@@ -125,7 +125,7 @@ def belief_steps(episode: Episode, since: int, limit: int) -> list[str]:
 def brace_teacher(truth: Any) -> list[str]:
     """The teacher's belief on a HigherLower state: the card, the deck and the streaks
     confirmed; the next card's side labelled by its probability from the remaining deck."""
-    from benchmark.brace.rewards import label_for  # the brace layer sits above envs
+    from benchmark.vocabulary import label_for
 
     view, mem = truth.view, truth.memory
     total = sum(view.remaining)
@@ -145,7 +145,7 @@ def brace_teacher(truth: Any) -> list[str]:
 @functools.cache
 def brace_rules() -> list[Any]:
     """Claim rules of the card belief (card, deck, counts, streaks, calibrated next card)."""
-    from benchmark.brace.rewards import fact_verdict, prob_verdict
+    from benchmark.vocabulary import fact_verdict, prob_verdict
 
     def card(m, t, lb):
         return fact_verdict(m[1].upper() == t.view.card_name, lb)

@@ -19,10 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from benchmark.brace.rewards import Rule, Truth
     from benchmark.envs.base import Episode, Memory, Task
+    from benchmark.envs.truth import Rule, Truth
 
 PACKAGE = "benchmark.envs"
+# Prompt keys only some families' texts read (Family.prompt_keys), with the value the name omits.
+# map_radius (the known-map window) is read by the grid's `stateful` level only, but has been part
+# of every ASK cell's identity since the first results: it stays there, so those cells keep their
+# hash; it is declared so that names and the docs say where it matters.
+FAMILY_PROMPT_KEYS = {"planner_hint": "frontier", "map_radius": 5}
+IDENTITY_FAMILY_KEYS = ("planner_hint",)  # dropped from an identity where the family reads none
 
 
 class Family:
@@ -71,6 +77,12 @@ class Family:
         the families that show one."""
         raise NotImplementedError(f"family {self.name!r} has no ASK state block")
 
+    def prompt_keys(self, level: str) -> frozenset[str]:
+        """The prompt config keys beyond the common ones (FAMILY_PROMPT_KEYS) that this family's
+        ASK state block reads at `level`. A cell's identity and name hold exactly these: a key no
+        text of the family reads at that level changes no prompt, so it names no other cell."""
+        return frozenset()
+
     def examples(self, actions: tuple[str, ...], level: str) -> str:
         """Block (v): the one-shot examples."""
         raise NotImplementedError(f"family {self.name!r} has no ASK examples")
@@ -98,7 +110,7 @@ class Family:
 
     def brace_rules(self) -> list[Rule]:
         """The claim rules that verify a belief's claims against the true state
-        (benchmark.brace.rewards.verify tries them in order)."""
+        (benchmark.envs.truth.verify tries them in order)."""
         raise NotImplementedError(f"family {self.name!r} has no Agent-BRACE claim rules")
 
     # -- fine-tuning data (benchmark.finetune.dataset) ----------------------------------------

@@ -14,7 +14,7 @@ from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Episode, Memory, NavView
 from benchmark.envs.family import Family
 from benchmark.envs.minigrid_nav import is_doorkey
-from benchmark.prompts.blocks import ACTION_MEANING
+from benchmark.vocabulary import ACTION_MEANING
 
 GRID_WORLDS = {
     "fourrooms": "FourRooms: a 19x19 grid cut into four rooms that are joined by one-cell gaps "
@@ -406,7 +406,7 @@ def brace_teacher(truth: Any) -> list[str]:
 @functools.cache
 def brace_rules() -> list[Any]:
     """Claim rules of the navigation belief (pose, cell ahead, goal, map, inventory, key, door)."""
-    from benchmark.brace.rewards import POS, fact_verdict  # the brace layer sits above envs
+    from benchmark.vocabulary import POS, fact_verdict
 
     def pos(m, t, lb):
         return fact_verdict((int(m[1]), int(m[2])) == tuple(t.view.pos), lb)
@@ -480,6 +480,11 @@ class GridFamily(Family):
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         return grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)
+
+    def prompt_keys(self, level):
+        # the Planner hint line from stateful_min on, the known-map window at stateful
+        keys = {"planner_hint"} if level in ("stateful_min", "stateful") else set()
+        return frozenset(keys | {"map_radius"} if level == "stateful" else keys)
 
     def examples(self, actions, level):
         return grid_examples(actions, level)

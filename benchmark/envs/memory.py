@@ -21,7 +21,7 @@ from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner
 from benchmark.envs.grid import GridFamily, belief_claims, grid_state
 from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.prompts.blocks import ACTION_MEANING
+from benchmark.vocabulary import ACTION_MEANING
 
 
 class MemoryPlanner(GridPlanner):

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.consultants.base import Answer, Decoding
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import family_of
-from benchmark.seeds import TRAIN_SEED_MIN, Splits, training_seeds
+from benchmark.seeds import Splits, check_training_seeds
 
 # `autopilot` modes: "ppo" = the ASK format (PPO's action shown as the autopilot suggestion),
 # "none" = the SLM-only format (no suggestion), both from the same visited state
@@ -61,31 +61,6 @@ class Example:
             "ppo": self.ppo,
             "enable_thinking": self.decoding.enable_thinking,
         }
-
-
-def dataset_seeds(n_episodes: int, seed: int, splits: Splits) -> list[int]:
-    """The first `n_episodes` distinct training seeds of the stream `training_seeds(seed)`; every
-    one is checked against the evaluation splits."""
-    out: list[int] = []
-    for s in training_seeds(seed):
-        if s not in out:
-            out.append(s)
-        if len(out) == n_episodes:
-            break
-    check_training_seeds(out, splits)
-    return out
-
-
-def check_training_seeds(seeds: Iterable[int], splits: Splits) -> None:
-    """Raise when a seed is below TRAIN_SEED_MIN or in a split (validation, test, any other)."""
-    for s in seeds:
-        inside = [name for name in splits.names() if s in splits.ranges[name]]
-        if s < TRAIN_SEED_MIN or inside:
-            where = f"the {inside[0]} split" if inside else f"below {TRAIN_SEED_MIN}"
-            raise ValueError(
-                f"seed {s} is in {where}: fine-tuning data comes from training seeds only "
-                f"(>= {TRAIN_SEED_MIN}, benchmark.seeds.training_seeds)"
-            )
 
 
 def state_key(episode: Episode) -> str:

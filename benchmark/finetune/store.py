@@ -35,11 +35,10 @@ from benchmark.finetune.dataset import (
     Example,
     MultiRoundConsultation,
     collect,
-    dataset_seeds,
     parse,
 )
 from benchmark.finetune.train import TrainSettings, fine_tune
-from benchmark.seeds import TUNING_SPLIT, Splits
+from benchmark.seeds import TUNING_SPLIT, Splits, dataset_seeds
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.finetune.dataset import Example
-from benchmark.prompts.parse import THINK_END, THINK_START
+from benchmark.vocabulary import THINK_END, THINK_START
 
 log = logging.getLogger(__name__)
 IGNORE = -100  # label of a token the loss skips

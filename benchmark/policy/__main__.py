@@ -32,15 +32,20 @@ def combinations(overrides: list[str]) -> list[list[str]]:
 
 def from_overrides(overrides: list[str]):
     """(selected policies, notes on those not trained, the first job's config)."""
-    from benchmark.build import prepare
+    from omegaconf import OmegaConf
+
+    from benchmark.policy import names
     from benchmark.policy.bundle import Selected
     from benchmark.policy.checkpoints import checkpoint_dir, intact
+    from benchmark.seeds import Splits
 
     selected, missing, first = [], [], None
     for combo in combinations(overrides):
         cfg = compose(combo)
         first = first or cfg
-        _, splits, _ = prepare(cfg)
+        # the checkpoint name as the job resolves it (tK -> rNNN, checked against the recipe)
+        OmegaConf.update(cfg, "policy.checkpoint", names.of_config(cfg))
+        splits = Splits.from_config(cfg.get("splits"))
         if cfg.policy.get("path") or cfg.policy.get("source"):
             missing.append(f"{' '.join(combo)}: policy.path/source set, not a cached policy")
             continue

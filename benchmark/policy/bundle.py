@@ -42,8 +42,6 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark import results
-from benchmark.gates import NeverGate
 from benchmark.policy.checkpoints import (
     MARKER,
     CheckpointError,
@@ -54,9 +52,15 @@ from benchmark.policy.checkpoints import (
 )
 from benchmark.policy.names import order
 from benchmark.policy.provenance import system_info
-from benchmark.results import file_sha256
 from benchmark.seeds import DEFAULT_SPLITS, Splits
-from benchmark.store import Store, replace_dir
+from benchmark.store import (
+    Store,
+    file_sha256,
+    read_json,
+    replace_dir,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,8 @@ def evaluations(root: Path | None, sha256s: dict[str, str]) -> dict[str, list[di
     by_sha = {sha: name for name, sha in sha256s.items()}
     for cell in Store(root).cells():
         sha = cell.checkpoint_sha256
-        if sha not in by_sha or cell.gate_class is not NeverGate or (done := cell.read()) is None:
+        ppo_only = getattr(cell.gate_class, "name", None) == "never"
+        if sha not in by_sha or not ppo_only or (done := cell.read()) is None:
             continue
         identity = cell.identity or {}
         summary, episodes = done
@@ -168,7 +173,7 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
     names = sorted(sha256s, key=order)
     metas = {}
     headline = _headline(selected, names)
-    system = results.read_json(src / SYSTEM) or {
+    system = read_json(src / SYSTEM) or {
         "unknown": "trained before checkpoint directories recorded their machine and versions"
     }
     evals = evaluations(root, sha256s)
@@ -181,12 +186,12 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
                 metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
         if (src / "curve.csv").is_file():
             shutil.copyfile(src / "curve.csv", tmp / "curve.csv")
-        results.write_json(tmp / "config.json", config)
-        results.write_json(tmp / SYSTEM, system)
-        results.write_json(tmp / "results.json", _results_json(config["env"], headline, evals))
+        write_json_atomic(tmp / "config.json", config)
+        write_json_atomic(tmp / SYSTEM, system)
+        write_json_atomic(tmp / "results.json", _results_json(config["env"], headline, evals))
         files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != ".zip"}
         # last: marks it complete
-        results.write_json(tmp / MARKER, {"checkpoints": sha256s, "files": files})
+        write_json_atomic(tmp / MARKER, {"checkpoints": sha256s, "files": files})
 
     replace_dir(out / name, fill)
     return {
@@ -242,10 +247,10 @@ def export(
         "exported_with": system_info(),
         "policies": [entries[k] for k in sorted(entries)],
     }
-    results.write_json(out / INDEX, index)
-    results.write_text_atomic(out / CARD, model_card(index))
+    write_json_atomic(out / INDEX, index)
+    write_text_atomic(out / CARD, model_card(index))
     files = [INDEX, CARD, *(f"{name}/{MARKER}" for name in sorted(entries))]
-    results.write_json(
+    write_json_atomic(
         out / MARKER, {"format": FORMAT, "files": {f: file_sha256(out / f) for f in files}}
     )
     return out
@@ -407,7 +412,7 @@ def _read_index(directory: Path) -> dict[str, Any] | None:
     path = directory / INDEX
     if not path.exists():
         return None
-    index = results.read_json(path)
+    index = read_json(path)
     if not isinstance(index, dict):
         raise CheckpointError(
             f"{path} is corrupt (not a JSON bundle index): export the bundle again or download "
@@ -419,7 +424,7 @@ def _read_index(directory: Path) -> dict[str, Any] | None:
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
-    data = results.read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("files", {}), dict):
         raise CheckpointError(
             f"{path} is corrupt (not a JSON manifest): export the bundle again or download it again"
@@ -498,7 +503,7 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
     verify(
         policy_dir
     )  # every file but the zips (a policy of the first format: none); the zip below
-    wanted = results.read_json(policy_dir / "config.json") or {}
+    wanted = read_json(policy_dir / "config.json") or {}
     trained_on = (wanted.get("env") or {}).get("task")
     if trained_on is not None and trained_on != OmegaConf.to_container(cfg.env.task, resolve=True):
         log.warning(
@@ -539,10 +544,10 @@ def from_sweep(sweep_dir: Path) -> tuple[list[Selected], list[str]]:
     found: dict[Path, Selected] = {}
     missing = []
     for job in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()):
-        summary = results.read_json(job / "summary.json") or {}
+        summary = read_json(job / "summary.json") or {}
         path = summary.get("checkpoint_path")
         if not path:
-            error = (results.read_json(job / "error.json") or {}).get("message")
+            error = (read_json(job / "error.json") or {}).get("message")
             missing.append(f"{job.name}: no policy ({error or 'no summary.json'})")
             continue
         directory = Path(path).parent

@@ -22,6 +22,7 @@ from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import parse_action, parse_reason
+from benchmark.vocabulary import LEVELS
 
 
 def render_line(rationale: bool):
@@ -77,8 +78,8 @@ class AskPrompt(PromptVariant):
         `history`: add the raw history, one line per step since the episode began (the env
         family's step lines: action -> position, or bet -> outcome), never summarised, so the
         context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history)."""
-        if level not in blocks.LEVELS:
-            raise ValueError(f"unknown ASK level {level!r}; allowed: {list(blocks.LEVELS)}")
+        if level not in LEVELS:
+            raise ValueError(f"unknown ASK level {level!r}; allowed: {list(LEVELS)}")
         if int(map_radius) < 1:
             raise ValueError(f"map_radius must be >= 1, got {map_radius!r}")
         self.name = name

@@ -10,7 +10,7 @@ lockstep, so every round is one batched consultant call."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from benchmark.consultants.base import Answer, Query
@@ -59,3 +59,36 @@ class PromptVariant(abc.ABC):
     @abc.abstractmethod
     def session(self, episode: Episode, with_expert: bool) -> PromptSession:
         """A fresh session; `with_expert` asks it to fill Query.expert (for the oracle)."""
+
+
+def consult_all(
+    consultations: list[Consultation], answer: Callable[[list[Query]], list[Answer]] | None
+) -> list[Decision]:
+    """The one consultation driver: advance every consultation generator in lockstep; each
+    round is ONE batched `answer` call (a consultant's, or the prompt showcase's scripted one)."""
+    decisions: list[Decision | None] = [None] * len(consultations)
+    pending: dict[int, list] = {}
+    for k, gen in enumerate(consultations):
+        _advance(k, gen, None, pending, decisions)
+    while pending:
+        order = list(pending)
+        flat = [q for k in order for q in pending[k]]
+        answers = answer(flat) if flat else []
+        cursor, rounds = 0, {}
+        for k in order:
+            n = len(pending[k])
+            rounds[k] = answers[cursor : cursor + n]
+            cursor += n
+        pending = {}
+        for k in order:
+            _advance(k, consultations[k], rounds[k], pending, decisions)
+    return decisions  # type: ignore[return-value]
+
+
+def _advance(
+    k: int, gen: Consultation, answers: list[Answer] | None, pending: dict, out: list
+) -> None:
+    try:
+        pending[k] = next(gen) if answers is None else gen.send(answers)
+    except StopIteration as stop:
+        out[k] = stop.value

@@ -21,17 +21,9 @@ from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
 from benchmark.prompts.ask import check_family, render_line
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
-from benchmark.prompts.parse import parse_action, parse_reason, strip_thinking
+from benchmark.prompts.parse import parse_action, parse_reason
+from benchmark.vocabulary import LABELS, strip_thinking
 
-LABELS = (
-    "confirmed",
-    "almost certain",
-    "probable",
-    "possible",
-    "unlikely",
-    "doubtful",
-    "unknown",
-)
 LABEL_MEANING = {
     "confirmed": "directly observed and not contradicted since",
     "almost certain": "inferred from strong evidence",

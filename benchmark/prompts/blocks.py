@@ -17,20 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-LEVELS = ("basic", "enriched", "stateful_min", "stateful")
-
-ACTION_MEANING = {
-    "TURN_LEFT": "rotate 90 degrees counter-clockwise in place",
-    "TURN_RIGHT": "rotate 90 degrees clockwise in place",
-    "FORWARD": "move one cell in the facing direction (fails if blocked)",
-    "PICKUP": "pick up the object directly ahead",
-    "DROP": "drop the carried object onto the cell ahead",
-    "TOGGLE": "open/close/unlock the door directly ahead",
-    "DONE": "declare the task finished",
-    "HIGHER": "bet the next card ranks above the current one",
-    "LOWER": "bet the next card ranks below the current one",
-}
-
 
 def or_list(actions: Sequence[str]) -> str:
     return " or ".join(actions)

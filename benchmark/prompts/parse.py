@@ -21,6 +21,8 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from benchmark.vocabulary import strip_thinking
+
 # Synonyms per canonical action token (lower case, words separated by single spaces). Only the
 # synonyms of actions that are valid for the query are active, so 'done' is plain prose in
 # FourRooms (which has no DONE action).
@@ -51,9 +53,6 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
 # Part of the identity of every cell that asks a consultant: bump it with any change that parses
 # some answer differently (tests/test_parse.py pins the answers that anchor it).
 PARSER_VERSION = 1
-THINK_START, THINK_END = "<think>", "</think>"
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
-_THINK_LITERAL = re.compile(r"<think>(.*?)(</think>|$)", re.DOTALL)  # one pass, open or closed
 _ACTION_MARKER = re.compile(
     r"(?:final\s+)?\baction\b\s*\**\s*[:=]\s*\**\s*(?P<value>[^\n]*)", re.IGNORECASE
 )
@@ -63,43 +62,6 @@ _REPEAT_PREFIX = re.compile(r"^\s*(\d{1,3})\s*(?:x|×|\*|times)\s*(.+)$", re.IGN
 _REPEAT_SUFFIX = re.compile(r"^(.+?)\s*(?:x|×|\*)\s*(\d{1,3})\s*$", re.IGNORECASE)
 _REPEAT_TIMES = re.compile(r"^(.+?)\s*\(?\s*(\d{1,3})\s*times?\s*\)?\s*$", re.IGNORECASE)
 _MAX_REPEAT = 200
-
-
-def strip_thinking(text: str, *, literal: bool = False) -> tuple[str, str]:
-    """Split an answer into (visible text, unterminated thinking text).
-
-    Closed <think> blocks are dropped; text before a lone </think> is thinking; an unterminated
-    <think> makes everything after it thinking (returned second, searched for markers only).
-
-    One function, two readings that differ only on unusual text (tests/test_parse.py pins
-    where). The parser's (default) matches the tags in any case, replaces a closed block by a
-    space, then cuts at the last </think> left. `literal=True` is the backends' cleanup of
-    generated text (consultants.hf.strip_thinking): tags only as tokenizers write them; a
-    </think> before any <think> (the chat template opened the block in the prompt) cuts first,
-    then one pass drops closed blocks and the unterminated tail without a space."""
-    if literal:
-        end = text.find(THINK_END)
-        if end >= 0 and not 0 <= text.find(THINK_START) < end:
-            text = text[end + len(THINK_END) :]
-        unterminated: list[str] = []
-
-        def drop(m: re.Match[str]) -> str:
-            if not m.group(2):
-                unterminated.append(m.group(1))
-            return ""
-
-        return _THINK_LITERAL.sub(drop, text), "".join(unterminated)
-    text = _THINK_BLOCK.sub(" ", text)
-    # indices into the lower-cased copy slice `text` (off by one after an 'İ', whose lower case
-    # is two characters): kept as it is, since the parser's answers depend on it
-    lower = text.lower()
-    if THINK_END in lower:
-        text = text[lower.rindex(THINK_END) + len(THINK_END) :]
-        lower = text.lower()
-    if THINK_START in lower:
-        i = lower.index(THINK_START)
-        return text[:i], text[i + len(THINK_START) :]
-    return text, ""
 
 
 def _normalize(text: str) -> str:

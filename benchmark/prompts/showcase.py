@@ -118,7 +118,7 @@ def consult_once(
     session: Any, ppo_action: int | None, policy: str, rng: random.Random, step: int
 ) -> Consult:
     """Run one consultation, answering every round through render_answer."""
-    from benchmark.evaluate import consult_all
+    from benchmark.prompts.base import consult_all
 
     record = Consult(step)
 

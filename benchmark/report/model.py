@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from benchmark.labels import is_number, method_label, number_text, prompt_label, slm_label  # noqa: F401
 from benchmark.policy.names import order as checkpoint_order
 from benchmark.policy.names import threshold_of
 from benchmark.report.render import DASH
@@ -28,7 +29,6 @@ ENV_ORDER = (  # the papers' order; envs not listed follow alphabetically
 )
 PROMPT_ORDER = ("basic", "enriched", "stateful_min", "stateful", "belief")
 GATE_ORDER = ("never", "always", "entropy", "epistemic", "random")
-SLM_NAMES = {"random": "dice", "oracle": "oracle"}
 
 
 # the CellSpec.labels() a Cell holds; the summary has them too (and wins)
@@ -182,46 +182,11 @@ def env_kind(env: str | None) -> str | None:
     return _env_conf(env).get("kind") if env else None
 
 
-def slm_label(slm: str | None) -> str:
-    return SLM_NAMES.get(slm or "", slm or "?")
-
-
-def prompt_label(prompt: str | None, rationale: bool | None) -> str:
-    return f"{prompt or '?'}{'+rationale' if rationale else ''}"
-
-
-def method_label(c: Cell) -> str:
-    """The papers' names: PPO, SLM-only <slm>, ASK <slm>, ASK+ <slm>; other prompts by name."""
-    if c.gate == "never":
-        return "PPO"
-    if c.gate == "always":
-        if c.slm == "random":
-            return "Dice (random actions)"
-        if c.slm == "oracle":
-            return "Oracle"
-        base = f"SLM-only {slm_label(c.slm)}"
-        if (c.prompt, bool(c.rationale)) != ("stateful", True):
-            base += f" ({prompt_label(c.prompt, c.rationale)})"
-        return base
-    if (c.prompt, bool(c.rationale)) == ("basic", False):
-        base = f"ASK {slm_label(c.slm)}"
-    elif (c.prompt, bool(c.rationale)) == ("stateful", True):
-        base = f"ASK+ {slm_label(c.slm)}"
-    else:
-        base = f"{prompt_label(c.prompt, c.rationale)} {slm_label(c.slm)}"
-    if c.gate == "random":
-        p = f" p={_num(c.p)}" if is_number(c.p) else ""
-        base += f" (random gate{p})"
-    elif c.gate not in (None, "entropy"):
-        base += f" ({c.gate} gate)"
-    return base
-
-
 def row_label(c: Cell, lay: Layout) -> str:
     """The method, with tau and the MC sample count where the sweep varies them."""
     label = method_label(c)
     if lay.tau_grid and c.tau_setting is not None:
-        label += f" τ={_num(c.tau_setting)}"
+        label += f" τ={number_text(c.tau_setting)}"
     if lay.mc_samples and c.mc_samples is not None:
         label += f" N={c.mc_samples}"
     return label
@@ -231,14 +196,6 @@ def checkpoint_tick(name: str) -> str:
     """rNNN as its reward threshold (r030 -> 0.30); other names as they are."""
     threshold = threshold_of(name)
     return name if threshold is None else f"{threshold:.2f}"
-
-
-def _num(x: Any) -> str:
-    return f"{x:g}" if is_number(x) else str(x)
-
-
-def is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 # --------------------------------------------------------------------------------------------
