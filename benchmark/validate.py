@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
@@ -180,9 +181,13 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
 def _check_taus(cfg: DictConfig, task) -> None:
     """gate.tau and gate.match_tau in [0, log2|A|] bits (the largest entropy a policy over |A|
     actions can have: a tau above it never asks), or 'auto'; gate.tau_range finite with its low
-    end below log2|A| (the range is clipped to it). `allow_tau_above_max=true` accepts a finite
-    tau above the maximum on purpose."""
+    end below log2|A| (the range is clipped to it). A gate whose score is a probability (the
+    learned gate) has [0, 1] in place of [0, log2|A|]. `allow_tau_above_max=true` accepts a
+    finite tau above the maximum on purpose."""
     gate = cfg.gate
+    if getattr(_gate_class(gate), "score_is_probability", False):
+        _check_probability_taus(cfg)
+        return
     max_h = math.log2(len(task.action_names)) if task is not None else math.inf
     for key in ("tau", "match_tau"):
         tau = gate.get(key)
@@ -212,6 +217,35 @@ def _check_taus(cfg: DictConfig, task) -> None:
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed finite "
                 f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it "
                 "with tuning.clip_tau)"
+            )
+
+
+def _gate_class(gate: DictConfig) -> type | None:
+    try:
+        return get_class(str(gate.get("_target_")))
+    except Exception:  # a bad _target_ fails where the gate is built, with Hydra's message
+        return None
+
+
+def _check_probability_taus(cfg: DictConfig) -> None:
+    """gate.tau in [0, 1] or 'auto', gate.tau_range within [0, 1]: the gate's score is a
+    probability, whatever the env."""
+    gate, name = cfg.gate, cfg.gate.get("name")
+    tau = gate.get("tau")
+    if tau is not None and str(tau) != TAU_AUTO:
+        above = _finite_number(tau) and tau > 1 and cfg.get("allow_tau_above_max", False)
+        if not (_finite_number(tau) and 0 <= tau <= 1) and not above:
+            raise ValueError(
+                f"gate.tau={tau!r} is invalid for gate {name!r}: allowed 'auto' or a number in "
+                "[0, 1] (its score is a probability; a tau above 1 never asks: set "
+                "allow_tau_above_max=true to run such a gate on purpose)"
+            )
+    if "tau_range" in gate:
+        low, high = _pair("gate.tau_range", gate.tau_range)
+        if not 0 <= low < high <= 1:
+            raise ValueError(
+                f"gate.tau_range=[{low}, {high}] is invalid for gate {name!r}: allowed "
+                "0 <= low < high <= 1 (its score is a probability)"
             )
 
 

@@ -129,6 +129,29 @@ def test_bad_learned_gate_settings_fail_early(tmp_path, override, message):
         prepare(compose_cfg(tmp_path, *LEARNED, override))
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("gate.tau=1.5", "gate.tau=1.5 is invalid for gate 'learned': allowed 'auto' or a number in [0, 1]"),
+        ("gate.tau=-0.1", "gate.tau=-0.1 is invalid for gate 'learned'"),
+        ("gate.tau_range=[0.5,1.5]", "gate.tau_range=[0.5, 1.5] is invalid for gate 'learned': allowed 0 <= low < high <= 1"),
+    ],
+)  # fmt: skip
+def test_a_learned_gates_tau_is_a_probability(tmp_path, override, message):
+    """Its score is a probability: a tau above 1 never asks, even where log2|A| (fourrooms:
+    1.585 bits) would let an entropy gate's tau through. Refused before any training."""
+    from benchmark.build import prepare
+
+    cfg = compose_cfg(tmp_path, "env=fourrooms", "gate=learned", override)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        prepare(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+    prepare(compose_cfg(tmp_path, "env=fourrooms", "gate=learned", "gate.tau=1.0"))
+    # a tau grid shared with the entropy gates (+experiment=gates) runs those cells on purpose
+    prepare(compose_cfg(tmp_path, "env=fourrooms", "gate=learned", "gate.tau=1.5",
+                        "allow_tau_above_max=true"))  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_learned_gate_cell_tunes_its_threshold_and_runs(trained_root, tmp_path):
     from benchmark.job import run_job
