@@ -49,6 +49,7 @@ def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monke
     infos = [json.loads(p.read_text()) for p in (trained_root / "gates").glob("*/info.json")]
     (recorded,) = [i for i in infos if i["key"]["features"] == ["total", "aleatoric", "epistemic"]]
     assert recorded["training_seeds"][2] == 12 and recorded["judged_steps"] > 0
+    assert evaluation.gate_info["degenerate"] == recorded["degenerate"]  # None or why
     # built once: a second cell of the same checkpoint, env and features rolls out nothing
     seen.clear()
     build(compose_cfg(trained_root, *LEARNED, "gate.tau=0.7")).gate()
@@ -115,6 +116,25 @@ def test_a_classifier_without_a_mistake_to_learn_scores_zero():
     assert gate.scores(records).tolist() == [0.0, 0.0]
 
 
+def test_a_classifier_that_cannot_rank_mistakes_is_flagged_degenerate():
+    """One class of training labels, or an AUROC below 0.55 on its own training data: its
+    info says why (info.json, the cell summary's gate_degenerate); a useful one says None."""
+    from benchmark.learned import degenerate, fit
+
+    x = np.linspace(0, 1, 60)[:, None]  # 60 judged steps: enough for the trees to split
+    wrong = (x[:, 0] > 0.5).astype(int)
+    _, one_class = fit(x, np.zeros(60, int))  # PPO never wrong on the training seeds
+    assert one_class["mistakes"] == 0 and "one class only" in one_class["degenerate"]
+    _, blind = fit(np.zeros((60, 1)), wrong)  # features that tell nothing
+    assert blind["training_auroc"] == 0.5 and "AUROC" in blind["degenerate"]
+    assert "0.500, below 0.55" in blind["degenerate"]
+    _, useful = fit(x, wrong)
+    assert useful["training_auroc"] == 1.0 and useful["degenerate"] is None
+    # an info.json written before the AUROC was recorded: the label counts still tell
+    assert "one class" in degenerate({"judged_steps": 9, "mistakes": 9})
+    assert degenerate({"judged_steps": 9, "mistakes": 3}) is None
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -169,6 +189,7 @@ def test_a_learned_gate_cell_tunes_its_threshold_and_runs(trained_root, tmp_path
     assert summary["gate"] == "learned" and 0 <= summary["tau"] <= 1
     assert summary["gate_judged"] > 0
     assert "gate_auroc_gate_score" in summary  # its own score's AUROC (None without a mistake)
+    assert "gate_degenerate" in summary  # None, or why its classifier ranks nothing
 
 
 def test_a_learned_gates_step_records_carry_its_score_and_its_auroc():
