@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.config import CONF, option_file, options
 from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
-from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO, NeverGate
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
 from benchmark.seeds import Splits
@@ -128,6 +128,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         )
     _check_server_wait(cfg)
     _check_decoding_mode(cfg)
+    _check_choices_prompt(cfg, task)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
@@ -176,6 +177,42 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
         from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
 
         raise ValueError(CHOICES_NEED_LOGPROBS)
+
+
+def _check_choices_prompt(cfg: DictConfig, task) -> None:
+    """slm.decoding.mode=choices needs a prompt with an answer choice scoring can score
+    (`scores_choices`, asked of the queries of one real consultation); else every answer would
+    silently be generated. Cells that ask no consultant (gate=never) ignore both."""
+    if OmegaConf.select(cfg, "slm.decoding.mode") != "choices":
+        return
+    if _gate_class(cfg.gate) is NeverGate:
+        return
+    from hydra.utils import instantiate
+
+    from benchmark.consultants.base import Answer, scores_choices
+    from benchmark.envs import make_task
+
+    task = task if task is not None else make_task(cfg.env)
+    variant = instantiate(cfg.prompt)
+    variant.check(task)
+    consultation = variant.session(task.episode(0), False).consult(0)
+    queries, rounds = [], next(consultation)
+    try:
+        while True:  # every round of one consultation, answered in the prompt's own format
+            queries += rounds
+            rounds = consultation.send([Answer(q.render_answer(q.actions[0], "x")) for q in rounds])
+    except StopIteration:
+        pass
+    if any(scores_choices(q) for q in queries):
+        return
+    rationale = cfg.prompt.get("rationale")
+    raise ValueError(
+        f"slm.decoding.mode=choices cannot score any answer of prompt={cfg.prompt.get('name')}"
+        + (f" with prompt.rationale={str(rationale).lower()}" if rationale else "")
+        + ": choice scoring answers a query whose answer is one bare action, and this prompt's "
+        "answers carry a reason, a belief update or a plan; allowed slm.decoding.mode=generate, "
+        "or a prompt whose answer is one action (an ASK prompt with prompt.rationale=false)"
+    )
 
 
 def _check_taus(cfg: DictConfig, task) -> None:

@@ -162,4 +162,11 @@ CASES = [
         {},
         "gate.tau=1.5 is invalid for gate 'learned': allowed 'auto' or a number in [0, 1]",
     ),
+    (
+        "choice scoring of a prompt with rationale",
+        ["slm=tiny", "prompt=stateful", "prompt.rationale=true", "slm.decoding.mode=choices"],
+        {},
+        "slm.decoding.mode=choices cannot score any answer of prompt=stateful with "
+        "prompt.rationale=true",
+    ),
 ]
