@@ -191,6 +191,7 @@ class Evaluation:
     prompt: Any = None
     checkpoint_path: Path | None = None
     gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
+    gate_info: dict | None = None  # what building them found (benchmark.learned: `degenerate`)
 
     def gate(self, **gate_args: Any) -> Any:
         """The gate, with `gate_args` replacing settings decided at run time (tuned tau, p)."""
@@ -314,7 +315,7 @@ def build(
             checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
-        gate_inputs = {}
+        gate_inputs, gate_info = {}, None
         if getattr(spec.gate.cls, "trained", False):  # gate=learned: its classifier
             from benchmark.learned import classifier
 
@@ -323,7 +324,7 @@ def build(
                     f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
                     "as `policy`"
                 )
-            gate_inputs["classifier"] = classifier(cfg, task, policy, checkpoint)
+            gate_inputs["classifier"], gate_info = classifier(cfg, task, policy, checkpoint)
     except BaseException:
         if consultant is not None:
             consultant.close()
@@ -338,6 +339,7 @@ def build(
         prompt=prompt,
         checkpoint_path=checkpoint,
         gate_inputs=gate_inputs,
+        gate_info=gate_info,
     )
 
 

@@ -31,6 +31,7 @@ class Gate:
     needs_policy = True
     needs_uncertainty = False
     threshold_field: str | None = None  # which Uncertainty field a threshold applies to
+    score_is_probability = False  # True: tau compares a probability, so it lies in [0, 1]
 
     def mask(self, unc: Uncertainty | None, seeds: list[int], step: list[int]) -> np.ndarray:
         raise NotImplementedError
@@ -111,6 +112,7 @@ class LearnedGate(EntropyGate):
 
     name = "learned"
     threshold_field = None
+    score_is_probability = True
     trained = True  # the job builds `classifier` (benchmark.learned.classifier)
 
     def __init__(

@@ -11,6 +11,7 @@ evaluating on test seeds stay clean."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import pickle
 from pathlib import Path
@@ -25,10 +26,14 @@ from benchmark.store import Store, build_once
 
 CLASSIFIER_VERSION = 1  # bump with any change here that changes a trained classifier
 SEED_STREAM = 28  # the training-seed stream the rollouts draw from (not PPO's own)
+MIN_TRAINING_AUROC = 0.55  # below it on its own training data, the score ranks nothing
+
+log = logging.getLogger(__name__)
 
 
-def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> Any:
-    """The fitted classifier of this cell's gate, trained on first use."""
+def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> tuple[Any, dict]:
+    """The fitted classifier of this cell's gate, trained on first use, and its info.json with
+    `degenerate` (why its score cannot rank PPO's mistakes, None when it can), warned about."""
     gate = cfg.gate
     features = [str(f) for f in gate.features]
     key = {
@@ -47,7 +52,16 @@ def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> Any
         (work / "classifier.pkl").write_bytes(pickle.dumps(model))
 
     build_once(out, make, lambda d: (d / "classifier.pkl").is_file())
-    return pickle.loads((out / "classifier.pkl").read_bytes())
+    info = json.loads((out / "info.json").read_text())
+    info["degenerate"] = degenerate(info)  # also for an info.json of an earlier release
+    if info["degenerate"]:
+        log.warning(
+            "gate=learned: the classifier in %s is degenerate: %s; its tau cannot pick out PPO's "
+            "mistakes (more gate.train_episodes, other gate.features or another policy may help)",
+            out,
+            info["degenerate"],
+        )
+    return pickle.loads((out / "classifier.pkl").read_bytes()), info
 
 
 def splits_of(cfg: DictConfig):
@@ -74,17 +88,28 @@ def training_records(
 
 
 def train(task: Any, policy: Any, key: dict, splits: Any) -> tuple[Any, dict]:
-    """Fit the classifier on the training-seed records; a constant one when PPO is never (or
-    always) wrong there."""
-    from sklearn.dummy import DummyClassifier
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
+    """Fit the classifier on the training-seed records."""
     from benchmark.gates import feature_matrix
 
     seeds, records = training_records(task, policy, key, splits)
     judged = [r for r in records if r.get("ppo_optimal") is not None]
     x = feature_matrix({f: [r[f] for r in judged] for f in key["features"]}, key["features"])
     y = np.array([not r["ppo_optimal"] for r in judged], int)
+    model, info = fit(x, y)
+    info = {"training_seeds": [min(seeds), max(seeds), len(seeds)], **info}
+    return model, json.loads(json.dumps(info))
+
+
+def fit(x: np.ndarray, y: np.ndarray) -> tuple[Any, dict]:
+    """The classifier of features `x` and labels `y` (1: PPO's action not optimal), a constant
+    one when PPO is never (or always) wrong, and its info: the counts, its AUROC on its own
+    training data and `degenerate`."""
+    from sklearn.dummy import DummyClassifier
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from benchmark.analysis import auroc
+
+    training_auroc = None
     if len(set(y.tolist())) < 2:
         model = DummyClassifier(strategy="prior").fit(
             np.zeros((max(len(y), 1), x.shape[1])), y if len(y) else np.zeros(1, int)
@@ -93,9 +118,20 @@ def train(task: Any, policy: Any, key: dict, splits: Any) -> tuple[Any, dict]:
         model = HistGradientBoostingClassifier(
             max_iter=100, max_leaf_nodes=15, early_stopping=False, random_state=0
         ).fit(x, y)
-    info = {
-        "training_seeds": [min(seeds), max(seeds), len(seeds)],
-        "judged_steps": len(judged),
-        "mistakes": int(y.sum()),
-    }
-    return model, json.loads(json.dumps(info))
+        training_auroc = auroc(model.predict_proba(x)[:, 1].tolist(), y.astype(bool).tolist())
+    info = {"judged_steps": len(y), "mistakes": int(y.sum()), "training_auroc": training_auroc}
+    return model, {**info, "degenerate": degenerate(info)}
+
+
+def degenerate(info: dict) -> str | None:
+    """Why a classifier's score cannot rank PPO's mistakes, from its info; None when it can."""
+    judged, mistakes = info["judged_steps"], info["mistakes"]
+    if mistakes in (0, judged):
+        return (
+            f"its training labels have one class only ({mistakes} of {judged} judged steps are "
+            "PPO mistakes)"
+        )
+    value = info.get("training_auroc")  # absent in an info.json of an earlier release
+    if value is not None and value < MIN_TRAINING_AUROC:
+        return f"its AUROC on its own training data is {value:.3f}, below {MIN_TRAINING_AUROC}"
+    return None

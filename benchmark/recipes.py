@@ -53,7 +53,8 @@ def recipe_value(key: str, *, _root_: DictConfig) -> Any:
         node = table.get(row)
         if isinstance(node, DictConfig) and key in node:
             value = node[key]
-            if isinstance(value, (DictConfig, ListConfig)):
-                return OmegaConf.to_container(value, resolve=True)
+            if isinstance(value, (DictConfig, ListConfig)):  # a config node, not a plain dict:
+                # OmegaConf.resolve (`--cfg job --resolve`) cannot store a plain one in place
+                return OmegaConf.create(OmegaConf.to_container(value, resolve=True))
             return value
     raise KeyError(f"ppo_recipes.{name} sets no {key!r} (neither for env {env!r} nor by default)")

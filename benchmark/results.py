@@ -105,6 +105,8 @@ def cell_summary(
         experiment=cfg.experiment_name,
         provenance=provenance(),
     )
+    if evaluation.gate_info is not None:  # a learned gate: None, or why it ranks nothing
+        summary["gate_degenerate"] = evaluation.gate_info.get("degenerate")
     if evaluation.consultant is not None and hasattr(evaluation.consultant, "stats"):
         summary["cache"] = evaluation.consultant.stats()
     return summary

@@ -5,8 +5,9 @@ it (an atomic publish, a build once under a lock). Everything else asks here.
                                          cell is complete), episodes.jsonl, ... (benchmark.job)
     <paths.root>/cells/.migrate.lock     held while a cell of an older identity is adopted
     <paths.root>/tuning/<key>/           one Optuna study (study.journal; benchmark.tuning)
-    <paths.root>/digests/<id>.json       content digests of local files, by (path, size,
-                                         mtime_ns, inode): a multi-GB model is hashed once
+    <paths.root>/digests/<id>.json       content digests of local files, by (path, inode,
+                                         size, mtime_ns, ctime_ns): a multi-GB model is
+                                         hashed once
     <paths.checkpoints>/<env>-<hash>/    PPO checkpoints (benchmark.policy.checkpoints)
     <paths.models>/finetuned/<name>/     fine-tuned consultants (benchmark.finetune.store)
     <paths.cache>/responses/             the shared response cache (benchmark.consultants.cache)
@@ -202,13 +203,15 @@ def cached_digest(
     kind: str = "sha256",
 ) -> str:
     """`compute(path)` (by default the SHA-256 of the whole file), cached in the directory
-    `digests` (a results root's digests/) by (path, size, mtime_ns, inode): a multi-GB weight
-    file is read once, and again only when any of the four changes (a rewrite, a copy, a
-    replacement moved into place). `kind` names what is computed (one cache, several digests)."""
+    `digests` (a results root's digests/) by (path, inode, size, mtime_ns, ctime_ns): a
+    multi-GB weight file is read once, and again only when any of them changes (a rewrite, a
+    copy, a replacement moved into place). The ctime catches a same-size rewrite whose mtime
+    was set back (os.utime): no program can set it. `kind` names what is computed (one cache,
+    several digests)."""
     path = Path(path).resolve()
     st = path.stat()
     key = {"kind": kind, "path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    key["inode"] = st.st_ino
+    key.update(inode=st.st_ino, ctime_ns=st.st_ctime_ns)
     if digests is None:
         return compute(path)
     entry = Path(digests) / (hashlib.sha256(f"{kind}:{path}".encode()).hexdigest()[:24] + ".json")
@@ -219,7 +222,8 @@ def cached_digest(
     except (OSError, ValueError):
         pass
     value = compute(path)
-    if path.stat().st_mtime_ns == st.st_mtime_ns:  # not rewritten while it was read
+    after = path.stat()  # not rewritten while it was read:
+    if (after.st_mtime_ns, after.st_ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns):
         try:
             write_json_atomic(entry, {**key, "digest": value})
         except OSError as exc:  # a read-only root still answers, only slower

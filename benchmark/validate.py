@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from functools import cache
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import CONF, option_file, options
 from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
-from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO
+from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO, NeverGate
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
 from benchmark.seeds import Splits
@@ -127,6 +128,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         )
     _check_server_wait(cfg)
     _check_decoding_mode(cfg)
+    _check_choices_prompt(cfg, task)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
     names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
@@ -177,12 +179,52 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
         raise ValueError(CHOICES_NEED_LOGPROBS)
 
 
+def _check_choices_prompt(cfg: DictConfig, task) -> None:
+    """slm.decoding.mode=choices needs a prompt with an answer choice scoring can score
+    (`scores_choices`, asked of the queries of one real consultation); else every answer would
+    silently be generated. Cells that ask no consultant (gate=never) ignore both."""
+    if OmegaConf.select(cfg, "slm.decoding.mode") != "choices":
+        return
+    if _gate_class(cfg.gate) is NeverGate:
+        return
+    from hydra.utils import instantiate
+
+    from benchmark.consultants.base import Answer, scores_choices
+    from benchmark.envs import make_task
+
+    task = task if task is not None else make_task(cfg.env)
+    variant = instantiate(cfg.prompt)
+    variant.check(task)
+    consultation = variant.session(task.episode(0), False).consult(0)
+    queries, rounds = [], next(consultation)
+    try:
+        while True:  # every round of one consultation, answered in the prompt's own format
+            queries += rounds
+            rounds = consultation.send([Answer(q.render_answer(q.actions[0], "x")) for q in rounds])
+    except StopIteration:
+        pass
+    if any(scores_choices(q) for q in queries):
+        return
+    rationale = cfg.prompt.get("rationale")
+    raise ValueError(
+        f"slm.decoding.mode=choices cannot score any answer of prompt={cfg.prompt.get('name')}"
+        + (f" with prompt.rationale={str(rationale).lower()}" if rationale else "")
+        + ": choice scoring answers a query whose answer is one bare action, and this prompt's "
+        "answers carry a reason, a belief update or a plan; allowed slm.decoding.mode=generate, "
+        "or a prompt whose answer is one action (an ASK prompt with prompt.rationale=false)"
+    )
+
+
 def _check_taus(cfg: DictConfig, task) -> None:
     """gate.tau and gate.match_tau in [0, log2|A|] bits (the largest entropy a policy over |A|
     actions can have: a tau above it never asks), or 'auto'; gate.tau_range finite with its low
-    end below log2|A| (the range is clipped to it). `allow_tau_above_max=true` accepts a finite
-    tau above the maximum on purpose."""
+    end below log2|A| (the range is clipped to it). A gate whose score is a probability (the
+    learned gate) has [0, 1] in place of [0, log2|A|]. `allow_tau_above_max=true` accepts a
+    finite tau above the maximum on purpose."""
     gate = cfg.gate
+    if getattr(_gate_class(gate), "score_is_probability", False):
+        _check_probability_taus(cfg)
+        return
     max_h = math.log2(len(task.action_names)) if task is not None else math.inf
     for key in ("tau", "match_tau"):
         tau = gate.get(key)
@@ -212,6 +254,35 @@ def _check_taus(cfg: DictConfig, task) -> None:
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed finite "
                 f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it "
                 "with tuning.clip_tau)"
+            )
+
+
+def _gate_class(gate: DictConfig) -> type | None:
+    try:
+        return get_class(str(gate.get("_target_")))
+    except Exception:  # a bad _target_ fails where the gate is built, with Hydra's message
+        return None
+
+
+def _check_probability_taus(cfg: DictConfig) -> None:
+    """gate.tau in [0, 1] or 'auto', gate.tau_range within [0, 1]: the gate's score is a
+    probability, whatever the env."""
+    gate, name = cfg.gate, cfg.gate.get("name")
+    tau = gate.get("tau")
+    if tau is not None and str(tau) != TAU_AUTO:
+        above = _finite_number(tau) and tau > 1 and cfg.get("allow_tau_above_max", False)
+        if not (_finite_number(tau) and 0 <= tau <= 1) and not above:
+            raise ValueError(
+                f"gate.tau={tau!r} is invalid for gate {name!r}: allowed 'auto' or a number in "
+                "[0, 1] (its score is a probability; a tau above 1 never asks: set "
+                "allow_tau_above_max=true to run such a gate on purpose)"
+            )
+    if "tau_range" in gate:
+        low, high = _pair("gate.tau_range", gate.tau_range)
+        if not 0 <= low < high <= 1:
+            raise ValueError(
+                f"gate.tau_range=[{low}, {high}] is invalid for gate {name!r}: allowed "
+                "0 <= low < high <= 1 (its score is a probability)"
             )
 
 

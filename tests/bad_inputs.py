@@ -156,4 +156,17 @@ CASES = [
         "a tau above the maximum entropy of 4 actions never asks",
     ),
     ("tau not finite", ["gate=entropy", "gate.tau=inf"], {}, "gate.tau=inf is invalid"),
+    (
+        "learned gate tau above 1",
+        ["env=fourrooms", "gate=learned", "gate.tau=1.5"],
+        {},
+        "gate.tau=1.5 is invalid for gate 'learned': allowed 'auto' or a number in [0, 1]",
+    ),
+    (
+        "choice scoring of a prompt with rationale",
+        ["slm=tiny", "prompt=stateful", "prompt.rationale=true", "slm.decoding.mode=choices"],
+        {},
+        "slm.decoding.mode=choices cannot score any answer of prompt=stateful with "
+        "prompt.rationale=true",
+    ),
 ]

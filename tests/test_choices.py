@@ -113,10 +113,9 @@ def test_which_queries_take_choice_scoring(tmp_path):
     plain = choice_queries(tmp_path, n=1)[0]
     assert scores_choices(plain)
     assert not scores_choices(dataclasses.replace(plain, decoding=Decoding()))  # generate mode
-    rationale = ask_queries(
-        tmp_path, "fourrooms", "stateful", "slm.decoding.mode=choices", "prompt.rationale=true", n=1
-    )[0]
-    assert not scores_choices(rationale)  # thinking and a Reason line: generation
+    rationale = ask_queries(tmp_path, "fourrooms", "stateful", "prompt.rationale=true", n=1)[0]
+    rationale.decoding = dataclasses.replace(rationale.decoding, mode="choices")  # validation
+    assert not scores_choices(rationale)  # thinking and a Reason line: generation (refuses it)
     belief = ask_queries(tmp_path, "doorkey8", "belief", "slm.decoding.mode=choices", n=1)[0]
     assert belief.decoding.mode == "choices" and not scores_choices(belief)  # a belief update
 
@@ -228,6 +227,15 @@ def test_openai_backend_scores_choices_where_the_server_gives_prompt_logprobs(tm
         (("slm=openai", "slm.decoding.mode=choices"), "prompt_logprobs=true"),
         (("slm=tiny", "slm.decoding.mode=vote"), "mode='vote' is invalid"),
         (("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.temperature=0.5"), "temperature"),
+        (  # a Reason line: choice scoring would silently fall back to generation
+            ("slm=tiny", "slm.decoding.mode=choices", "prompt.rationale=true"),
+            "slm.decoding.mode=choices cannot score any answer of prompt=stateful with "
+            "prompt.rationale=true",
+        ),
+        (  # a JSON answer (the feedback paper's prompts)
+            ("slm=tiny", "slm.decoding.mode=choices", "prompt=hwbp"),
+            "slm.decoding.mode=choices cannot score any answer of prompt=hwbp:",
+        ),
     ],
 )
 def test_validation_refuses_choices_where_they_cannot_run(tmp_path, overrides, expected):
@@ -237,6 +245,12 @@ def test_validation_refuses_choices_where_they_cannot_run(tmp_path, overrides, e
     cfg = compose_cfg(tmp_path, "env=fourrooms", "prompt=stateful", "gate=always", *overrides)
     with pytest.raises(ValueError, match=expected):
         validate(cfg)
+    # a belief update generates, its action is scored: choices has a query to score
+    validate(compose_cfg(tmp_path, "env=doorkey8", "prompt=belief", "gate=always",
+                         "slm=tiny", "slm.decoding.mode=choices"))  # fmt: skip
+    # PPO-only asks no consultant: its slm and prompt settings are not used
+    validate(compose_cfg(tmp_path, "env=fourrooms", "gate=never", "slm=tiny",
+                         "slm.decoding.mode=choices", "prompt.rationale=true"))  # fmt: skip
     ok = compose_cfg(tmp_path, "env=fourrooms", "slm=openai", "slm.decoding.mode=choices",
                      "slm.backend.prompt_logprobs=true")  # fmt: skip
     validate(ok)

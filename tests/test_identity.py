@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,21 @@ def test_digest_is_cached_by_path_size_mtime_and_inode(tmp_path):
     assert cached_digest(f, digests, count) == first and len(calls) == 2
     _rewrite_middle(f)
     assert cached_digest(f, digests, count) != first and len(calls) == 3
+
+
+def test_a_same_size_change_with_its_mtime_restored_is_hashed_again(tmp_path):
+    """A rewrite that keeps the size and puts the old mtime back (os.utime, as rsync -t or a
+    restore does) still moves the inode's ctime, which the cache key holds."""
+    f = tmp_path / "w.bin"
+    f.write_bytes(os.urandom(3 * MB))
+    digests = tmp_path / "digests"
+    first = cached_digest(f, digests)
+    st = f.stat()
+    time.sleep(0.05)  # past the kernel's coarse timestamp clock, so the ctime can move
+    _rewrite_middle(f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (f.stat().st_size, f.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert cached_digest(f, digests) == file_sha256(f) != first
 
 
 _RESAVE = """

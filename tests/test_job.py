@@ -124,6 +124,21 @@ def test_slm_only_never_trains_a_policy(tmp_path):
     assert summary.get("or_mean") is None  # no policy, so no overwrite rate (absent or None)
 
 
+def test_the_resolved_job_config_prints(tmp_path):
+    """`--cfg job --resolve` prints the config with every interpolation resolved, the values the
+    PPO recipe gives included (a mapping: policy.ppo; a list: a curriculum's train_gym_ids)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    proc = run_cli(tmp_path, "env=fourrooms", "--cfg", "job", "--resolve", timeout=120)
+    printed = yaml.safe_load(proc.stdout)
+    assert isinstance(printed["policy"]["ppo"], dict) and "${" not in proc.stdout
+    assert printed["env"]["name"] == "fourrooms" and printed["policy"]["total_timesteps"] > 0
+    curriculum = compose_cfg(tmp_path, "env=doorkey8")
+    OmegaConf.resolve(curriculum)  # what --resolve does
+    assert len(curriculum.env.task.train_gym_ids) > 1
+
+
 @pytest.mark.slow
 def test_oracle_reproduces_card_counting_ceiling_without_a_policy(tmp_path):
     run_cli(

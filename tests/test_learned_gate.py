@@ -49,6 +49,7 @@ def test_the_classifier_never_sees_a_validation_or_test_seed(trained_root, monke
     infos = [json.loads(p.read_text()) for p in (trained_root / "gates").glob("*/info.json")]
     (recorded,) = [i for i in infos if i["key"]["features"] == ["total", "aleatoric", "epistemic"]]
     assert recorded["training_seeds"][2] == 12 and recorded["judged_steps"] > 0
+    assert evaluation.gate_info["degenerate"] == recorded["degenerate"]  # None or why
     # built once: a second cell of the same checkpoint, env and features rolls out nothing
     seen.clear()
     build(compose_cfg(trained_root, *LEARNED, "gate.tau=0.7")).gate()
@@ -115,6 +116,25 @@ def test_a_classifier_without_a_mistake_to_learn_scores_zero():
     assert gate.scores(records).tolist() == [0.0, 0.0]
 
 
+def test_a_classifier_that_cannot_rank_mistakes_is_flagged_degenerate():
+    """One class of training labels, or an AUROC below 0.55 on its own training data: its
+    info says why (info.json, the cell summary's gate_degenerate); a useful one says None."""
+    from benchmark.learned import degenerate, fit
+
+    x = np.linspace(0, 1, 60)[:, None]  # 60 judged steps: enough for the trees to split
+    wrong = (x[:, 0] > 0.5).astype(int)
+    _, one_class = fit(x, np.zeros(60, int))  # PPO never wrong on the training seeds
+    assert one_class["mistakes"] == 0 and "one class only" in one_class["degenerate"]
+    _, blind = fit(np.zeros((60, 1)), wrong)  # features that tell nothing
+    assert blind["training_auroc"] == 0.5 and "AUROC" in blind["degenerate"]
+    assert "0.500, below 0.55" in blind["degenerate"]
+    _, useful = fit(x, wrong)
+    assert useful["training_auroc"] == 1.0 and useful["degenerate"] is None
+    # an info.json written before the AUROC was recorded: the label counts still tell
+    assert "one class" in degenerate({"judged_steps": 9, "mistakes": 9})
+    assert degenerate({"judged_steps": 9, "mistakes": 3}) is None
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -127,6 +147,29 @@ def test_bad_learned_gate_settings_fail_early(tmp_path, override, message):
 
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         prepare(compose_cfg(tmp_path, *LEARNED, override))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("gate.tau=1.5", "gate.tau=1.5 is invalid for gate 'learned': allowed 'auto' or a number in [0, 1]"),
+        ("gate.tau=-0.1", "gate.tau=-0.1 is invalid for gate 'learned'"),
+        ("gate.tau_range=[0.5,1.5]", "gate.tau_range=[0.5, 1.5] is invalid for gate 'learned': allowed 0 <= low < high <= 1"),
+    ],
+)  # fmt: skip
+def test_a_learned_gates_tau_is_a_probability(tmp_path, override, message):
+    """Its score is a probability: a tau above 1 never asks, even where log2|A| (fourrooms:
+    1.585 bits) would let an entropy gate's tau through. Refused before any training."""
+    from benchmark.build import prepare
+
+    cfg = compose_cfg(tmp_path, "env=fourrooms", "gate=learned", override)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        prepare(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+    prepare(compose_cfg(tmp_path, "env=fourrooms", "gate=learned", "gate.tau=1.0"))
+    # a tau grid shared with the entropy gates (+experiment=gates) runs those cells on purpose
+    prepare(compose_cfg(tmp_path, "env=fourrooms", "gate=learned", "gate.tau=1.5",
+                        "allow_tau_above_max=true"))  # fmt: skip
 
 
 @pytest.mark.slow
@@ -146,6 +189,7 @@ def test_a_learned_gate_cell_tunes_its_threshold_and_runs(trained_root, tmp_path
     assert summary["gate"] == "learned" and 0 <= summary["tau"] <= 1
     assert summary["gate_judged"] > 0
     assert "gate_auroc_gate_score" in summary  # its own score's AUROC (None without a mistake)
+    assert "gate_degenerate" in summary  # None, or why its classifier ranks nothing
 
 
 def test_a_learned_gates_step_records_carry_its_score_and_its_auroc():

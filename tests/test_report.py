@@ -484,6 +484,21 @@ def test_policy_seed_variance(tmp_path):
     assert report.table("paired") is None and report.table("failures") is None
 
 
+def test_a_degenerate_learned_gate_is_named_under_the_main_table(tmp_path):
+    sweep_dir = tmp_path / "s"
+    sweep_dir.mkdir()
+    ckpt = write_checkpoint_dir(tmp_path, "fourrooms")
+    kw = {"env": "fourrooms", "gate": "entropy", "slm": "tiny", "prompt": "basic", "ckpt_dir": ckpt}
+    write_job(sweep_dir, 0, **kw, tau=0.5)
+    summary = write_job(sweep_dir, 1, **kw, tau=1.0)
+    reason = "its training labels have one class only (0 of 40 judged steps are PPO mistakes)"
+    (sweep_dir / "1" / "summary.json").write_text(
+        json.dumps({**summary, "gate_degenerate": reason})
+    )
+    (note,) = [n for n in build_report(sweep_dir).table("main").notes if "DEGENERATE" in n]
+    assert note.endswith(f": {summary['cell']} τ=1.0 ({reason}).")  # only that cell
+
+
 def test_never_started_jobs_are_missing(tmp_path):
     """Jobs of the sweep's grid without a dir (the sweep was killed) are reported missing."""
     sweep_dir = tmp_path / "s"

@@ -1083,7 +1083,7 @@ def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None)
     (NOT_MODEL_FILES). A weight file of at most 2 MB enters by its size and its first and last
     MB, which is every byte of it (so the identities of the tiny models are those of earlier
     releases); a larger one by the SHA-256 of its whole content, cached in the results store
-    (`digests`) by (path, size, mtime_ns, inode): read once, not on every job."""
+    (`digests`) by (path, inode, size, mtime_ns, ctime_ns): read once, not on every job."""
     from benchmark.store import cached_digest
 
     h = hashlib.sha256()

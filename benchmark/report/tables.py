@@ -96,6 +96,17 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
     aliases = _checkpoint_aliases(sweep)
     if aliases:
         table.notes.append("Checkpoints used: " + "; ".join(aliases) + ".")
+    degenerate = [
+        f"{c.name} τ={c.tau_setting} ({c.summary['gate_degenerate']})"
+        for c in sweep.ok
+        if (c.summary or {}).get("gate_degenerate")
+    ]
+    if degenerate:
+        table.notes.append(
+            "DEGENERATE learned-gate classifier, its tau picks out no PPO mistakes: "
+            + "; ".join(degenerate)
+            + "."
+        )
     return table
 
 
