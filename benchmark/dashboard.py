@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import benchmark  # noqa: F401 - registers the config resolvers
+from benchmark.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -735,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(describe(d))
         return 0
-    out = args.out or d.root / "dashboards" / d.experiment
+    out = args.out or Store(d.root).dashboard_dir(d.experiment)
     path = write(d, out)
     n = len(d.envs)
     what = f"{n} workspace view{'s' if n > 1 else ''}" + (

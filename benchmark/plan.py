@@ -58,6 +58,7 @@ from benchmark import results
 from benchmark.config import session, sweep_jobs
 from benchmark.store import Store
 from benchmark.store import StoredCell as Stored
+from benchmark.tuning import trials_missing
 
 log = logging.getLogger(__name__)
 REFERENCE_SLMS = ("tiny", "oracle")  # preferred first: the tiny model reports token counts
@@ -439,31 +440,6 @@ def _trial_irs(cell_dir: Path) -> list[float]:
             return [float(r["ir"]) for r in csv.DictReader(f) if r.get("ir") not in (None, "")]
     except (OSError, ValueError, KeyError, csv.Error):
         return []
-
-
-def trials_missing(study_dir: Path, n_trials: int, max_reward: float) -> int:
-    """Trials the study still needs: n_trials less its COMPLETE trials, 0 once one reached
-    the task's max reward (tuning stops there). Read-only: an absent journal is not created."""
-    import optuna
-
-    journal = Path(study_dir) / "study.journal"
-    if not journal.is_file():
-        return n_trials
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        storage = optuna.storages.JournalStorage(
-            optuna.storages.journal.JournalFileBackend(str(journal))
-        )
-        study = optuna.load_study(study_name="tau", storage=storage)
-        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    except KeyError:  # the journal holds no study yet
-        return n_trials
-    except Exception as exc:  # noqa: BLE001 - the job will say what is wrong; count it all
-        log.warning("cannot read the tuning study %s (%s): all trials counted", journal, exc)
-        return n_trials
-    if any(t.value is not None and t.value >= max_reward - 1e-9 for t in done):
-        return 0
-    return max(0, n_trials - len(done))
 
 
 # ----------------------------------------------------------------------------- work

@@ -31,12 +31,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
 CELLS, TUNING, DIGESTS, GATES = "cells", "tuning", "digests", "gates"
 CHECKPOINTS, MODELS, CACHE = "checkpoints", "models", "cache"  # the defaults under the root
+BUNDLES, DASHBOARDS, BRACE = "bundles", "dashboards", "brace"  # what the tools write there
 RESPONSES = "responses"
 WORK_TAG = ".work-"  # `.<target>.work-<host>-<pid>`: a directory being built
 _UMASK = os.umask(0)
@@ -44,22 +45,27 @@ os.umask(_UMASK)
 
 
 # ----------------------------------------------------------------------------- atomic publish
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a private temp file beside it (fsynced, then renamed): a
-    killed process never leaves a half-written file that could be read as valid."""
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> None:
+    """The one atomic writer: `write(f)` fills a private temp file beside `path` (fsynced, then
+    renamed): a killed process never leaves a half-written file that could be read as valid.
+    Streams (an SB3 zip, a pickled training state) write straight into it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    write_atomic(path, lambda f: f.write(data))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -346,6 +352,14 @@ class Store:
     def gate_dir(self, key: str) -> Path:
         """A learned gate's classifier (benchmark.learned), by the digest of its key."""
         return self.root / GATES / key
+
+    def bundle_dir(self, experiment: str) -> Path:
+        """An exported policy bundle (`python -m benchmark.policy export`)."""
+        return self.root / BUNDLES / experiment
+
+    def dashboard_dir(self, experiment: str) -> Path:
+        """A preset's W&B dashboard spec (`python -m benchmark.dashboard`)."""
+        return self.root / DASHBOARDS / experiment
 
     def digests_dir(self) -> Path | None:
         """Where `cached_digest` keeps the digests of local weight files (None: no root)."""

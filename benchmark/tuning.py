@@ -28,6 +28,7 @@ from filelock import FileLock
 from benchmark.results import write_json
 from benchmark.store import write_bytes_atomic
 
+JOURNAL = "study.journal"  # a study's Optuna journal in its directory (Store.study_dir)
 log = logging.getLogger(__name__)
 WORKER = "worker"  # trial user attribute: [host, pid] of the process running it
 PAUSE_ENV = "BENCHMARK_PAUSE_AFTER_TRIAL"  # test-only, see the module docstring
@@ -228,7 +229,7 @@ def tune(
     study_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with FileLock(str(study_dir / "study.lock")):
-        journal = study_dir / "study.journal"
+        journal = study_dir / JOURNAL
         writers = optuna.storages.journal.JournalFileSymlinkLock(str(journal))
         writers.acquire()  # Optuna's own (NFS-safe) writer lock: no append can be half-seen
         try:
@@ -284,6 +285,29 @@ def tune(
     # exact resume these are the trials a study of that size would have run
     rows = _rows(sorted(_complete(study), key=lambda t: t.number)[:n_trials])
     return float(goal.choose(rows)["tau"]), rows
+
+
+def trials_missing(study_dir: Path, n_trials: int, max_reward: float) -> int:
+    """Trials the study still needs: n_trials less its COMPLETE trials, 0 once one reached
+    the task's max reward (tuning stops there). Read-only: an absent journal is not created."""
+    journal = Path(study_dir) / JOURNAL
+    if not journal.is_file():
+        return n_trials
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(journal))
+        )
+        study = optuna.load_study(study_name="tau", storage=storage)
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    except KeyError:  # the journal holds no study yet
+        return n_trials
+    except Exception as exc:  # noqa: BLE001 - the job will say what is wrong; count it all
+        log.warning("cannot read the tuning study %s (%s): all trials counted", journal, exc)
+        return n_trials
+    if any(t.value is not None and t.value >= max_reward - 1e-9 for t in done):
+        return 0
+    return max(0, n_trials - len(done))
 
 
 def _rows(trials: list[optuna.trial.FrozenTrial]) -> list[dict]:

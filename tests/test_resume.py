@@ -138,7 +138,9 @@ def test_a_state_that_cannot_be_saved_costs_only_resumability(task, tmp_path, ca
 
     cfg = job_cfg(tmp_path, **{**SMALL, "total_timesteps": 512, "resume_every_steps": 256}).policy
     with caplog.at_level(logging.WARNING, logger="benchmark.policy.resume"):
-        final = train(task, cfg, tmp_path / "out", resume_path=tmp_path / "no-dir" / "state")
+        # a directory that cannot be made (not even by root): no state is ever saved there
+        unwritable = Path("/proc/self/no-such-dir/state")
+        final = train(task, cfg, tmp_path / "out", resume_path=unwritable)
     assert final.is_file()
     assert "could not save the training state at 256 steps" in caplog.text
 

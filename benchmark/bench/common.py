@@ -127,8 +127,10 @@ def compose(root: Path, *overrides: str) -> Any:
 
 
 def default_root() -> Path:
-    """`paths.root` as conf/paths/default.yaml resolves it: $BENCHMARK_ROOT, else ./outputs."""
-    return Path(os.environ.get("BENCHMARK_ROOT") or Path.cwd() / "outputs").resolve()
+    """`paths.root` as a job resolves it ($BENCHMARK_ROOT, else ./outputs): asked of the config."""
+    from benchmark import config
+
+    return Path(str(config.compose(["tracking=none"]).paths.root))
 
 
 def format_table(checks: list[Check]) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 from benchmark.brace import curves, joint, rollout
 from benchmark.brace.rewards import belief_reward
 from benchmark.seeds import Splits
+from benchmark.store import Store
 
 # training-reward fields averaged per seed over its updates (name -> joint.samples' raw key)
 PER_SEED = {"r_belief": "belief", "format": "gate", "correctness": "correctness"}
@@ -115,14 +116,23 @@ def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequenc
                 for key, raw_key in PER_SEED.items()}}}  # fmt: skip
 
 
-def ask_setup(env: str, tau: float, root: str, overrides: Sequence[str] = ()) -> tuple[Any, Any]:
+def results_store(root: str | None) -> Store:
+    """The results root the suite's jobs use (`--root` overrides paths.root)."""
+    from benchmark.config import compose
+
+    return Store.of(compose([f"paths.root={root}"] if root else []).paths)
+
+
+def ask_setup(
+    env: str, tau: float, root: str | None, overrides: Sequence[str] = ()
+) -> tuple[Any, Any]:
     """The entropy gate at `tau` and the env's PPO policy (trained once, as a job does);
     `overrides`: more Hydra overrides of that job (e.g. the policy recipe)."""
     from benchmark.build import build
     from benchmark.config import compose
 
     cfg = compose([f"env={env}", "gate=entropy", f"gate.tau={tau}", "slm=oracle",
-                   "prompt=brace", f"paths.root={root}", "tracking=none",
+                   "prompt=brace", *([f"paths.root={root}"] if root else []), "tracking=none",
                    *overrides])  # fmt: skip
     evaluation = build(cfg)
     return evaluation.gate(), evaluation.policy
@@ -164,7 +174,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--reward-episodes", type=int, default=16)
     ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
     ap.add_argument("--tau", type=float, default=0.5)
-    ap.add_argument("--root", default="outputs", help="results root (ask mode: its PPO cache)")
+    ap.add_argument(
+        "--root",
+        default=None,
+        help="results root (ask mode: its PPO cache; the tiny base model); default: the suite's "
+        "(paths.root: BENCHMARK_ROOT, else ./outputs)",
+    )
     ap.add_argument(
         "--override",
         action="append",
@@ -205,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     base = (
         Path(a.base)
         if a.base
-        else build_tiny(Path(a.root) / "models" / "tiny-qwen3-small-s0", 0, "small")
+        else build_tiny(results_store(a.root).models / "tiny-qwen3-small-s0", 0, "small")
     )
     train_seeds = list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + a.teacher_episodes))
     t0 = time.perf_counter()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import benchmark  # noqa: F401 - registers the config resolvers
 from benchmark.config import compose, sweep_jobs
+from benchmark.store import Store
 
 log = logging.getLogger("benchmark.policy")
 
@@ -81,7 +82,7 @@ def export_main(args: argparse.Namespace) -> int:
     out = args.out
     if out is None:
         cfg = cfg or compose([])
-        out = Path(cfg.paths.root) / "bundles" / str(cfg.experiment_name)
+        out = Store.of(cfg.paths).bundle_dir(str(cfg.experiment_name))
     for note in missing:
         print(f"not exported: {note}", file=sys.stderr)
     if not selected:

@@ -25,9 +25,9 @@ from stable_baselines3.common.utils import ConstantSchedule
 from benchmark.envs.base import Task
 from benchmark.policy import names, resume
 from benchmark.policy.provenance import system_info
-from benchmark.policy.train import TRAINING_VERSION, as_dict, train, write_json_atomic
+from benchmark.policy.train import TRAINING_VERSION, as_dict, train
 from benchmark.seeds import DEFAULT_SPLITS, Splits
-from benchmark.store import Store, build_once, cached_digest, file_sha256
+from benchmark.store import Store, build_once, cached_digest, file_sha256, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -166,16 +166,17 @@ def ensure_dir(
             task = make_task(cfg.env)
         policy_cfg = {k: v for k, v in as_dict(cfg.policy).items() if k != "checkpoint"}
         write_json_atomic(
+            work / "config.json",
             {
                 "env": OmegaConf.to_container(cfg.env, resolve=True),
                 "policy": policy_cfg,
                 "validation": splits.bounds("validation"),
                 "training_version": TRAINING_VERSION,
             },
-            work / "config.json",
+            sort_keys=False,
         )
         # the machine and versions, for policy bundles (benchmark.policy.bundle)
-        write_json_atomic(system_info(), work / "system.json")
+        write_json_atomic(work / "system.json", system_info(), sort_keys=False)
         log.info("training PPO for %s into %s", cfg.env.name, ckpt_dir)
         state = resume.state_path(ckpt_dir)
         try:
@@ -187,7 +188,9 @@ def ensure_dir(
                 e.deliver()
             raise
         files = {p.stem: file_sha256(p) for p in sorted(work.glob("*.zip"))}
-        write_json_atomic({"pid": os.getpid(), "checkpoints": files}, work / MARKER)
+        write_json_atomic(
+            work / MARKER, {"pid": os.getpid(), "checkpoints": files}, sort_keys=False
+        )
 
     # trained in a private directory and published whole with one rename (benchmark.store)
     trained = build_once(ckpt_dir, make, intact, adopt=lambda: _adopt_legacy(cfg, ckpt_dir, splits))

@@ -49,6 +49,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from benchmark.policy.provenance import PACKAGES, package_versions
+from benchmark.store import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -155,17 +156,8 @@ def capture(model: Any, checkpoints: Any, out_dir: Path) -> dict[str, Any]:
 
 
 def write(state: dict[str, Any], path: Path) -> None:
-    """Atomically: temp file, fsync, rename."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            cloudpickle.dump(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Atomically (the store's writer: temp file, fsync, rename)."""
+    write_atomic(path, lambda f: cloudpickle.dump(state, f))
 
 
 def read(path: Path) -> dict[str, Any] | None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,6 +30,7 @@ from benchmark.policy.network import (
     policy_kwargs,
 )
 from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.store import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -96,22 +95,6 @@ def training_vec_env(task: Task, seed: int, n_envs: int) -> DummyVecEnv:
     return DummyVecEnv(
         [lambda i=i: task.training_env(seed * 1000 + i, index=i) for i in range(n_envs)]
     )
-
-
-def save_atomic(model: PPO, path: Path) -> None:
-    """Write the zip next to `path`, then rename: a reader never sees half a checkpoint."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        model.save(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(data: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 class ThresholdCheckpoints(BaseCallback):
@@ -200,11 +183,11 @@ class ThresholdCheckpoints(BaseCallback):
         )
 
     def save(self, name: str, row: dict[str, Any], threshold: bool | None) -> None:
-        save_atomic(self.model, self.out_dir / f"{name}.zip")
+        write_atomic(self.out_dir / f"{name}.zip", self.model.save)
         meta = {"name": name, **row}
         if threshold:
             meta["threshold"] = names.parse(name).threshold
-        write_json_atomic(meta, self.out_dir / f"{name}.json")
+        write_json_atomic(self.out_dir / f"{name}.json", meta, sort_keys=False)
 
 
 def validate_policy(cfg: dict[str, Any]) -> None:
@@ -320,8 +303,8 @@ def train(
         elif callback.logged_at != model.num_timesteps:  # the last evaluation's line
             callback.log_line(callback.last_row, [], final=True)
         row = dict(callback.last_row or {})
-        save_atomic(model, out / "final.zip")
-        write_json_atomic({"name": "final", **row}, out / "final.json")
+        write_atomic(out / "final.zip", model.save)
+        write_json_atomic(out / "final.json", {"name": "final", **row}, sort_keys=False)
         return out / "final.zip"
     finally:
         torch.set_num_threads(old_threads)
