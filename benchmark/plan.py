@@ -248,6 +248,10 @@ def plan_cell(
             reference = find_reference(provisional, stored) if spec.uses_policy else None
             if spec.tunes_tau:
                 trials_todo = _trials_todo(cfg, task, provisional, studies)
+        elif spec.tunes_tau:  # a study named by configs alone: nothing of it can exist yet
+            study = _study_of_config(cfg, spec)
+            trials_todo = 0 if study in studies else trials_todo
+            studies.add(study)
     else:
         key = located.hash
         cell_dir = located.dir(root)
@@ -283,6 +287,18 @@ def _trials_todo(cfg: DictConfig, task: Any, located: Any, studies: set[str]) ->
     studies.add(study)
     study_dir = Store.of(cfg.paths).study_dir(study)
     return trials_missing(study_dir, int(cfg.tuning.n_trials), task.max_reward)
+
+
+def _study_of_config(cfg: DictConfig, spec: Any) -> str:
+    """The study a cell without known inputs will tune in, named by the config of the cell that
+    tunes it (tuning.scope=shared: the shared one), so that cells sharing it count it once."""
+    from benchmark.build import prepare, shared_tuning_config
+    from benchmark.cell import tuning_key
+
+    source = shared_tuning_config(cfg)
+    if source is not None:
+        spec = prepare(source)[2]
+    return "config:" + tuning_key(spec.config)
 
 
 def _invalid(number: int, job: list[str], name: str, exc: BaseException) -> CellPlan:

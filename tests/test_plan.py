@@ -314,3 +314,13 @@ def test_plan_builds_no_model_and_trains_nothing(tmp_path):
     totals = plan.totals()
     assert (totals["model_not_built"], totals["policy_not_trained"]) == (2, 2)
     assert "2 model not built" in format_plan(plan)
+
+
+@pytest.mark.parametrize(("protocol", "studies"), [("paper", 1), ("official", 2)])
+def test_a_shared_study_is_counted_once_in_a_fresh_root(tmp_path, protocol, studies):
+    """Table 1 under the paper protocol: ASK reuses ASK+'s study (tuning.scope=shared), so a
+    root where no policy is trained yet still needs one study, not one per cell."""
+    over = [f"paths.root={tmp_path}", "+experiment=table1", f"protocol={protocol}"]
+    plan = plan_sweep([*over, "env=fourrooms", "method=ask,ask_plus", "slm=qwen3.5-2b"])
+    assert [c.note for c in plan.cells] == ["policy not trained"] * 2
+    assert plan.totals()["tuning_trials"] == studies * 15
