@@ -505,7 +505,7 @@ def decoding_caps(prompt: Any) -> tuple[int, int]:
 def cell_work(
     cfg: DictConfig, task: Any, spec: Any, trials_todo: int, reference: Reference | None
 ) -> Work:
-    from benchmark.build import build_prompt
+    from benchmark.build import build_prompt, shared_tuning_config
 
     episodes = int(cfg.eval.n_episodes)
     tuning_episodes = trials_todo * int(cfg.tuning.n_episodes)
@@ -515,7 +515,14 @@ def cell_work(
             episodes, trials_todo, tuning_episodes, max_steps, 0, 0, 0, 0, 0, "no consultant"
         )
     rounds, cap = decoding_caps(build_prompt(cfg, task))
-    calls_max, generated_max = max_steps * rounds, max_steps * cap
+    # a shared study tunes with its own prompt (ASK+'s for ASK): its caps bound the trials
+    source = shared_tuning_config(cfg) if trials_todo else None
+    tuning_rounds, tuning_cap = (
+        decoding_caps(build_prompt(source, task)) if source is not None else (rounds, cap)
+    )
+    limit, tuning_steps = step_limit(task), step_limit(task) * tuning_episodes
+    calls_max = limit * episodes * rounds + tuning_steps * tuning_rounds
+    generated_max = limit * episodes * cap + tuning_steps * tuning_cap
     if reference is None:
         return Work(
             episodes,
