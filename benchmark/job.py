@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
     job_dir = Path(job_dir)
+    Store.of(cfg.paths).check_writable()  # nothing can be stored, not even error.json
     spec, cell_dir, name, tracker = None, None, str(cfg.env.name), None
     try:
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
