@@ -27,6 +27,28 @@ def main(cfg: DictConfig) -> float | None:
     return summary.get("reward_mean")
 
 
+def check_root(args: list[str]) -> None:
+    """A results root that cannot be written fails here, in one line: Hydra would otherwise make
+    its run or sweep dir in it first and fail with a traceback. Flags (--cfg, --help) and
+    overrides Hydra rejects are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from benchmark.config import compose
+    from benchmark.store import RootNotWritable, Store
+
+    if any(a.startswith("-") for a in args):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+        cfg = compose([p.input_line for p in parsed if not p.is_sweep_override()])
+    except Exception:  # noqa: BLE001 - Hydra reports it its own way
+        return
+    try:
+        Store.of(cfg.paths).check_writable()
+    except RootNotWritable as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 def cli(argv: list[str] | None = None) -> int:
     """Move `-m` where Hydra's parser wants it, run, and exit as the sweep's tally says."""
     from benchmark import tally
@@ -34,6 +56,7 @@ def cli(argv: list[str] | None = None) -> int:
     args, multirun = split_multirun(sys.argv[1:] if argv is None else argv)
     sys.argv = [sys.argv[0], *(["--multirun"] if multirun else []), *args]
     tally.LAST = tally.STARTED = None
+    check_root(args)
     try:
         main()
     except SystemExit:  # Hydra reported an error: a multirun still says how its cells went

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
     job_dir = Path(job_dir)
+    Store.of(cfg.paths).check_writable()  # nothing can be stored, not even error.json
     spec, cell_dir, name, tracker = None, None, str(cfg.env.name), None
     try:
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
@@ -68,6 +69,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             "cell_hash": cell_dir.name if cell_dir else None,
             "type": type(exc).__name__,
             "message": str(exc),
+            "cause": root_cause(exc),
             "traceback": traceback.format_exc(),
             "config": spec.config if spec is not None else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -82,6 +84,21 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             raise
         log.error("cell %s failed (%s: %s); the sweep carries on", name, type(exc).__name__, exc)
         return None
+
+
+def root_cause(exc: BaseException) -> dict[str, str]:
+    """The error to show for a failed cell: `exc` less Hydra's wrappers (instantiate's "Error in
+    call to target ..."), following __cause__/__context__ down to the error they wrap."""
+    from hydra.errors import HydraException
+
+    seen = {id(exc)}
+    while isinstance(exc, HydraException):
+        inner = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(inner))
+        exc = inner
+    return {"type": type(exc).__name__, "message": str(exc)}
 
 
 def _reuse(

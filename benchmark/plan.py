@@ -249,6 +249,10 @@ def plan_cell(
             reference = find_reference(provisional, stored) if spec.uses_policy else None
             if spec.tunes_tau:
                 trials_todo = _trials_todo(cfg, task, provisional, studies)
+        elif spec.tunes_tau:  # a study named by configs alone: nothing of it can exist yet
+            study = _study_of_config(cfg, spec)
+            trials_todo = 0 if study in studies else trials_todo
+            studies.add(study)
     else:
         key = located.hash
         cell_dir = located.dir(root)
@@ -284,6 +288,18 @@ def _trials_todo(cfg: DictConfig, task: Any, located: Any, studies: set[str]) ->
     studies.add(study)
     study_dir = Store.of(cfg.paths).study_dir(study)
     return trials_missing(study_dir, int(cfg.tuning.n_trials), task.max_reward)
+
+
+def _study_of_config(cfg: DictConfig, spec: Any) -> str:
+    """The study a cell without known inputs will tune in, named by the config of the cell that
+    tunes it (tuning.scope=shared: the shared one), so that cells sharing it count it once."""
+    from benchmark.build import prepare, shared_tuning_config
+    from benchmark.cell import tuning_key
+
+    source = shared_tuning_config(cfg)
+    if source is not None:
+        spec = prepare(source)[2]
+    return "config:" + tuning_key(spec.config)
 
 
 def _invalid(number: int, job: list[str], name: str, exc: BaseException) -> CellPlan:
@@ -465,7 +481,7 @@ def decoding_caps(prompt: Any) -> tuple[int, int]:
 def cell_work(
     cfg: DictConfig, task: Any, spec: Any, trials_todo: int, reference: Reference | None
 ) -> Work:
-    from benchmark.build import build_prompt
+    from benchmark.build import build_prompt, shared_tuning_config
 
     episodes = int(cfg.eval.n_episodes)
     tuning_episodes = trials_todo * int(cfg.tuning.n_episodes)
@@ -475,7 +491,14 @@ def cell_work(
             episodes, trials_todo, tuning_episodes, max_steps, 0, 0, 0, 0, 0, "no consultant"
         )
     rounds, cap = decoding_caps(build_prompt(cfg, task))
-    calls_max, generated_max = max_steps * rounds, max_steps * cap
+    # a shared study tunes with its own prompt (ASK+'s for ASK): its caps bound the trials
+    source = shared_tuning_config(cfg) if trials_todo else None
+    tuning_rounds, tuning_cap = (
+        decoding_caps(build_prompt(source, task)) if source is not None else (rounds, cap)
+    )
+    limit, tuning_steps = step_limit(task), step_limit(task) * tuning_episodes
+    calls_max = limit * episodes * rounds + tuning_steps * tuning_rounds
+    generated_max = limit * episodes * cap + tuning_steps * tuning_cap
     if reference is None:
         return Work(
             episodes,

@@ -302,6 +302,10 @@ class StoredCell:
         return complete_cell(self.dir)
 
 
+class RootNotWritable(OSError):
+    """The results root cannot be written: nothing can be computed."""
+
+
 class Store:
     """One results root (`paths`: the config's `paths` node, or a root alone, whose defaults
     are the layout above)."""
@@ -364,6 +368,20 @@ class Store:
     def digests_dir(self) -> Path | None:
         """Where `cached_digest` keeps the digests of local weight files (None: no root)."""
         return self.root / DIGESTS if self.root is not None else None
+
+    def check_writable(self) -> None:
+        """Fail in one line, before any work, when the root cannot be written (read-only, not a
+        directory): by writing a probe file, which also holds where permission bits do not (root)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=self.root, prefix=".write-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise RootNotWritable(
+                f"results root {self.root} is not writable ({exc.strerror or exc}): set paths.root "
+                "or BENCHMARK_ROOT to a directory you can write"
+            ) from None
 
     @staticmethod
     def root_of(path: str | os.PathLike) -> Path | None:

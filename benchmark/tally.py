@@ -8,6 +8,7 @@ cell failed, so `sbatch --dependency=afterok` and CI can trust it; the Hydra cal
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ class Tally:
             f"  failed job {job}: {overrides}\n    {error}" for job, overrides, error in self.failed
         ]
         out += [f"  not finished job {job}: {overrides}" for job, overrides in self.unfinished]
-        out.append(f"report: python -m benchmark.report {self.sweep_dir}   # -> {self.report_dir}")
+        command = f"python -m benchmark.report {shlex.quote(str(self.sweep_dir))}"
+        out.append(f"report: {command}   # -> {self.report_dir}")
         return out
 
     @property
@@ -63,6 +65,8 @@ def _overrides(job_dir: Path, expected: list[list[str]]) -> str:
 
 
 def _first_line(error: dict) -> str:
+    """The first line of the cell's error: its cause (job.root_cause) when recorded."""
+    error = error.get("cause") or error
     message = str(error.get("message") or "").strip().splitlines()
     return f"{error.get('type', 'Error')}: {message[0] if message else ''}".rstrip(": ")
 

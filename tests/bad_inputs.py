@@ -59,6 +59,12 @@ CASES = [
     ),
     ("hub id not cached, offline", ["slm=qwen3.5-2b"], {"HF_HUB_OFFLINE": "1"}, "slm.backend.path"),
     (
+        "results root not writable",
+        ["paths.root=/dev/null/results"],
+        {},
+        "results root /dev/null/results is not writable (Not a directory)",
+    ),
+    (
         "checkpoint name malformed",
         ["gate=never", "policy.checkpoint=r30"],
         {},

@@ -343,9 +343,9 @@ def _check_prompts(args: list[str]) -> str:
     from benchmark.prompts import showcase
     from benchmark.prompts.__main__ import parse
 
-    cmd, kw = parse(args)
+    cmd, kw, overrides = parse(args)
     if cmd == "show":
-        showcase.compose(kw.get("env", "fourrooms"), kw.get("prompt", "stateful"))
+        showcase.compose(kw.get("env", "fourrooms"), kw.get("prompt", "stateful"), overrides)
     return "parses" + (", composes" if cmd == "show" else "")
 
 

@@ -314,3 +314,25 @@ def test_plan_builds_no_model_and_trains_nothing(tmp_path):
     totals = plan.totals()
     assert (totals["model_not_built"], totals["policy_not_trained"]) == (2, 2)
     assert "2 model not built" in format_plan(plan)
+
+
+@pytest.mark.parametrize(("protocol", "studies"), [("paper", 1), ("official", 2)])
+def test_a_shared_study_is_counted_once_in_a_fresh_root(tmp_path, protocol, studies):
+    """Table 1 under the paper protocol: ASK reuses ASK+'s study (tuning.scope=shared), so a
+    root where no policy is trained yet still needs one study, not one per cell."""
+    over = [f"paths.root={tmp_path}", "+experiment=table1", f"protocol={protocol}"]
+    plan = plan_sweep([*over, "env=fourrooms", "method=ask,ask_plus", "slm=qwen3.5-2b"])
+    assert [c.note for c in plan.cells] == ["policy not trained"] * 2
+    assert plan.totals()["tuning_trials"] == studies * 15
+
+
+def test_a_shared_study_is_bounded_by_the_prompt_it_tunes_with(tmp_path):
+    """ASK's share of ASK+'s study costs what ASK+'s prompt (with a rationale) may generate: the
+    pair's bound is ASK+ with its study plus ASK's evaluation alone (a fixed tau)."""
+    over = [f"paths.root={tmp_path}", "+experiment=table1", "env=fourrooms", "slm=qwen3.5-2b"]
+
+    def bound(*more: str) -> int:
+        return plan_sweep([*over, *more]).totals()["generated_tokens_max"]
+
+    both, ask_plus = bound("method=ask,ask_plus"), bound("method=ask_plus")
+    assert both == ask_plus + bound("method=ask", "gate.tau=1.0")

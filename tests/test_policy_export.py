@@ -208,6 +208,34 @@ def test_a_corrupt_manifest_or_index_says_corrupt(bundle, tmp_path, name):
             export([bundle["source"]], out)
 
 
+def test_a_corrupt_zip_in_a_bundle_says_to_export_or_download_it_again(
+    bundle, tmp_path, monkeypatch
+):
+    """A bundle is exported or downloaded, never trained here: "delete ... to retrain" was wrong."""
+    from huggingface_hub import constants
+
+    out = tmp_path / "b"
+    shutil.copytree(bundle["out"], out)
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    zip_path = policy / "best.zip"
+    zip_path.write_bytes(zip_path.read_bytes()[:100])  # truncated
+    with pytest.raises(CheckpointError, match="does not match the sha256") as err:
+        _load_best(out, tmp_path)
+    assert f"the bundle {out} is damaged: export it again" in str(err.value)
+    assert "retrain" not in str(err.value)
+    cache, commit, repo = tmp_path / "hf", "a" * 40, "someone/ask-policies"
+    _hf_cache(out, cache, repo, commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    cfg = compose_cfg(
+        tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.source={repo}", f"policy.revision={commit}"
+    )
+    with pytest.raises(CheckpointError, match="download it again") as err:
+        policy_checkpoint(cfg, *prepare(cfg)[:2], train=False)
+    assert f"hf download {repo} --revision {commit} --force-download" in str(err.value)
+    assert "retrain" not in str(err.value)
+
+
 def test_a_bundle_of_the_first_format_still_loads(bundle, tmp_path):
     """Bundles exported before manifests covered every file: their zips are still verified."""
     out = tmp_path / "b"

@@ -598,3 +598,33 @@ def test_the_raw_history_prompt_grows_one_line_per_step(env):
     assert len(lengths) >= 4 and all(b > a for a, b in itertools.pairwise(lengths))
     *_, last = showcase.drive(stateful, task, 101, 0, policy="random")
     assert "HISTORY" not in last.queries[0].messages[1]["content"]
+
+
+def test_show_takes_help_and_any_hydra_override(capsys):
+    """`show --help` prints the usage; protocol=... (any Hydra override) changes the composed
+    prompt and is named in the header; a misspelt key still fails, naming it."""
+    from benchmark.prompts.__main__ import main
+
+    main(["show", "--help"])
+    assert "python -m benchmark.prompts show" in capsys.readouterr().out
+    shown = {}
+    for protocol in ("paper", "suite"):  # the planner hint searches for seen targets / frontiers
+        main(["show", "env=fourrooms", "step=5", f"protocol={protocol}"])
+        shown[protocol] = capsys.readouterr().out
+        assert shown[protocol].splitlines()[0].endswith(f" protocol={protocol}")
+    assert "\nPlanner hint: " in shown["suite"] and "\nPlanner hint: " not in shown["paper"]
+    with pytest.raises(SystemExit, match="Could not override 'stepp'"):
+        main(["show", "env=fourrooms", "stepp=5"])
+
+
+def test_stats_reads_the_tiny_tokenizer_of_the_results_root(tmp_path, monkeypatch):
+    """BENCHMARK_ROOT (paths.root) says where the tiny model is, not ./outputs."""
+    from benchmark.consultants.tiny import build_tiny
+
+    build_tiny(tmp_path / "root" / "models" / "tiny-qwen3-s0", 0)
+    monkeypatch.setenv("BENCHMARK_ROOT", str(tmp_path / "root"))
+    assert showcase.models_dir() == tmp_path / "root" / "models"
+    count = showcase.tiny_counter(showcase.models_dir())
+    assert count is not None and count([{"role": "user", "content": "FORWARD"}]) > 0
+    monkeypatch.setenv("BENCHMARK_ROOT", str(tmp_path / "empty"))
+    assert showcase.tiny_counter(showcase.models_dir()) is None

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.store import Store, build_once, work_dir, write_json_atomic
+from benchmark.job import run_job
+from benchmark.store import RootNotWritable, Store, build_once, work_dir, write_json_atomic
+from tests.conftest import compose_cfg, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,3 +103,28 @@ def test_atomic_json_and_layout(tmp_path):
     assert store.responses_dir() == tmp_path / "cache" / "responses"
     (tmp_path / "cells").mkdir()
     assert Store.root_of(tmp_path / "sweeps" / "x") == tmp_path
+
+
+def test_a_root_that_cannot_be_written_fails_first_in_one_line(tmp_path):
+    """A root under a regular file cannot be written, even by root (whom chmod does not stop):
+    the store, the job and the CLI (before Hydra makes its run dir there) say so in one line."""
+    (tmp_path / "a file").write_text("")
+    root = tmp_path / "a file" / "root"
+    with pytest.raises(RootNotWritable, match=f"results root {root} is not writable"):
+        Store(root).check_writable()
+    Store(tmp_path / "fine").check_writable()
+    assert list((tmp_path / "fine").iterdir()) == []  # the probe file is gone
+    if os.geteuid() != 0:  # permission bits hold for other users
+        (tmp_path / "ro").mkdir(mode=0o555)
+        with pytest.raises(RootNotWritable, match="is not writable"):
+            Store(tmp_path / "ro").check_writable()
+    cfg = compose_cfg(root, "method=slm_only", "slm=oracle", "eval.n_episodes=1")
+    with pytest.raises(RootNotWritable, match=f"results root {root} is not writable"):
+        run_job(cfg, tmp_path / "job", multirun=False)
+    for multirun in ([], ["-m"]):
+        proc = run_cli(root, "method=slm_only", "slm=oracle", *multirun, check=False)
+        assert proc.returncode == 1
+        assert proc.stderr.strip() == (
+            f"Error: results root {root} is not writable (Not a directory): set paths.root or "
+            "BENCHMARK_ROOT to a directory you can write"
+        ), proc.stderr

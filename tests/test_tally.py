@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import socket
 
 import pytest
 from omegaconf import OmegaConf
 
-from benchmark import tally
-from tests.conftest import run_cli
+from benchmark import job, tally
+from tests.conftest import compose_cfg, run_cli
 
 
 def _job(sweep, number, overrides, files):
@@ -43,6 +45,30 @@ def test_tally_counts_each_outcome_and_names_the_failures(tmp_path):
     tally.LAST = tally.tally(sweep / "0")  # nothing failed: exit 0
     assert tally.exit_code() == 0
     tally.LAST = None
+
+
+def test_a_failed_cell_shows_its_cause_and_the_report_command_pastes_back(tmp_path):
+    """A consultant server that refuses connections: the tally names the refusal, not Hydra's
+    "Error in call to target"; a sweep dir with spaces is quoted for the shell."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = tmp_path / "results root"
+    cfg = compose_cfg(
+        root,
+        "+experiment=smoke",
+        "method=slm_only",
+        "slm=openai",
+        f"slm.backend.base_url=http://127.0.0.1:{port}/v1",
+    )
+    sweep = root / "my sweep"
+    assert job.run_job(cfg, sweep / "0", multirun=True) is None
+    [(_, _, error)] = tally.tally(sweep).failed
+    assert error.startswith("ConsultantError: OpenAI-compatible server unreachable"), error
+    assert "Connection refused" in error
+    line = next(x for x in tally.tally(sweep).lines() if x.startswith("report: "))
+    command = line.removeprefix("report: ").split("   #")[0]
+    assert shlex.split(command) == ["python", "-m", "benchmark.report", str(sweep)]
 
 
 @pytest.mark.slow

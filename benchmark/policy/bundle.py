@@ -512,7 +512,16 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
             trained_on,
             OmegaConf.to_container(cfg.env.task, resolve=True),
         )
-    return resolve(policy_dir, str(cfg.policy.checkpoint))
+    source = cfg.policy.get("source")  # a bundle is downloaded or exported, never trained here
+    revision = f" --revision {cfg.policy.revision}" if cfg.policy.get("revision") else ""
+    remedy = (
+        f"the bundle policy.source={source} is damaged in the Hugging Face cache ({directory}): "
+        f"download it again (`hf download {source}{revision} --force-download`)"
+        if source
+        else f"the bundle {directory} is damaged: export it again (python -m benchmark.policy "
+        "export) or copy it again from where it came"
+    )
+    return resolve(policy_dir, str(cfg.policy.checkpoint), remedy)
 
 
 def fetch(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:

@@ -212,8 +212,9 @@ def ensure(
     return resolve(ckpt_dir, name)
 
 
-def resolve(ckpt_dir: Path, name: str) -> Path:
-    """The verified zip for `name` in a complete directory."""
+def resolve(ckpt_dir: Path, name: str, remedy: str | None = None) -> Path:
+    """The verified zip for `name` in a complete directory. `remedy`: what to do about a corrupt
+    zip when it is not the suite's to retrain (a bundle's)."""
     file_name(name)
     recorded = manifest(ckpt_dir)
     if recorded is None:
@@ -229,7 +230,7 @@ def resolve(ckpt_dir: Path, name: str) -> Path:
     if not path.is_file() or file_sha256(path) != files[name]:
         raise CheckpointError(
             f"{path} is missing or does not match the sha256 recorded in {MARKER} (corrupt or "
-            f"truncated): delete {ckpt_dir} to retrain"
+            f"truncated): {remedy or f'delete {ckpt_dir} to retrain'}"
         )
     return path
 

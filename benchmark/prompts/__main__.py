@@ -1,13 +1,15 @@
 """Prompt tools.
 
-  python -m benchmark.prompts show env=fourrooms prompt=stateful seed=100 step=5 \
-      [rationale=true] [autopilot=FORWARD] [policy=expert|random]
+  python -m benchmark.prompts show env=fourrooms prompt=stateful seed=100 step=5
+      [rationale=true] [autopilot=FORWARD] [policy=expert|random] [HYDRA OVERRIDES]
   python -m benchmark.prompts stats [seeds=3] [steps=40]
   python -m benchmark.prompts golden        # rewrite tests/golden (same as UPDATE_GOLDEN=1)
 
 `show` prints the exact chat messages at step K of episode `seed`, reached by consulting at every
 step and executing the expert's actions (policy=expert, default) or seeded random actions
-(policy=random); see benchmark.prompts.showcase."""
+(policy=random); see benchmark.prompts.showcase. Any other key=value is a Hydra override of the
+composed config, as `python -m benchmark` takes it (e.g. protocol=suite, prompt.planner_hint=none).
+`stats` finds the tiny model's tokenizer under the results root (paths.models: BENCHMARK_ROOT)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,16 @@ def _bool(v: str) -> bool:
     raise SystemExit(f"expected true/false, got {v!r}")
 
 
-def cmd_show(kw: dict[str, str]) -> None:
+def cmd_show(kw: dict[str, str], overrides: tuple[str, ...] = ()) -> None:
+    from hydra.errors import HydraException
+
+    try:
+        showcase.compose(kw.get("env", "fourrooms"), kw.get("prompt", "stateful"), overrides)
+    except HydraException as exc:  # before the episode is driven
+        raise SystemExit(
+            f"show: {exc}\nshow's own keys: {sorted(KEYS['show'])}; any other key=value is a "
+            "Hydra override of the config"
+        ) from None
     print(
         showcase.show(
             kw.get("env", "fourrooms"),
@@ -47,6 +58,7 @@ def cmd_show(kw: dict[str, str]) -> None:
             autopilot=kw.get("autopilot"),
             policy=kw.get("policy", "expert"),
             composed=True,
+            overrides=overrides,
         ),
         end="",
     )
@@ -58,13 +70,14 @@ def cmd_stats(kw: dict[str, str]) -> None:
     n_seeds, steps = int(kw.get("seeds", 3)), int(kw.get("steps", 40))
     seeds = list(range(100, 100 + n_seeds))
     counters = {"qwen3.5": showcase.qwen_counter()}
-    tiny = showcase.tiny_counter()
+    models = showcase.models_dir()
+    tiny = showcase.tiny_counter(models)
     if tiny is not None:
         counters["tiny"] = tiny
     names = list(counters)
     print(
         f"# prompt tokens per consultation (all rounds), random-walk episodes, seeds {seeds}, "
-        f"steps 0..{steps}; tiny tokenizer {'found' if tiny else 'not built (outputs/models)'}"
+        f"steps 0..{steps}; tiny tokenizer {'found' if tiny else 'not built'} in {models}"
     )
     head = "| env | variant | " + " | ".join(f"{n} mean | {n} max" for n in names) + " |"
     print(head)
@@ -103,24 +116,27 @@ KEYS = {
 }
 
 
-def parse(argv: list[str]) -> tuple[str, dict[str, str]]:
-    """(command, key=value arguments); SystemExit naming the bad command or key."""
-    cmd, kw = argv[0], _kv(argv[1:])
+def parse(argv: list[str]) -> tuple[str, dict[str, str], tuple[str, ...]]:
+    """(command, its own key=value arguments, Hydra overrides: `show` only); SystemExit naming
+    the bad command or key."""
+    cmd = argv[0]
     if cmd not in KEYS:
         raise SystemExit(f"unknown command {cmd!r}; allowed: {', '.join(KEYS)}\n{USAGE}")
-    bad = set(kw) - KEYS[cmd]
-    if bad:
-        raise SystemExit(f"unknown keys {sorted(bad)}; allowed: {sorted(KEYS[cmd])}")
-    return cmd, kw
+    own = [a for a in argv[1:] if a.split("=", 1)[0].strip() in KEYS[cmd]]
+    overrides = tuple(a for a in argv[1:] if a not in own)
+    kw = _kv(own)
+    if overrides and cmd != "show":
+        raise SystemExit(f"unknown keys {list(overrides)}; allowed: {sorted(KEYS[cmd])}")
+    return cmd, kw, overrides
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or argv[0] == "help" or {"-h", "--help"} & set(argv):
         print(USAGE)
         return
-    cmd, kw = parse(argv)
+    cmd, kw, overrides = parse(argv)
     if cmd == "show":
-        cmd_show(kw)
+        cmd_show(kw, overrides)
     elif cmd == "stats":
         cmd_stats(kw)
     else:

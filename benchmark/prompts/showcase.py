@@ -56,17 +56,21 @@ def compose(env: str, prompt: str, overrides: tuple[str, ...] = ()) -> Any:
     return config.compose([f"env={env}", f"prompt={prompt}", *drop, *overrides])
 
 
-def prompt_cfg(prompt: str, rationale: bool = False, composed: bool = False) -> Any:
+def prompt_cfg(
+    prompt: str, rationale: bool = False, composed: bool = False, overrides: tuple[str, ...] = ()
+) -> Any:
     """The prompt node: from hydra's compose API (composed=True, what a job sees) or straight
     from conf/prompt/<prompt>.yaml (fast; the prompt group has no defaults, and its one
     interpolation, `sampling: ${oc.select:slm.decoding,null}`, resolves to greedy decoding on its
-    own, which is what the showcase renders; a test checks that both agree)."""
+    own, which is what the showcase renders; a test checks that both agree). `overrides`: Hydra
+    overrides of the composed config (protocol=..., prompt.<key>=...)."""
     from omegaconf import OmegaConf
 
     from benchmark import config
 
     if composed:
-        return compose("fourrooms", prompt, (f"prompt.rationale={str(rationale).lower()}",)).prompt
+        rationale_override = f"prompt.rationale={str(rationale).lower()}"
+        return compose("fourrooms", prompt, (rationale_override, *overrides)).prompt
     path = config.option_file("prompt", prompt)
     if not path.is_file():
         raise ValueError(f"unknown prompt {prompt!r}; available: {config.options('prompt')}")
@@ -76,14 +80,18 @@ def prompt_cfg(prompt: str, rationale: bool = False, composed: bool = False) -> 
 
 
 def variant_for(
-    env: str, prompt: str, rationale: bool = False, composed: bool = False
+    env: str,
+    prompt: str,
+    rationale: bool = False,
+    composed: bool = False,
+    overrides: tuple[str, ...] = (),
 ) -> tuple[PromptVariant, Task]:
     """A new variant object (no carried state) and the task."""
     from hydra.utils import instantiate
 
     from benchmark.envs import load_env_cfg, make_task
 
-    variant = instantiate(prompt_cfg(prompt, rationale, composed), _convert_="all")
+    variant = instantiate(prompt_cfg(prompt, rationale, composed, overrides), _convert_="all")
     return variant, make_task(load_env_cfg(env))
 
 
@@ -193,9 +201,11 @@ def show(
     autopilot: str | None = None,
     policy: str = "expert",
     composed: bool = False,
+    overrides: tuple[str, ...] = (),
 ) -> str:
-    """The text `python -m benchmark.prompts show` prints (also the golden files' content)."""
-    variant, task = variant_for(env, prompt, rationale, composed)
+    """The text `python -m benchmark.prompts show` prints (also the golden files' content);
+    the header names the Hydra overrides it was composed with."""
+    variant, task = variant_for(env, prompt, rationale, composed, overrides)
     variant.check(task)
     last_queried = None
     last = None
@@ -205,7 +215,7 @@ def show(
             last_queried = record
     header = (
         f"# env={env} prompt={prompt} rationale={str(rationale).lower()} seed={seed} step={step} "
-        f"policy={policy} autopilot={autopilot}\n"
+        f"policy={policy} autopilot={autopilot}{''.join(' ' + o for o in overrides)}\n"
     )
     assert last is not None
     if last.queries:
@@ -248,12 +258,19 @@ def qwen_counter():
     return lambda messages: len(tok.encode(chatml(messages)))
 
 
-@lru_cache(maxsize=1)
-def tiny_counter():
-    """Token counter with the locally built tiny model's tokenizer, or None if not built."""
+def models_dir() -> Path:
+    """Where the results root keeps its models (paths.models, from BENCHMARK_ROOT)."""
+    from benchmark import config
     from benchmark.store import Store
 
-    dirs = sorted(Store(ROOT / "outputs").models.glob("tiny*/tokenizer*.json"))
+    return Store.of(config.compose().paths).models
+
+
+@lru_cache(maxsize=1)
+def tiny_counter(models: Path):
+    """Token counter with the tokenizer of the tiny model built under `models`, or None if not
+    built there."""
+    dirs = sorted(Path(models).glob("tiny*/tokenizer*.json"))
     if not dirs:
         return None
     from transformers import AutoTokenizer
