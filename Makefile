@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install demo test test-fast lint format bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install demo test test-fast lint format golden bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ lint: $(VENV_STAMP) ## ruff lint + format check + the layer contracts (import-li
 format: $(VENV_STAMP) ## ruff format + autofix
 	.venv/bin/ruff format benchmark tests
 	.venv/bin/ruff check --fix benchmark tests
+
+golden: $(VENV_STAMP) ## re-record the golden prompt files of tests/golden (review the diff; a test run never writes them)
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.golden_prompts record
 
 bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json
 	$(PY) -m benchmark.bench

@@ -5,7 +5,10 @@ env of each family, whose episodes.jsonl and step records must stay byte-identic
     PYTHONPATH=$PWD .venv/bin/python -m tests.golden_runs check    # exit 1 on any difference
 
 The digests depend on this machine's torch build (PPO training is deterministic per platform), so
-this is a script to run around a refactor, not part of the test suite. It takes a few minutes."""
+this is a script to run around a refactor; it takes a few minutes. The suite recomputes its
+cheapest entries (Empty-Random-5x5, PPO-only and ASK with the oracle, on the tests' shared PPO
+checkpoint) in tests/test_golden_runs.py (slow). After a deliberate change of results, or on
+another torch build, re-record with `record` and review which entries changed."""
 
 from __future__ import annotations
 
@@ -39,18 +42,22 @@ def digest(path: Path) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_all(root: Path) -> dict[str, dict[str, str | None]]:
+def run_cell(root: Path, env: str, name: str, jobs: Path | None = None) -> dict[str, str | None]:
+    """One entry of runs.json: the digests of the job's files, its outputs under `root` (the
+    job directory under `jobs`, default `root/jobs`)."""
     from benchmark.job import run_job
 
+    cfg = compose_cfg(root, f"env={env}", *SMALL_POLICY, *COMMON, *CELLS[name], "quiet=true")
+    job = (jobs or root / "jobs") / f"{env}__{name}"
+    run_job(cfg, job, multirun=False)
+    return {f: digest(job / f) for f in ("episodes.jsonl", "steps.jsonl.gz")}
+
+
+def run_all(root: Path) -> dict[str, dict[str, str | None]]:
     out = {}
     for env in ENVS:
-        for name, overrides in CELLS.items():
-            cfg = compose_cfg(root, f"env={env}", *SMALL_POLICY, *COMMON, *overrides, "quiet=true")
-            job = root / "jobs" / f"{env}__{name}"
-            run_job(cfg, job, multirun=False)
-            out[f"{env}__{name}"] = {
-                f: digest(job / f) for f in ("episodes.jsonl", "steps.jsonl.gz")
-            }
+        for name in CELLS:
+            out[f"{env}__{name}"] = run_cell(root, env, name)
             print(env, name, out[f"{env}__{name}"]["episodes.jsonl"][:12], flush=True)
     return out
 

@@ -243,3 +243,79 @@ def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(t
     result = measure(build_tiny(tmp_path / "tiny", 0, "small"), [held_out_example()])
     assert result["states"] == 1 and "invalid_rate" not in result
     assert "benchmark.brace.train" in result["not_measured"]
+
+
+# every certainty label against a true and a false fact, by hand from the rule "a true fact is
+# correct when held as near-sure (p >= 0.9), partial as a coin toss or better (p >= 0.5),
+# incorrect when doubted; mirrored for a false fact (correct at p <= 0.3, partial at 0.5)"
+FACT_VERDICTS = {
+    # label:           (true fact, false fact)
+    "confirmed": ("correct", "incorrect"),
+    "almost certain": ("correct", "incorrect"),
+    "probable": ("partial", "incorrect"),
+    "possible": ("partial", "partial"),
+    "unlikely": ("incorrect", "correct"),
+    "doubtful": ("incorrect", "correct"),
+}
+
+
+def test_every_label_gets_its_verdict_on_a_fact():
+    from benchmark.vocabulary import fact_verdict
+
+    for label, (if_true, if_false) in FACT_VERDICTS.items():
+        assert fact_verdict(True, label) == if_true, label
+        assert fact_verdict(False, label) == if_false, label
+        assert fact_verdict(True, label, observable=False) == if_true, label
+    # "unknown": partial where the fact could be seen; unseen, right only about a false fact
+    assert fact_verdict(True, "unknown") == fact_verdict(False, "unknown") == "partial"
+    assert fact_verdict(True, "unknown", observable=False) == "partial"
+    assert fact_verdict(False, "unknown", observable=False) == "correct"
+
+
+def test_every_label_gets_its_verdict_on_a_probability():
+    """A probabilistic claim is correct at its calibrated label, partial one level away,
+    incorrect further away; labels are the nearest level (0.6 lies as near to probable as to
+    possible, in floating point too: a tie goes to the surer label)."""
+    from benchmark.vocabulary import prob_verdict
+
+    assert [label_for(p) for p in (1.0, 0.97, 0.85, 0.6, 0.55, 0.45, 0.25, 0.15, 0.0)] == [
+        "confirmed",
+        "confirmed",
+        "almost certain",
+        "probable",
+        "possible",
+        "possible",
+        "unlikely",
+        "doubtful",
+        "doubtful",
+    ]
+    at_07 = {lb: prob_verdict(0.7, lb) for lb in (*FACT_VERDICTS, "unknown")}
+    assert at_07 == {
+        "confirmed": "incorrect",
+        "almost certain": "partial",
+        "probable": "correct",
+        "possible": "partial",
+        "unlikely": "incorrect",
+        "doubtful": "incorrect",
+        "unknown": "partial",
+    }
+    assert prob_verdict(0.0, "doubtful") == "correct"
+    assert prob_verdict(0.0, "unlikely") == "partial"
+    assert prob_verdict(0.0, "possible") == "incorrect"
+
+
+def test_reward_terms_at_their_boundaries(doorkey):
+    """12 claims pass the format gate and 13 do not; the success term is 0.99^t."""
+    truth = snapshot(doorkey)
+    twelve = [f"- claim {i} [possible]" for i in range(12)]
+    assert format_gate(block(*twelve)) == 1.0
+    assert format_gate(block(*twelve, "- claim 12 [possible]")) == 0.0
+    x, y = truth.view.pos
+    right = f"- I am at ({x}, {y}) facing {truth.view.facing} [confirmed]"
+    r = belief_reward(block(right), [], truth, [right], success=1.0)
+    # one correct claim (correctness 1), the only new fact taken in (tracking 1), one label
+    # (diversity 0), success discounted by the step of the update
+    assert (r.correctness, r.tracking, r.diversity) == (1.0, 1.0, 0.0)
+    assert truth.step == 2 and r.success == pytest.approx(0.99**2)
+    assert r.total == pytest.approx(2.0 + 0.9801)
+    assert belief_reward(block(right), [], truth, [right], success=0.0).total == 2.0

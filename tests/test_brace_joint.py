@@ -177,3 +177,45 @@ def test_rolling_mean_of_the_training_curves():
 
     assert rolling([1, 3, 5, 7], 2).tolist() == [1, 2, 4, 6]
     assert rolling([2.0], 5).tolist() == [2.0]
+
+
+def test_a_joint_update_raises_a_rewarded_completion_and_lowers_a_punished_one(tmp_path):
+    """One policy-gradient step of the joint RL on the tiny model: a completion with a positive
+    advantage becomes more likely after its prompt, one with a negative advantage less likely
+    (the loss is -A x mean log-prob, so a flipped sign does the opposite)."""
+    import torch
+
+    from benchmark.consultants.tiny import build_tiny
+
+    path = build_tiny(tmp_path / "tiny", 0)
+    _, tok = joint.load(path)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "The goal is ahead. Answer with one action."}],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,
+    )
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    ids = {
+        "prompt_ids": tok(prompt, add_special_tokens=False)["input_ids"],
+        "completion_ids": [*tok.encode("FORWARD", add_special_tokens=False), end],
+    }
+
+    def mean_logp(model) -> float:
+        x = torch.tensor([ids["prompt_ids"] + ids["completion_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=x).logits[0, :-1], -1)
+        start = len(ids["prompt_ids"]) - 1
+        return float(logp[start:].gather(-1, x[0, 1 + start :, None]).mean())
+
+    change = {}
+    for advantage in (1.0, -1.0):
+        model, tok = joint.load(path)  # a fresh copy for each sign
+        before = mean_logp(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        losses = joint.policy_gradient_step(
+            {"policy": (model, tok)}, {"policy": opt}, [("policy", ids, advantage)]
+        )
+        assert losses["policy"] == pytest.approx(-advantage * before, abs=1e-4)
+        change[advantage] = mean_logp(model) - before
+    assert change[1.0] > 0.01 and change[-1.0] < -0.01, change

@@ -7,6 +7,7 @@ take choice scoring."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -40,9 +41,14 @@ def choice_queries(tmp_path, env: str = "fourrooms", n: int = 5) -> list[Query]:
 
 def forward_logprob(model: HFConsultant, query: Query, action: str) -> float:
     """log p(action's continuation | prompt) from one plain forward pass over prompt + action."""
+    return forward_logprob_of(model, query, model.choice_ids(action))
+
+
+def forward_logprob_of(model: HFConsultant, query: Query, cont: list[int]) -> float:
+    """log p(the tokens `cont` | prompt) from one plain forward pass over prompt + cont."""
     import torch
 
-    prompt, cont = model.encode(query), model.choice_ids(action)
+    prompt = model.encode(query)
     with torch.inference_mode():
         logits = model.model(input_ids=torch.tensor([prompt + cont])).logits[0]
     logp = torch.log_softmax(logits.float(), -1)
@@ -376,3 +382,67 @@ def test_branched_attention_equals_one_masked_attention_per_branch():
         )
         assert torch.allclose(out[:, rows], alone.transpose(1, 2), atol=1e-5)
         start += n
+
+
+@pytest.mark.slow  # about 20 s: 50 small training steps
+def test_the_best_choice_is_greedy_generations_answer_where_it_must_be(tmp_path):
+    """Choice scoring against greedy generation on real prompts (HigherLower: two actions;
+    DoorKey: seven, of 2 to 5 tokens each). The two legitimately differ in general: greedy picks
+    the likeliest token at each step, choice scoring the likeliest whole continuation (action
+    tokens + end of answer), and the random tiny model's greedy text is no action at all. They
+    must agree where greedy's answer is exactly an action A (its tokens, then the end token) and
+    that continuation has probability > 1/2: the continuations of distinct actions are disjoint
+    events, so every other action has probability < 1/2 and A scores highest. To get such
+    answers the tiny model is first taught (a few seconds of AdamW) to answer each prompt with
+    an action of its own; A's probability is measured by a plain forward pass."""
+    import torch
+
+    from benchmark.consultants.tiny import build_tiny
+
+    queries = ask_queries(tmp_path, "higherlower", "basic", "slm.decoding.mode=choices", n=2)
+    queries += ask_queries(tmp_path, "doorkey8", "basic", "slm.decoding.mode=choices", n=4)
+    assert all(scores_choices(q) for q in queries)
+    # each prompt its own answer; TURN_LEFT and TURN_RIGHT share their first tokens
+    targets = ["HIGHER", "LOWER", "TURN_RIGHT", "TURN_LEFT", "DROP", "PICKUP"]
+    base = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), num_threads=1)
+    tok, model = base.tokenizer, base.model
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    rows = [
+        (base.encode(q), [*tok.encode(a, add_special_tokens=False), end])
+        for q, a in zip(queries, targets, strict=True)
+    ]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(50):
+        opt.zero_grad()
+        loss = 0.0
+        for prompt, answer in rows:
+            logits = model(input_ids=torch.tensor([prompt + answer])).logits[
+                0, len(prompt) - 1 : -1
+            ]
+            loss = loss + torch.nn.functional.cross_entropy(logits, torch.tensor(answer))
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.save_pretrained(tmp_path / "taught")
+    tok.save_pretrained(tmp_path / "taught")
+    taught = HFConsultant(path=str(tmp_path / "taught"), num_threads=1)
+
+    greedy = taught.answer(
+        [
+            dataclasses.replace(q, decoding=dataclasses.replace(q.decoding, mode="generate"))
+            for q in queries
+        ]
+    )
+    chosen = taught.answer(queries)
+    checked = 0
+    for q, g, c in zip(queries, greedy, chosen, strict=True):
+        assert c.generated_tokens == 0 and g.generated_tokens > 0  # scored, and generated
+        if g.text not in q.actions:
+            continue
+        answer = [*tok.encode(g.text, add_special_tokens=False), end]
+        if math.exp(forward_logprob_of(taught, q, answer)) <= 0.5:
+            continue
+        assert c.text == g.text, (g.text, c.choices)
+        checked += 1
+    assert checked >= len(queries) // 2, checked  # most answers are decisive

@@ -229,3 +229,27 @@ def test_a_learned_gates_step_records_carry_its_score_and_its_auroc():
     assert quality["gate_auroc_gate_score"] == 1.0  # the score ranks every mistake first
     plain = records(StepRecorder(EntropyGate(0.5)))
     assert "gate_score" not in plain[0] and "gate_auroc_gate_score" not in gate_quality(plain)
+
+
+def test_the_classifier_scores_ppos_mistakes_above_its_good_steps(trained_root):
+    """The labels point the right way: on the very records the classifier was trained on (PPO's
+    own episodes on the 12 training seeds, replayed), the steps the expert judges PPO wrong on
+    score higher than those it judges right (a training-set AUROC well above 1/2; inverted
+    labels give one well below)."""
+    from benchmark.analysis.quality import auroc
+    from benchmark.build import build
+    from benchmark.learned import splits_of, training_records
+
+    cfg = compose_cfg(trained_root, *LEARNED, "gate.tau=0.5")
+    evaluation = build(cfg)
+    gate = evaluation.gate()
+    key = {"train_episodes": 12, "mc_samples": 5}
+    _, records = training_records(evaluation.task, evaluation.policy, key, splits_of(cfg))
+    judged = [r for r in records if r["ppo_optimal"] is not None]
+    wrong = [not r["ppo_optimal"] for r in judged]
+    assert 0 < sum(wrong) < len(wrong)  # both classes to learn from
+    scores = gate.scores(judged)
+    mistakes = scores[np.array(wrong)]
+    good = scores[~np.array(wrong)]
+    assert mistakes.mean() > good.mean()
+    assert auroc(scores.tolist(), wrong) > 0.8

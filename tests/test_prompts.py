@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import re
 
@@ -18,6 +17,7 @@ from benchmark.envs import navfeatures as nf
 from benchmark.prompts import showcase
 from benchmark.prompts.belief import INITIAL_BELIEF, parse_belief
 from benchmark.vocabulary import LABELS
+from tests import golden_prompts
 
 CASES = showcase.golden_cases()
 # ASK+ (stateful + rationale) prompt budget on FourRooms, real Qwen3.5 tokens per query
@@ -207,7 +207,7 @@ def test_higherlower_counts_match_a_recount(prompt):
 
 ASK_LEVELS = showcase.ASK_VARIANTS  # basic, enriched, stateful_min, stateful
 ASK_ENVS = sorted({env for env, prompt, _ in CASES if prompt == "basic"})
-PPO_ACTION = {"higherlower": "LOWER"}  # the suggestion shown in the autopilot checks
+PPO_ACTION = golden_prompts.PPO_ACTION  # the suggestion shown in the autopilot checks
 
 
 def _ask_messages(env, level, rationale, autopilot=True, ppo="TURN_LEFT", seed=100, step=5):
@@ -354,33 +354,14 @@ def test_hint_ablation_preset_runs_ask_plus_with_and_without_the_hint(tmp_path):
     assert seen == {True: "stateful", False: "stateful_nohint"}
 
 
-AUTOPILOT_GOLDEN = [
-    (env, ap) for env in ("fourrooms", "doorkey8", "higherlower") for ap in (True, False)
-]
-
-
-@pytest.mark.parametrize(("env", "autopilot"), AUTOPILOT_GOLDEN)
+@pytest.mark.parametrize(("env", "autopilot"), golden_prompts.AUTOPILOT_CASES)
 def test_golden_autopilot_prompt(env, autopilot):
     """tests/golden pins ASK+ (stateful + rationale) with a PPO suggestion, shown
-    (prompt.autopilot=true) and hidden (false); UPDATE_GOLDEN=1 rewrites the files."""
-    from hydra.utils import instantiate
-
-    ppo = PPO_ACTION.get(env, "TURN_LEFT")
-    cfg = showcase.prompt_cfg("stateful", True)
-    cfg.autopilot = autopilot
-    variant = instantiate(cfg, _convert_="all")
-    _, task = showcase.variant_for(env, "stateful", True)
-    *_, last = showcase.drive(variant, task, 100, 5, autopilot=ppo)
-    flag = str(autopilot).lower()
-    text = (
-        f"# env={env} prompt=stateful rationale=true prompt.autopilot={flag} seed=100 step=5 "
-        f"policy=expert ppo_action={ppo}\n" + showcase.render_consult(last)
-    )
-    path = showcase.GOLDEN_DIR / f"{env}__stateful__rationale__autopilot_{flag}.txt"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 pytest {__file__}"
-    assert text == path.read_text()
+    (prompt.autopilot=true) and hidden (false); `make golden` records the files."""
+    golden_prompts.refuse_update_env()
+    text = golden_prompts.autopilot_text(env, autopilot)
+    path = golden_prompts.autopilot_path(env, autopilot)
+    assert text == golden_prompts.expected(path)
 
 
 @pytest.mark.parametrize(
@@ -561,16 +542,12 @@ def test_belief_stays_near_constant_and_ask_plus_within_budget():
 
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_golden_prompt(case):
-    """tests/golden pins every prompt (seed 100, step 5, expert-driven); UPDATE_GOLDEN=1
-    rewrites the files."""
-    env, prompt, rationale = case
-    text = showcase.show(env, prompt, seed=100, step=5, rationale=rationale)
-    path = showcase.golden_path(env, prompt, rationale)
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 pytest {__file__}"
-    assert text == path.read_text()
+    """tests/golden pins every prompt (seed 100, step 5, expert-driven); `make golden` records
+    the files."""
+    golden_prompts.refuse_update_env()
+    text = golden_prompts.prompt_text(*case)
+    path = showcase.golden_path(*case)
+    assert text == golden_prompts.expected(path)
 
 
 def test_navfeatures_relative_offsets():

@@ -237,3 +237,44 @@ def test_missed_mistake_check_on_test_records():
     assert out["miss_rate"] == pytest.approx(1 / 11) and out["mistakes"] == 11
     assert 0.5 < out["held"] < 1.0  # resamples drawing episode 0 twice or more can exceed 0.2
     assert missed_mistakes(records, alpha=0.5, n_boot=200)["held"] == 1.0
+
+
+def _judged_and_unjudged(missed: int, mistakes: int = 50, unjudged: int = 30) -> list[dict]:
+    """One episode: `mistakes` PPO mistakes of which the first `missed` go unasked, 20 right
+    steps, and `unjudged` steps the expert has no answer for (ppo_optimal None: the goal cannot
+    be reached), half of them asked about."""
+    judged = [(False, k >= missed) for k in range(mistakes)] + [(True, False)] * 20
+    steps = judged + [(None, k % 2 == 0) for k in range(unjudged)]
+    return [
+        {"seed": 0, "step": k, "ppo_optimal": ok, "queried": q, "action_optimal": ok}
+        for k, (ok, q) in enumerate(steps)
+    ]
+
+
+def test_risk_calibration_counts_only_judged_mistakes(tmp_path):
+    """At the k-th tau of the grid the gate misses k of 50 mistakes; the 30 unjudged steps
+    (half unasked) are no mistakes and no misses: each row says 50 mistakes and k missed."""
+    goal = Objective.from_config({"objective": "risk", "alpha": 0.2, "delta": 0.1})
+    grid = [float(t) for t in np.linspace(0.0, 1.9, 20)]
+
+    def run_at(seeds, tau):
+        records = _judged_and_unjudged(missed=grid.index(tau))
+        return [{"reward": 1.0, "length": len(records), "queries": 0}], records
+
+    tau, rows = calibrate_risk(run_at, tmp_path, goal=goal, tau_range=(0.0, 1.9), seeds=[0])
+    assert [r["mistakes"] for r in rows] == [50] * len(rows)
+    assert [r["missed"] for r in rows] == list(range(len(rows)))
+    assert [r["miss_rate"] for r in rows] == [k / 50 for k in range(len(rows))]
+    # 0 of 50 missed certifies alpha 0.2 (p about 0.8^50); the sequence ends where it fails
+    assert rows[0]["certified"] and len(rows) > 2 and not rows[-1]["certified"]
+    assert tau == rows[-2]["tau"] > 0.0
+
+
+def test_the_missed_mistake_check_leaves_unjudged_steps_out():
+    from benchmark.analysis.risk import missed_mistakes
+
+    records = _judged_and_unjudged(missed=5, mistakes=20, unjudged=10)
+    out = missed_mistakes(records, alpha=0.25, n_boot=100)
+    assert out["mistakes"] == 20 and out["miss_rate"] == 5 / 20
+    assert out["held"] == 1.0  # one episode: every resample misses 5 of 20, within 0.25
+    assert missed_mistakes(records, alpha=0.2, n_boot=100)["held"] == 0.0

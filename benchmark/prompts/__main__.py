@@ -3,7 +3,7 @@
   python -m benchmark.prompts show env=fourrooms prompt=stateful seed=100 step=5
       [rationale=true] [autopilot=FORWARD] [policy=expert|random] [HYDRA OVERRIDES]
   python -m benchmark.prompts stats [seeds=3] [steps=40]
-  python -m benchmark.prompts golden        # rewrite tests/golden (same as UPDATE_GOLDEN=1)
+  python -m benchmark.prompts golden        # rewrite tests/golden's variant prompts (`make golden`: all)
 
 `show` prints the exact chat messages at step K of episode `seed`, reached by consulting at every
 step and executing the expert's actions (policy=expert, default) or seeded random actions
