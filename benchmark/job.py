@@ -51,12 +51,13 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            done = _reuse(spec, cfg, job_dir, evaluation.checkpoint_path, evaluation)
-            if done is not None:  # computed meanwhile
-                tracker.finish(0)
-                _show(cfg, done, cell_dir, job_dir, multirun)
-                return done
-            summary = _compute(evaluation, cell_dir, tracker)
+            with Store.of(cfg.paths).computing(spec.hash, name):  # one job per cell at a time
+                done = _reuse(spec, cfg, job_dir, evaluation.checkpoint_path, evaluation)
+                if done is not None:  # computed meanwhile
+                    tracker.finish(0)
+                    _show(cfg, done, cell_dir, job_dir, multirun)
+                    return done
+                summary = _compute(evaluation, cell_dir, tracker)
         finally:
             evaluation.close()
         results.publish(cell_dir, job_dir)

@@ -19,6 +19,7 @@ work (on some network filesystems it does not reach other hosts; the rename deci
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -28,7 +29,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -340,6 +341,25 @@ class Store:
     # ------------------------------------------------------------------------- locations
     def cell_dir(self, cell_hash: str) -> Path:
         return self.root / CELLS / cell_hash
+
+    @contextlib.contextmanager
+    def computing(self, cell_hash: str, name: str = "") -> Iterator[None]:
+        """Held while one job computes a cell: an identical job started meanwhile waits here,
+        then finds the cell complete and reuses it instead of running it again. A killed
+        holder's lock is released by the system (flock)."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.root / CELLS / f".{cell_hash}.computing.lock"))
+        (self.root / CELLS).mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("cell %s (%s) is being computed by another job: waiting", name, cell_hash)
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def study_dir(self, key: str) -> Path:
         return self.root / TUNING / key

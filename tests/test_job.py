@@ -277,3 +277,42 @@ def test_shared_tuning_scope_runs_one_study_and_other_checkpoints_reuse_its_tau(
     own = _run(trained_root, tmp_path / "o", *shared[:-2], "policy.checkpoint=best")[0]
     assert own["tau_from"] is None
     assert len({d.name for d in (trained_root / "tuning").iterdir()} - journals) == 1
+
+
+@pytest.mark.slow
+def test_an_identical_job_started_meanwhile_waits_and_reuses_the_cell(tmp_path):
+    """Two identical jobs on one root: while the first computes the cell (it holds the cell's
+    `computing` lock), the second waits for it, then reuses the complete cell instead of
+    running the whole evaluation again."""
+    import subprocess
+    import sys
+    import time
+
+    from filelock import FileLock, Timeout
+
+    from tests.conftest import REPO, _cli_env
+
+    args = ["env=fourrooms", "gate=always", "slm=random", "prompt=basic", "tracking=none"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "benchmark", *args, "eval.n_episodes=100"],
+        cwd=REPO,
+        env=_cli_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    held, deadline = None, time.monotonic() + 120
+    while held is None and time.monotonic() < deadline and first.poll() is None:
+        for path in (tmp_path / "cells").glob(".*.computing.lock"):
+            try:
+                FileLock(str(path)).acquire(timeout=0).lock.release()
+            except Timeout:
+                held = path  # the first job is computing its cell
+        time.sleep(0.05)
+    assert held is not None, f"the first job never held a cell lock: {first.communicate()[1]}"
+    cfg = compose_cfg(tmp_path, *args, "eval.n_episodes=100")
+    second = run_job(cfg, tmp_path / "second", multirun=False)
+    assert first.wait(timeout=600) == 0
+    assert (tmp_path / "second" / results.REUSED_FILE).is_file()  # waited, then reused
+    cell = held.parent / held.name.split(".")[1]
+    assert second == results.read_json(cell / "summary.json")
