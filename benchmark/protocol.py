@@ -51,6 +51,32 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     return {"name": str(node.get("name")), "overrides": overrides}
 
 
+def values_table() -> str:
+    """The markdown table of every protocol's values, read from conf/protocol (docs/protocol.md
+    holds it between markers; tests/test_protocol.py fails when the two disagree)."""
+    from benchmark.config import CONF
+
+    files = {name: OmegaConf.load(CONF / "protocol" / f"{name}.yaml") for name in PROTOCOLS}
+    keys = {field: f"`{key}`" for field, (key, _) in KEYS.items()}
+    keys.update({t: f"`tuning.*` in `+experiment={e}`" for e, t in PRESET_TUNING.items()})
+    lines = [
+        "| protocol field | config key | " + " | ".join(PROTOCOLS) + " |",
+        "|---|---|" + "---|" * len(PROTOCOLS),
+    ]
+    for field, key in keys.items():
+        cells = [_inline(files[name].get(field)) for name in PROTOCOLS]
+        lines.append(f"| `{field}` | {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _inline(value: Any) -> str:
+    plain = _plain(value)
+    if isinstance(plain, dict):
+        text = ", ".join(f"{k}: {_inline(v)}" for k, v in plain.items())
+        return "{" + text + "}"
+    return "—" if plain is None else str(plain).lower() if isinstance(plain, bool) else str(plain)
+
+
 def _plain(value: Any) -> Any:
     return (
         OmegaConf.to_container(value, resolve=True)
@@ -73,3 +99,7 @@ def caption(protocols: dict[str, int], overrides: dict[str, int]) -> str:
             f"{k} ({n} cell{'s' if n > 1 else ''})" for k, n in sorted(overrides.items())
         )
     return text
+
+
+if __name__ == "__main__":  # python -m benchmark.protocol: the table docs/protocol.md holds
+    print(values_table(), end="")

@@ -18,7 +18,7 @@ from benchmark.policy.checkpoints import config_hash
 from benchmark.policy.train import as_dict, build_model, validate_policy
 from benchmark.protocol import PROTOCOLS, record
 from benchmark.report.model import Cell, protocol_caption
-from tests.conftest import CONF, compose_cfg
+from tests.conftest import CONF, REPO, compose_cfg
 
 ROOT = Path("/tmp/protocol-test-root")
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -371,3 +371,36 @@ def test_bad_protocol_values_name_what_is_allowed():
         validate(compose("policy.recipe=papers"))
     with pytest.raises(ValueError, match="unknown key protocol.hint"):
         validate(compose("+protocol.hint=frontier"))
+
+
+def test_docs_protocol_table_is_the_protocol_files():
+    """docs/protocol.md's values table is generated from conf/protocol: a value changed in a
+    protocol file, or in the table by hand, fails here."""
+    from benchmark.protocol import values_table
+
+    text = (REPO / "docs" / "protocol.md").read_text()
+    start, end = "<!-- protocol-values:start -->\n", "<!-- protocol-values:end -->"
+    shown = text[text.index(start) + len(start) : text.index(end)]
+    assert shown == values_table(), "re-run: python -m benchmark.protocol (docs/protocol.md)"
+
+
+@pytest.mark.parametrize("name", ["paper", "official", "suite"])
+def test_every_protocol_value_reaches_its_config_key(name):
+    """Each field of each protocol file is what its config key composes to, in a job that uses
+    that key (no field skipped): the table rows are what jobs run."""
+    from omegaconf import OmegaConf
+
+    from benchmark.protocol import KEYS, PRESET_TUNING
+
+    values = OmegaConf.load(REPO / "conf" / "protocol" / f"{name}.yaml")
+    job = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", f"protocol={name}")
+    checked = set()
+    for field, (key, _) in KEYS.items():
+        assert OmegaConf.select(job, key) == values[field], (name, field, key)
+        checked.add(field)
+    for preset, field in PRESET_TUNING.items():
+        cfg = compose(f"+experiment={preset}", "env=fourrooms", f"protocol={name}")
+        for sub, want in OmegaConf.to_container(values[field]).items():
+            assert OmegaConf.to_container(cfg.tuning, resolve=True)[sub] == want, (name, preset, sub)
+        checked.add(field)
+    assert checked == set(values) - {"name"}, "a protocol field no test composes"
