@@ -401,6 +401,7 @@ def test_every_protocol_value_reaches_its_config_key(name):
     for preset, field in PRESET_TUNING.items():
         cfg = compose(f"+experiment={preset}", "env=fourrooms", f"protocol={name}")
         for sub, want in OmegaConf.to_container(values[field]).items():
-            assert OmegaConf.to_container(cfg.tuning, resolve=True)[sub] == want, (name, preset, sub)
+            tuning = OmegaConf.to_container(cfg.tuning, resolve=True)
+            assert tuning[sub] == want, (name, preset, sub)
         checked.add(field)
     assert checked == set(values) - {"name"}, "a protocol field no test composes"
