@@ -51,7 +51,7 @@ LEGACY_VALUES = {
     "tuning": {"clip_tau": True},
 }
 EXECUTION_KEYS = {
-    "eval": ("mode", "torch_threads", "step_records"),
+    "eval": ("mode", "torch_threads", "step_records", "workers"),
     "policy": ("device", "progress_bar", "path", "torch_threads"),
 }
 

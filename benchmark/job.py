@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from benchmark import protocol, results
+from benchmark import protocol, results, workers
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.analysis.belief import belief_metrics
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
@@ -186,13 +186,23 @@ def _evaluate(
     progress: EvaluationProgress,
     recorder: StepRecorder | None = None,
 ) -> list[dict]:
-    """The cell's test episodes; a recorder hears every step (through the evaluator's hook)."""
-    if recorder is None:
-        return evaluation.run(seeds, progress=progress, **gate_args)
-    mode = str(evaluation.cfg.eval.mode)
-    return evaluation.evaluator(**gate_args).run(
-        seeds, mode=mode, progress=progress, on_step=recorder
+    """The cell's test episodes, over `eval.workers` processes; a recorder hears every step."""
+    cfg = evaluation.cfg
+    n = workers.resolve(cfg.eval.get("workers"), launcher_parallel=_launcher_runs_cells_together())
+    return workers.run(
+        evaluation.evaluator(**gate_args), seeds, n, str(cfg.eval.mode), progress, recorder
     )
+
+
+def _launcher_runs_cells_together() -> bool:
+    """Whether this job's Hydra launcher runs several cells at once on this machine (joblib's
+    `parallel`, submitit's `local`): then each cell keeps one process."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    target = str(HydraConfig.get().launcher.get("_target_", "")).lower()
+    return "joblib" in target or "localexecutor" in target or "submitit_local" in target
 
 
 def _numbers(summary: dict) -> dict:

@@ -10,6 +10,7 @@ from functools import cache
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark import workers
 from benchmark.config import CONF, option_file, options
 from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
@@ -131,6 +132,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     _check_choices_prompt(cfg, task)
     if cfg.eval.mode not in ("lockstep", "sequential"):
         raise ValueError(f"eval.mode={cfg.eval.mode!r} is invalid: allowed lockstep, sequential")
+    workers.resolve(cfg.eval.get("workers"))  # a positive integer or auto
     names.of_config(cfg)  # rNNN / tK against the recipe's thresholds, before any training
     return splits
 

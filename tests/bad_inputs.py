@@ -114,6 +114,12 @@ CASES = [
         "eval.mode='parallel' is invalid: allowed lockstep, sequential",
     ),
     (
+        "no worker processes",
+        ["eval.workers=0"],
+        {},
+        "eval.workers=0 is invalid: allowed a positive integer or 'auto'",
+    ),
+    (
         "seed not an integer",
         ["seed=abc"],
         {},

@@ -96,6 +96,7 @@ def test_tuning_touches_only_validation_seeds_and_evaluation_only_test_seeds(
         "prompt=basic",
         "tuning.n_trials=3",
         "tuning.n_episodes=6",
+        "eval.workers=1",  # the episodes this process makes are the ones watched
     )
     summary = run_job(cfg, tmp_path / "job", multirun=False)
     tuning, test = touched[:-12], touched[-12:]

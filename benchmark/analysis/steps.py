@@ -118,6 +118,10 @@ class StepRecorder:
     def __call__(self, event: StepEvent) -> None:
         self._records.append(step_record(event))
 
+    def extend(self, records: list[dict[str, Any]]) -> None:
+        """Records another process collected (a worker of benchmark.workers)."""
+        self._records.extend(records)
+
     @property
     def records(self) -> list[dict[str, Any]]:
         records = sorted(self._records, key=lambda r: (r["seed"], r["step"]))

@@ -181,6 +181,9 @@ class Consultant(abc.ABC):
     """A backend that answers a batch of queries, in order."""
 
     needs_expert: bool = False
+    # whether a cell's episodes may run in several processes with this consultant (eval.workers):
+    # False where a model in this process answers (its batches stay whole on one copy)
+    shards_episodes: bool = False
 
     @classmethod
     def weights_identity(cls, **backend_args: object) -> str | None:

@@ -973,6 +973,7 @@ class CachedConsultant(Consultant):
         self.inner = inner
         self.store = ResponseStore(path, max_entries, **store_options)
         self.needs_expert = inner.needs_expert
+        self.shards_episodes = inner.shards_episodes
         self._hits = 0
         self._misses = 0
         self._deduplicated = 0

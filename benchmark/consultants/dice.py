@@ -16,6 +16,7 @@ class DiceConsultant(Consultant):
     """Answers every query with a random action name, written through `query.render_answer`."""
 
     cacheable = False  # free to recompute; make_consultant does not wrap it in the cache
+    shards_episodes = True  # no model: each worker answers its own episodes
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
