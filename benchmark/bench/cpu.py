@@ -29,7 +29,7 @@ import torch
 
 from benchmark.bench.authors import AuthorsConsultant, n_pass_gate
 from benchmark.bench.common import GIB, Check, RssSampler, compose, peak_rss_bytes, time_interleaved
-from benchmark.consultants.cache import cache_cap
+from benchmark.consultants.cache_store import cache_cap
 from benchmark.store import Store
 
 SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
