@@ -211,7 +211,8 @@ def test_a_checkpoint_that_fails_its_manifest_is_changed_or_corrupt(trained_root
 
 
 def test_bench_prints_each_section_and_the_time_left(tmp_path, capsys):
-    from benchmark.bench.cpu import QUICK, SECTIONS, CpuBench
+    from benchmark.bench.cpu import CpuBench
+    from benchmark.bench.cpu_settings import QUICK, SECTIONS
 
     class Instant(CpuBench):
         pass

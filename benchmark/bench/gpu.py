@@ -174,7 +174,8 @@ def ask_lockstep_vs_sequential(
     import torch
 
     from benchmark import results
-    from benchmark.bench.cpu import calibrate_tau, new_ppo
+    from benchmark.bench.cpu_evaluation import calibrate_tau
+    from benchmark.bench.cpu_policy import new_ppo
     from benchmark.build import build, prepare
 
     cfg = compose(
