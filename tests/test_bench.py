@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from benchmark.bench.common import Check, format_table
-from benchmark.bench.cpu import SECTIONS, TARGETS
+from benchmark.bench.cpu_settings import SECTIONS, TARGETS
 from tests.conftest import run_cli
 
 

@@ -19,15 +19,9 @@ from pathlib import Path
 import pytest
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
-from benchmark.consultants.cache import (
-    CachedConsultant,
-    CorruptFile,
-    ResponseStore,
-    Row,
-    cache_key,
-    decode_shard,
-    encode_shard,
-)
+from benchmark.consultants.cache import CachedConsultant, cache_key
+from benchmark.consultants.cache_files import CorruptFile, Row, decode_shard, encode_shard
+from benchmark.consultants.cache_store import ResponseStore
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.tiny import build_tiny
 
@@ -210,7 +204,7 @@ def assert_whole(entries: dict) -> None:
 _DYING_WRITER = """
 import hashlib, os, signal, sys
 from benchmark.consultants.base import Answer
-from benchmark.consultants.cache import ResponseStore
+from benchmark.consultants.cache_store import ResponseStore
 
 directory, die_at, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if die_at != "never":  # SIGKILL this process at the n-th call of os.<what>: a kill mid-write
@@ -292,7 +286,7 @@ def test_writer_killed_while_compacting_leaves_a_consistent_cache(tmp_path, die_
 _WRITER = """
 import hashlib, sys
 from benchmark.consultants.base import Answer
-from benchmark.consultants.cache import ResponseStore
+from benchmark.consultants.cache_store import ResponseStore
 store = ResponseStore(sys.argv[1], max_entries=int(sys.argv[2]), publish_seconds=0,
                       max_shards=6, claim_stale_seconds=0.5)
 i = int(sys.argv[3])
@@ -461,7 +455,7 @@ def test_corrupt_shard_is_set_aside_and_the_rest_served(tmp_path, caplog, damage
     else:
         data[len(data) // 3] ^= 1
     shard.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache"):
+    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache_files"):
         store = ResponseStore(d)
         entries = store.items()
     assert sorted({int(r.text.split("-")[0]) for r in entries.values()}) == [0, 2]
@@ -499,7 +493,7 @@ def test_corrupt_index_is_set_aside_and_readers_move_on(tmp_path, caplog, where)
         f.seek(offset)
         f.write(garbage[offset:])
     corrupt = index.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache"):
+    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache_files"):
         c = ResponseStore(d)
         assert sorted({int(r.text.split("-")[0]) for r in c.items().values()}) == [9]
         missing = b.get_many([key(0, 0), key(9, 0)])  # b finds out at its next lookup
@@ -518,7 +512,7 @@ def test_corrupt_sqlite_cache_is_set_aside(tmp_path, caplog) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "responses.sqlite").write_bytes(b"\0garbage" * 1000)
-    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache"):
+    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache_files"):
         c = make_cached(cache, name="new")
     assert [p.name.split(".corrupt-")[0] for p in cache.glob("*.corrupt-*")] == ["responses.sqlite"]
     assert any("responses.sqlite" in r.getMessage() for r in caplog.records)
@@ -576,7 +570,7 @@ def test_a_capped_job_never_evicts_a_default_jobs_entries(tmp_path, caplog) -> N
 
 
 def test_the_caches_own_cap_applies_to_every_job(tmp_path) -> None:
-    from benchmark.consultants.cache import cache_cap, set_cache_cap
+    from benchmark.consultants.cache_store import cache_cap, set_cache_cap
 
     responses = tmp_path / "cache" / "responses"
     assert cache_cap(responses) == 100_000  # no settings: the default

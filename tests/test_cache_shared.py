@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.consultants.base import Decoding, Query
-from benchmark.consultants.cache import ResponseStore, cache_key
+from benchmark.consultants.cache import cache_key
+from benchmark.consultants.cache_store import ResponseStore
 from tests.conftest import compose_cfg, start_cli
 from tests.test_slurm import slurm_env  # noqa: F401 - the fixture, for the array-task test
 

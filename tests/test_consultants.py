@@ -16,7 +16,8 @@ from benchmark.consultants import ConsultantError, make_consultant
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.cache import CachedConsultant
 from benchmark.consultants.dice import DiceConsultant
-from benchmark.consultants.hf import HFConsultant, local_fingerprint, strip_thinking
+from benchmark.consultants.fingerprint import local_fingerprint
+from benchmark.consultants.hf import HFConsultant, strip_thinking
 from benchmark.consultants.oracle import OracleConsultant
 from benchmark.consultants.retry import Retryable, with_retries
 from benchmark.consultants.tiny import TinyConsultant, build_tiny

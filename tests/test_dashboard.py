@@ -5,6 +5,7 @@ its dashboard cannot drift apart; the JSON written is the library's own model (i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -15,8 +16,10 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from benchmark import dashboard
-from benchmark.dashboard import PRESETS, DashboardError, design, report, spec_of, workspaces
+from benchmark import dashboard, dashboard_views
+from benchmark.dashboard import spec_of
+from benchmark.dashboard_design import DashboardError, design, question_of
+from benchmark.dashboard_views import report, workspaces
 from tests.conftest import CONF, REPO
 
 PRESET_FILES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -65,19 +68,21 @@ def _panel_metrics(view) -> list[tuple[str, str, str]]:
 
 
 def test_every_preset_has_a_dashboard_entry():
-    """A new preset fails here until benchmark.dashboard.PRESETS says what its dashboard answers
-    (or None: train, demo, smoke need none)."""
-    missing = [p for p in PRESET_FILES if p not in PRESETS]
-    assert not missing, (
-        f"presets without a dashboard entry in benchmark.dashboard.PRESETS: {missing}"
-    )
-    assert {p for p, q in PRESETS.items() if q is None} == {"train", "demo", "smoke", "finetune"}
+    """A new preset fails here until the `dashboard:` entry of its YAML says what its dashboard
+    answers (or `why_none`: train, demo, smoke, finetune need none)."""
+    questions = {}
+    for p in PRESET_FILES:
+        with contextlib.suppress(DashboardError):
+            questions[p] = question_of(p)
+    missing = [p for p in PRESET_FILES if p not in questions]
+    assert not missing, f"presets without a `dashboard:` entry in conf/experiment/: {missing}"
+    assert {p for p, q in questions.items() if q is None} == {"train", "demo", "smoke", "finetune"}
 
 
 @pytest.mark.parametrize("preset", PRESET_FILES)
 def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
     d = design(preset, [f"paths.root={tmp_path}"])
-    if PRESETS.get(preset) is None:
+    if question_of(preset) is None:
         assert d is None
         return
     sweep = _sweep(preset)
@@ -93,7 +98,7 @@ def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
     assert d.envs == envs and d.x == x
     assert d.grouping == (grouping or ["method"])
     views = workspaces(d)
-    assert [v.name for v in views] == [dashboard.view_name(d, e) for e in envs]
+    assert [v.name for v in views] == [dashboard_views.view_name(d, e) for e in envs]
     for view, env in zip(views, envs, strict=True):
         filters, groupby = _runset(view)
         assert f"Metric(\"Group\") == '{d.experiment}'" in filters
@@ -138,7 +143,7 @@ def test_paper_tables_bars_per_env_by_method_with_ppo_reference(preset, grouping
         assert bars == [m.format(m=FAMILY[env]) for m in TABLE_METRICS]
         colors = spec_of(view)["spec"]["section"]["customRunColors"]
         if preset != "table2":  # table2 has no PPO-only cells
-            assert colors and all(c == dashboard.PPO_COLOR for c in colors.values())
+            assert colors and all(c == dashboard_views.PPO_COLOR for c in colors.values())
             assert all("PPO" in k for k in colors)
             if preset == "table3":  # one PPO group per checkpoint, as the runs log it (tK -> rNNN)
                 assert len(colors) == 6
@@ -173,7 +178,7 @@ def test_command_line_overrides_change_the_sweep(tmp_path):
 
 
 def test_unknown_preset_and_presets_without_dashboard(capsys, tmp_path):
-    with pytest.raises(DashboardError, match="PRESETS"):
+    with pytest.raises(DashboardError, match="no preset"):
         design("no_such_preset")
     assert dashboard.main(["+experiment=train", f"paths.root={tmp_path}"]) == 0
     assert "has no dashboard" in capsys.readouterr().out

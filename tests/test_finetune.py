@@ -284,7 +284,7 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     (measured ~0.5; half the states are in the SLM-only format without it). 0.8 is thus beyond
     every shortcut by a margin; measured here: 1.0, which leaves room for training noise on
     other CPUs."""
-    from benchmark.consultants.hf import local_fingerprint
+    from benchmark.consultants.fingerprint import local_fingerprint
     from benchmark.finetune import store
     from benchmark.finetune.consultant import FinetunedConsultant
 

@@ -18,7 +18,8 @@ import pytest
 from benchmark import results
 from benchmark.build import locate_inputs, prepare
 from benchmark.cell import IDENTITY_VERSION
-from benchmark.consultants.hf import HFConsultant, legacy_fingerprint, local_fingerprint
+from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
+from benchmark.consultants.hf import HFConsultant
 from benchmark.job import run_job
 from benchmark.policy.checkpoints import policy_digest
 from benchmark.store import cached_digest, file_sha256

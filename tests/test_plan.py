@@ -14,15 +14,10 @@ import pytest
 from benchmark import results
 from benchmark.build import Evaluation, locate_inputs, prepare
 from benchmark.job import run_job
-from benchmark.plan import (
-    COMPLETE,
-    FAILED,
-    INVALID,
-    PENDING,
-    Throughput,
-    format_plan,
-    plan_sweep,
-)
+from benchmark.plan import plan_sweep
+from benchmark.plan_data import COMPLETE, FAILED, INVALID, PENDING
+from benchmark.plan_estimate import Throughput
+from benchmark.plan_format import format_plan
 from tests.conftest import SMALL_POLICY, compose_cfg, run_cli
 
 STEP_LIMIT = 100  # empty5x5_random's evaluation step limit
@@ -211,7 +206,8 @@ def test_a_checkpoint_that_fails_its_manifest_is_changed_or_corrupt(trained_root
 
 
 def test_bench_prints_each_section_and_the_time_left(tmp_path, capsys):
-    from benchmark.bench.cpu import QUICK, SECTIONS, CpuBench
+    from benchmark.bench.cpu import CpuBench
+    from benchmark.bench.cpu_settings import QUICK, SECTIONS
 
     class Instant(CpuBench):
         pass
@@ -232,7 +228,7 @@ def test_bench_prints_each_section_and_the_time_left(tmp_path, capsys):
 def test_throughput_per_model_from_the_newest_bench_json(tmp_path):
     """`make bench-gpu`'s figures at its largest batch for each model (dry runs skipped), `make
     bench`'s lockstep figure for the tiny model; the newest file wins."""
-    from benchmark.plan import bench_throughputs
+    from benchmark.plan_estimate import bench_throughputs
 
     def tp(q, t=None):
         return {"queries_per_s": q, "generated_tokens_per_s": t}

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from benchmark.consultants.base import Decoding, Query
-from benchmark.consultants.hf import HFConsultant, PrefixCache, prefix_reuse_mode
+from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants.prefix import PrefixCache, prefix_reuse_mode
 from benchmark.consultants.tiny import build_tiny
 from tests.conftest import compose_cfg
 

@@ -73,7 +73,8 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
     import torch
 
     from benchmark.bench.common import compose
-    from benchmark.bench.cpu import FULL, QUICK, SECTIONS, CpuBench, sizes_dict
+    from benchmark.bench.cpu import CpuBench
+    from benchmark.bench.cpu_settings import FULL, QUICK, SECTIONS, sizes_dict
     from benchmark.results import provenance
 
     if args.threads < 1:

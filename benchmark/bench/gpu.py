@@ -6,7 +6,7 @@ budget 10, then up to 16 answer tokens), and the hf backend's own batching and t
 generation. `--device cpu --tiny-shapes` runs the very same code at toy widths, so it is tested
 on machines without a GPU. The report names the kernels each model ran with (`kernels`: fast
 flash-linear-attention / causal-conv1d kernels or transformers' reference PyTorch code, the
-attention implementation, the prefix-reuse mode; hf.kernel_report), since figures taken on the
+attention implementation, the prefix-reuse mode; kernels.kernel_report), since figures taken on the
 reference code say little about the GPU's speed."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 from benchmark.bench.common import Check, compose, format_table, jsonable, write_report
 from benchmark.consultants.base import Decoding, Query
-from benchmark.consultants.hf import HFConsultant, describe_kernels
+from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants.kernels import describe_kernels
 
 GPU_TIME_LIMIT_S = 480.0  # the whole GPU run must fit in 8 minutes on an H100/H200
 ASK_TARGET = 2.0
@@ -173,7 +174,8 @@ def ask_lockstep_vs_sequential(
     import torch
 
     from benchmark import results
-    from benchmark.bench.cpu import calibrate_tau, new_ppo
+    from benchmark.bench.cpu_evaluation import calibrate_tau
+    from benchmark.bench.cpu_policy import new_ppo
     from benchmark.build import build, prepare
 
     cfg = compose(

@@ -26,7 +26,9 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.consultants.cache import LEGACY_NAME, SETTINGS, CachedConsultant
+    from benchmark.consultants.cache import CachedConsultant
+    from benchmark.consultants.cache_compaction import LEGACY_NAME
+    from benchmark.consultants.cache_store import SETTINGS
     from benchmark.store import Store
 
     if isinstance(slm_cfg, Mapping) and not OmegaConf.is_config(slm_cfg):

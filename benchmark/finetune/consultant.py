@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
-from benchmark.consultants.hf import HFConsultant, legacy_fingerprint, local_fingerprint
+from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
+from benchmark.consultants.hf import HFConsultant
 from benchmark.finetune.store import Recipe, ensure, find, plain
 
 RECIPE_ARGS = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")

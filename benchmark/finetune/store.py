@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # that changes the weights a recipe trains to, so no model of older code is reused.
 FINETUNE_VERSION = 1
 MARKER = "COMPLETE"
-FINGERPRINT_VERSION = 2  # COMPLETE's fingerprint: 2 = consultants.hf.local_fingerprint (whole)
+FINGERPRINT_VERSION = 2  # COMPLETE's fingerprint: 2 = consultants.fingerprint (whole)
 INFO = "finetune.json"
 DATASET = "dataset.jsonl"
 
@@ -153,7 +153,8 @@ class Recipe:
         a tiny base is built first (`make`), else `ModelNotBuilt` while it is not there."""
         from hydra.utils import get_class
 
-        from benchmark.consultants.hf import HFConsultant, _resolve_source
+        from benchmark.consultants.fingerprint import resolve_source
+        from benchmark.consultants.hf import HFConsultant
 
         backend = self.base_backend()
         target = get_class(backend.pop("_target_"))
@@ -165,7 +166,7 @@ class Recipe:
         if make:
             target.make_weights(**backend)  # builds a tiny base
         identity = target.weights_identity(**backend)
-        source, local_only, _ = _resolve_source(
+        source, local_only, _ = resolve_source(
             backend.get("model"), backend.get("path"), backend.get("revision")
         )
         kwargs = {
@@ -263,7 +264,7 @@ def plain(value: Any) -> Any:
 def intact(model_dir: Path, digests: Path | None = None) -> bool:
     """Complete (marker written last) and its files still those the marker fingerprinted (a
     marker of earlier releases holds the legacy fingerprint: checked as it was made)."""
-    from benchmark.consultants.hf import legacy_fingerprint, local_fingerprint
+    from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
 
     try:
         marker = json.loads((model_dir / MARKER).read_text())
@@ -312,7 +313,7 @@ def ensure(recipe: Recipe) -> Path:
         _make(recipe, key, task, prompt, checkpoint, base_source, base_kwargs, work)
 
     def mark(model_dir: Path) -> None:  # the fingerprint of what was renamed into place, last
-        from benchmark.consultants.hf import local_fingerprint
+        from benchmark.consultants.fingerprint import local_fingerprint
 
         fingerprint = local_fingerprint(model_dir, recipe.digests())
         marker = {"fingerprint": fingerprint, "fingerprint_version": FINGERPRINT_VERSION}

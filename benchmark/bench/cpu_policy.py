@@ -1,0 +1,202 @@
+"""CPU bench sections on the policy side: the gate (batched MC dropout vs the N-pass reference,
+and the evaluator's per-episode masks) and training (PPO steps/s with the default DummyVecEnv vs
+a single env); and the short-trained policy later sections use."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.bench.common import time_interleaved
+from benchmark.bench.cpu_settings import TARGETS
+
+
+class PolicySections:
+    """The gate and training sections of CpuBench (a mixin; the host (CpuBench) provides `cfg`, `check`, `sizes`, `within` and the state the sections share)."""
+
+    # -------------------------------------------------------------------------------- 1. gate
+    def section_gate(self) -> dict[str, Any]:
+        from benchmark.envs import make_task
+        from benchmark.evaluate import MaskStream, episode_masks
+        from benchmark.uncertainty import draw_masks, mc_dropout, mc_dropout_sequential
+
+        cfg = self.cfg("env=fourrooms", "gate=entropy")
+        task = make_task(cfg.env)
+        pol = new_ppo(task, cfg.policy, n_envs=1).policy  # untrained, fourrooms-shaped
+        n, b = int(cfg.gate.mc_samples), self.sizes.gate_batch
+        obs = sample_observations(task, b, steps=5)
+        gens = [MaskStream(s) for s in range(b)]  # the evaluator's per-episode mask streams
+        one = obs[:1]
+        timings = time_interleaved(
+            {
+                "batched": lambda: mc_dropout(pol, obs, n, torch.Generator().manual_seed(0)),
+                "sequential": lambda: mc_dropout_sequential(
+                    pol, obs, n, torch.Generator().manual_seed(0)
+                ),
+                "evaluator_path": lambda: mc_dropout(
+                    pol, obs, n, masks=episode_masks(pol, gens, n)
+                ),
+                "masks_one_generator": lambda: draw_masks(
+                    pol, b, n, torch.Generator().manual_seed(0)
+                ),
+                "masks_per_episode": lambda: episode_masks(pol, gens, n),
+                "batched_b1": lambda: mc_dropout(pol, one, n, torch.Generator().manual_seed(0)),
+                "sequential_b1": lambda: mc_dropout_sequential(
+                    pol, one, n, torch.Generator().manual_seed(0)
+                ),
+            },
+            repeats=self.sizes.gate_repeats,
+        )
+        us = {k: v["median_s"] * 1e6 / (1 if k.endswith("_b1") else b) for k, v in timings.items()}
+        fast = mc_dropout(pol, obs, n, torch.Generator().manual_seed(0))
+        ref = mc_dropout_sequential(pol, obs, n, torch.Generator().manual_seed(0))
+        agree = {
+            "max_abs_diff_total_bits": float(np.abs(fast.total - ref.total).max()),
+            "actions_equal": bool((fast.action == ref.action).all()),
+        }
+        s = "gate"
+        # the reference the target is set against: the official ASK+ code's way, one episode at
+        # a time with N sequential dropout passes per decision
+        self.check(
+            s,
+            f"evaluator path (B={b}, N={n}) vs per-episode N-pass loop",
+            us["sequential_b1"] / us["evaluator_path"],
+            target=TARGETS["gate"],
+        )
+        self.check(
+            s, f"batched vs N-pass over the same B={b} rows", us["sequential"] / us["batched"]
+        )
+        self.check(
+            s,
+            "evaluator path (per-episode masks) vs N-pass",
+            us["sequential"] / us["evaluator_path"],
+        )
+        self.check(s, "batched vs N-pass at B=1", us["sequential_b1"] / us["batched_b1"])
+        self.check(s, "batched", us["batched"], "us/decision")
+        self.check(s, "N-pass sequential", us["sequential"], "us/decision")
+        self.check(s, "evaluator path", us["evaluator_path"], "us/decision")
+        self.check(s, "mask draws share of batched", us["masks_one_generator"] / us["batched"], "")
+        return {
+            "params": {
+                "batch": b,
+                "mc_samples": n,
+                "net_arch": list(cfg.env.net_arch),
+                "obs_dim": int(obs.shape[1]),
+                "actions": len(task.action_names),
+                "repeats": self.sizes.gate_repeats,
+                "policy": "untrained (PPO init)",
+            },
+            "us_per_decision": us,
+            "timings": timings,
+            "agreement": agree,
+        }
+
+    # -------------------------------------------------------------------------------- 4. training
+    def section_training(self) -> dict[str, Any]:
+        from benchmark.envs import make_task
+
+        cfg = self.cfg("env=fourrooms")
+        task = make_task(cfg.env)
+        steps = self.sizes.train_steps
+        default_envs = int(cfg.policy.n_envs)
+        threads = int(cfg.policy.torch_threads)
+        times: dict[str, list[float]] = {f"{default_envs}_envs": [], "1_env": []}
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            for rep in range(self.sizes.train_repeats):
+                for n_envs, key in ((default_envs, f"{default_envs}_envs"), (1, "1_env")):
+                    model = new_ppo(
+                        task,
+                        cfg.policy,
+                        n_envs,
+                        n_steps=self.sizes.train_n_steps,
+                        seed=int(cfg.policy.seed) + rep,
+                    )
+                    t0 = time.perf_counter()
+                    model.learn(total_timesteps=steps)
+                    times[key].append(model.num_timesteps / (time.perf_counter() - t0))
+                    if n_envs == default_envs:
+                        self.policy = model.policy  # the short-trained policy later sections use
+        finally:
+            torch.set_num_threads(old)
+        sps = {k: statistics.median(v) for k, v in times.items()}
+        s = "training"
+        self.check(
+            s,
+            f"{default_envs} envs vs 1 env (steps/s)",
+            sps[f"{default_envs}_envs"] / sps["1_env"],
+            target=TARGETS["training"],
+        )
+        self.check(s, f"DummyVecEnv x{default_envs}", sps[f"{default_envs}_envs"], "steps/s")
+        self.check(s, "single env", sps["1_env"], "steps/s")
+        return {
+            "params": {
+                "env": "fourrooms",
+                "total_timesteps": steps,
+                "n_envs": default_envs,
+                "torch_threads": threads,
+                "n_steps": self.sizes.train_n_steps or 2048,
+                "repeats": self.sizes.train_repeats,
+                "vec_env": "DummyVecEnv",
+            },
+            "steps_per_s": sps,
+            "steps_per_s_all": times,
+        }
+
+    def _policy(self, cfg: Any, task: Any):
+        if self.policy is None:  # sections run on their own: train the short policy here
+            old = torch.get_num_threads()
+            torch.set_num_threads(int(cfg.policy.torch_threads))
+            try:
+                model = new_ppo(
+                    task, cfg.policy, int(cfg.policy.n_envs), n_steps=self.sizes.train_n_steps
+                )
+                model.learn(total_timesteps=self.sizes.train_steps)
+            finally:
+                torch.set_num_threads(old)
+            self.policy = model.policy
+        return self.policy
+
+
+def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None, seed: int = 0):
+    """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.utils import LinearSchedule, set_random_seed
+
+    from benchmark.policy import DropoutActorCriticPolicy
+    from benchmark.policy.train import training_vec_env
+
+    set_random_seed(seed)
+    env = training_vec_env(task, seed, n_envs)
+    kwargs = dict(policy_cfg.get("ppo") or {})
+    if n_steps is not None:
+        kwargs["n_steps"] = n_steps
+    lr = float(policy_cfg.learning_rate)
+    return PPO(
+        DropoutActorCriticPolicy,
+        env,
+        learning_rate=LinearSchedule(lr, 0.0, 1.0),
+        policy_kwargs={"net_arch": list(policy_cfg.net_arch), "dropout": float(policy_cfg.dropout)},
+        device="cpu",
+        verbose=0,
+        **kwargs,
+    )
+
+
+def sample_observations(task: Any, n: int, steps: int = 5) -> np.ndarray:
+    """Observations of `n` validation episodes after a few seeded random steps (varied inputs)."""
+    rng = np.random.default_rng(0)
+    obs = []
+    for seed in range(n):
+        ep = task.episode(seed)
+        for _ in range(steps):
+            if ep.done:
+                break
+            ep.step(int(rng.integers(len(ep.action_names))))
+        obs.append(np.asarray(ep.obs))
+    return np.stack(obs)

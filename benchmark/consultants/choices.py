@@ -1,0 +1,105 @@
+"""Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
+is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
+unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
+continuation (`choice_ids`: its tokens and the first stop token): on CPU with attention layers
+only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
+attention.branched_attention); otherwise in one batched forward on that cache. The most likely
+action is the answer, every action's probability goes in `Answer.choices`."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.prefix import Prompt
+
+
+class ChoiceScoring:
+    """Choice scoring for HFConsultant (a mixin, on its `PrefixReuse` prefill); the host sets
+    `model`, `tokenizer`, `device`, `eos_ids`, `pad_id`, `max_batch_size`, `_cache_arg`,
+    `_choice_memo` and `_stats`, and provides `prompt`."""
+
+    def score_choices(self, queries: list[Query]) -> list[Answer]:
+        """Each query answered with its most likely valid action (module docstring);
+        `Answer.choices` holds every action's probability over the valid set."""
+        out = []
+        for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True):
+            best = max(range(len(q.actions)), key=lambda k: (logp[k], -k))  # ties: first action
+            top = max(logp)
+            weights = [math.exp(v - top) for v in logp]
+            total = sum(weights)
+            probs = {a: w / total for a, w in zip(q.actions, weights, strict=True)}
+            text = q.actions[best]
+            out.append(Answer(text, n, 0, seconds, choices=probs))
+        return out
+
+    def choice_ids(self, action: str) -> list[int]:
+        """An action's continuation: its tokens, then the end of the answer (the first stop
+        token: the token greedy generation would end an answer of exactly this action with);
+        memoized (the same few actions come at every step)."""
+        if action not in self._choice_memo:
+            ids = self.tokenizer.encode(action, add_special_tokens=False)
+            self._choice_memo[action] = [*ids, self.eos_ids[0]]
+        return list(self._choice_memo[action])
+
+    def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
+        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`, all
+        its tokens) after the prompt, the prompt's length and the query's share of its batch's
+        seconds. Batches of
+        `max_batch_size` prompts, longest first; the prompt's prefix cache is reused and each
+        length group is prefilled unpadded (`_prefill_groups`)."""
+        prompts = [self.prompt(q) for q in queries]
+        conts = [[self.choice_ids(a) for a in q.actions] for q in queries]
+        out: list[tuple[list[float], int, float] | None] = [None] * len(queries)
+        order = sorted(range(len(queries)), key=lambda i: -len(prompts[i].ids))
+        for s in range(0, len(order), self.max_batch_size):
+            chunk = order[s : s + self.max_batch_size]
+            t0 = time.perf_counter()
+            scores = self._score_batch([prompts[i] for i in chunk], [conts[i] for i in chunk])
+            per = (time.perf_counter() - t0) / len(chunk)
+            for i, v in zip(chunk, scores, strict=True):
+                out[i] = (v, len(prompts[i].ids), per)
+        return out  # type: ignore[return-value]
+
+    def _score_batch(self, rows: list[Prompt], conts: list[list[list[int]]]) -> list[list[float]]:
+        import torch
+
+        seqs = [r.ids for r in rows]
+        out: list[list[float]] = [[] for _ in rows]
+        with torch.inference_mode():
+            for members, cache, last in self._prefill_groups(seqs, rows, conts):
+                t0 = time.perf_counter()
+                if last.dim() == 3:  # folded: the prompt's last position, then every branch's
+                    logp = torch.log_softmax(last.float(), dim=-1)  # [g, 1 + branch tokens, V]
+                    for j, r in enumerate(members):
+                        at = 1
+                        for c in conts[r]:
+                            v = float(logp[j, 0, c[0]])
+                            for t in range(1, len(c)):
+                                v += float(logp[j, at + t - 1, c[t]])
+                            out[r].append(v)
+                            at += len(c) - 1
+                    self._stats["decode_seconds"] += time.perf_counter() - t0
+                    continue
+                first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
+                pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
+                width = max(len(c) for _, c in pairs) - 1
+                rest = None
+                if width > 0:  # the actions' later tokens, right-padded: padding comes after
+                    index = torch.tensor([j for j, _ in pairs], device=self.device)
+                    cache.reorder_cache(index)
+                    ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
+                    for m, (_, c) in enumerate(pairs):
+                        ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+                    logits = self.model(
+                        input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
+                    ).logits
+                    rest = torch.log_softmax(logits.float(), dim=-1)
+                for m, (j, c) in enumerate(pairs):
+                    v = float(first[j, c[0]])
+                    for t in range(1, len(c)):
+                        v += float(rest[m, t - 1, c[t]])  # type: ignore[index]
+                    out[members[j]].append(v)
+                self._stats["decode_seconds"] += time.perf_counter() - t0
+        return out

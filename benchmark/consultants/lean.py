@@ -1,0 +1,84 @@
+"""Lean greedy decode (`slm.backend.lean_max_new_tokens`; docs/choices.md): short greedy answers
+take the prefill of choice scoring and a plain argmax loop instead of `generate`, only where
+generation would apply no logits processor (`plain_greedy`): the same tokens
+(tests/test_choices.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmark.consultants.prefix import Prompt
+
+DEFAULT_LEAN_MAX_NEW_TOKENS = 16  # greedy answers up to this long take the lean decode loop
+
+# generation settings under which greedy `generate` would transform the logits before argmax
+_PROCESSOR_FIELDS = {
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,),
+    "num_beams": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "low_memory": (None, False),
+    "max_time": (None,),
+    "stop_strings": (None,),
+    "assistant_model": (None,),
+    "prompt_lookup_num_tokens": (None,),
+}
+
+
+def plain_greedy(gc: Any) -> bool:
+    """Is greedy generation under `gc` the argmax of the raw logits (no logits processor, no
+    beam search, no extra stopping rule)? Then the lean decode loop gives its tokens."""
+    return all(getattr(gc, k, None) in allowed for k, allowed in _PROCESSOR_FIELDS.items())
+
+
+class LeanDecoding:
+    """The lean greedy loop of HFConsultant (a mixin, on its `PrefixReuse` prefill); the host sets
+    `model`, `device`, `_cache_arg` and `_stats`."""
+
+    def _lean_ids(
+        self, seqs: list[list[int]], max_new: int, stop: list[int], prompts: list[Prompt]
+    ) -> list[list[int]]:
+        """Greedy decoding without `generate`: each length group prefilled unpadded on the
+        shared prefix (`_prefill_groups`), then one forward per new token on the group's own
+        cache; a row leaves the batch at its stop token. Only taken when greedy generation
+        would apply no logits processor (`_lean_ok`), so argmax of the logits is its choice:
+        the same tokens as `generate` (tests/test_choices.py)."""
+        import torch
+
+        out: list[list[int]] = [[] for _ in seqs]
+        stops = torch.tensor(stop, device=self.device)
+        with torch.inference_mode():
+            for members, cache, last in self._prefill_groups(seqs, prompts):
+                t0 = time.perf_counter()
+                alive = list(members)
+                for step in range(max_new):
+                    token = last.argmax(-1)
+                    for r, t in zip(alive, token.tolist(), strict=True):
+                        out[r].append(t)
+                    keep = ~torch.isin(token, stops)
+                    if step == max_new - 1 or not bool(keep.any()):
+                        break
+                    if not bool(keep.all()):
+                        index = keep.nonzero().flatten()
+                        cache.reorder_cache(index)
+                        alive = [alive[k] for k in index.tolist()]
+                        token = token[index]
+                    last = self.model(
+                        input_ids=token[:, None], use_cache=True, **{self._cache_arg: cache}
+                    ).logits[:, -1]
+                self._stats["decode_seconds"] += time.perf_counter() - t0
+        return out

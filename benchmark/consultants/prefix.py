@@ -1,0 +1,272 @@
+"""Prefix reuse for the hf backend (`prefix_cache`: LRU entries, 0 = off). The key/value cache of a prompt prefix is
+computed once (batch 1, unpadded) and kept: the chat-templated messages before the last one (the
+system message of every prompt variant) are the stored prefix, reused across the queries of a
+batch and across steps; a batch that shares more than that (the longest common token prefix)
+computes the rest once per batch on a copy. Generation then gets, per row, the prefix, then left
+padding, then the row's own suffix: `[prefix | pad ... pad | suffix]`, attention mask 0 on the
+padding. Positions come from the mask (transformers' cumsum), so each row sees exactly the
+positions and keys of its unpadded prompt. A copy of the stored cache, repeated over the batch, is
+passed to `generate`, which computes only the suffixes. Greedy answers are token for token those
+of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batched and unbatched,
+thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
+full-attention layers takes the layout above ("padded"). A hybrid cache (Qwen3.5, Qwen3-Next:
+Gated-DeltaNet layers, whose cache is a recurrent state and a conv window, beside full attention)
+cannot: padding after the prefix is not exact for a recurrent layer. transformers zeroes a padded
+position's input, but the state still decays there (the gate depends on a bias, not only on the
+input) and the conv window still mixes the prefix's last tokens into it; plain left padding is
+exact only because the state is zero before any real token. So ("unpadded") rows of equal length
+take `[prefix | suffix]` with no padding, and rows of different lengths (`_stacked_cache`) run
+their own tokens but the last on a copy of the prefix, each length group as one unpadded batch;
+the copies are stacked into one batch cache in the plain left-padded layout (attention keys and
+values padded on the left and masked; recurrent and conv states carry no positions), and
+`generate` computes each row's last token (tests/test_hybrid_prefix.py: a tiny Qwen3.5). Models
+with sliding-window layers take the plain path. The stored batch-1 cache is expanded to a batch
+with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer kind implements.
+Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
+bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
+recurrent and one conv state per linear layer (independent of the prefix's length).
+`prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
+path runs one forward per distinct row length instead of one for the batch (not measured yet)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
+
+PREFILL_STATS = (
+    "prompt_tokens",
+    "prefill_tokens",
+    "prefill_tokens_without_reuse",
+    "prefix_hits",
+    "prefix_misses",
+    "prefill_seconds",  # choice scoring and the lean path: time in prefill
+    "decode_seconds",  # ... and in scoring the continuations / the greedy decode loop
+)
+
+
+@dataclass
+class Prompt:
+    """A query's prompt ids, the length of its stable prefix (the templated messages before the
+    last one; 0 when none) and its sampling seed (None when greedy)."""
+
+    ids: list[int]
+    anchor: int = 0
+    seed: int | None = None
+
+
+class PrefixCache:
+    """An LRU of key/value caches of token prefixes (batch 1), keyed by the prefix's ids."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.entries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+
+    def longest(self, ids: list[int], limit: int) -> tuple[int, Any]:
+        """(length, cache) of the longest entry that is a prefix of ids[:limit]; (0, None)."""
+        best: tuple[int, Any] = (0, None)
+        for key in self.entries:
+            n = len(key)
+            if best[0] < n <= limit and tuple(ids[:n]) == key:
+                best = (n, key)
+        if best[1] is None:
+            return 0, None
+        self.entries.move_to_end(best[1])
+        return best[0], self.entries[best[1]]
+
+    def put(self, ids: list[int], cache: Any) -> None:
+        if self.capacity <= 0:
+            return
+        self.entries[tuple(ids)] = cache
+        self.entries.move_to_end(tuple(ids))
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def prefix_reuse_mode(model: Any) -> str | None:
+    """How the model's cache can take a reused prefix (module docstring): "padded" when every
+    layer is plain full attention (padding between prefix and suffix is masked out exactly),
+    "unpadded" when linear-attention layers (recurrent and conv states) stand beside full
+    attention (no padding may follow the prefix: `_stacked_cache`), None otherwise (sliding windows,
+    encoder-decoders, architectures transformers' DynamicCache cannot describe)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import (
+        DynamicLayer,
+        LinearAttentionAndFullAttentionLayer,
+        LinearAttentionLayer,
+    )
+
+    if getattr(model.config, "is_encoder_decoder", False):
+        return None
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:  # noqa: BLE001 - an architecture transformers cannot describe: no reuse
+        return None
+    kinds = {type(layer) for layer in cache.layers}
+    if kinds == {DynamicLayer}:
+        return "padded"
+    linear = {LinearAttentionLayer, LinearAttentionAndFullAttentionLayer}
+    if kinds and kinds <= {DynamicLayer, *linear}:
+        return "unpadded"
+    return None
+
+
+class PrefixReuse:
+    """The prefill half of HFConsultant (a mixin): prompts computed on a stored or shared prefix,
+    and the counts of what that saved. The host sets `model`, `device`, `prefix_cache`,
+    `reuses_prefixes`, `reuse_mode`, `_folds_choices`, `_cache_arg`, `_logits_to_keep` and
+    `_stats`."""
+
+    def prefill_stats(self) -> dict[str, int]:
+        """Prompt positions the model computed in prefill (`prefill_tokens`, padding included,
+        stored-prefix computations included) and what the same calls would have computed without
+        prefix reuse (`prefill_tokens_without_reuse`: rows x padded width); `prompt_tokens` counts
+        the prompts' own tokens (thinking phase 2 re-reads its prompt); `prefix_hits` /
+        `prefix_misses` count batches whose stored prefix was found / had to be computed."""
+        return dict(self._stats)
+
+    def reset_prefill_stats(self) -> None:
+        self._stats = dict.fromkeys(PREFILL_STATS, 0)
+
+    def _prefill_groups(
+        self, seqs: list[list[int]], rows: list[Prompt], conts: list[list[list[int]]] | None = None
+    ):
+        """Yield (row indices, their batch cache, their last position's logits [g, V]) per group
+        of equal-length rows, each group prefilled unpadded on a copy of the shared prefix's
+        cache (or from an empty cache): no padding and no mask beyond the causal one, so every
+        row computes exactly what it would alone; the suffix costs what it costs. With `conts`
+        (choice scoring) and `_folds_choices`, a group whose rows share their actions' token
+        sequences has them scored in the same forward (`_extend`'s branches): its logits are
+        then [g, 1 + branch tokens, V] and its cache holds the branches too."""
+        import torch
+
+        t0 = time.perf_counter()
+        p, prefix = self._shared_prefix(seqs, rows)
+        groups: dict[int, list[int]] = {}
+        for r, s in enumerate(seqs):
+            groups.setdefault(len(s), []).append(r)
+        self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        self._stats["prefill_tokens_without_reuse"] += len(seqs) * max(map(len, seqs))
+        self._stats["prefill_seconds"] += time.perf_counter() - t0
+        for members in groups.values():
+            t0 = time.perf_counter()
+            cache = copy.deepcopy(prefix) if prefix is not None else self._new_cache()
+            if prefix is not None and len(members) > 1:
+                cache.reorder_cache(torch.zeros(len(members), dtype=torch.long, device=self.device))
+            branches = None
+            if conts is not None and self._folds_choices:
+                first = conts[members[0]]
+                if all(conts[r] == first for r in members):
+                    branches = [c[:-1] for c in first]  # the inputs whose logits score c[1:]
+            last = self._extend(cache, [seqs[r][p:] for r in members], branches)
+            self._stats["prefill_seconds"] += time.perf_counter() - t0
+            yield members, cache, last
+
+    def _shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
+        """(p, a fresh batch-1 cache of seqs[0][:p]) for the prefix every row shares, or (0,
+        None). The stored prefix is the rows' common anchor (or, without one, the common prefix
+        of a batch of several); what the batch shares beyond it is computed on the copy."""
+        if self.prefix_cache.capacity <= 0 or not self.reuses_prefixes:
+            return 0, None
+        first = seqs[0]
+        limit = min(len(s) for s in seqs) - 1  # every row keeps at least one token to prefill
+        shared = min(len(os.path.commonprefix(seqs)), limit)  # works on any sequences
+        anchors = {q.anchor for q in prompts}
+        anchor = anchors.pop() if len(anchors) == 1 else 0
+        store = anchor if 0 < anchor <= shared else (shared if len(seqs) > 1 else 0)
+        have, cache = self.prefix_cache.longest(first, shared)
+        target = shared if len(seqs) > 1 else max(store, have)
+        if target <= 0:
+            return 0, None
+        self._stats["prefix_hits" if have >= store else "prefix_misses"] += 1
+        cache = copy.deepcopy(cache) if cache is not None else self._new_cache()
+        if store > have:
+            self._extend(cache, [first[have:store]])
+            self.prefix_cache.put(first[:store], copy.deepcopy(cache))
+            have = store
+        if target > have:
+            self._extend(cache, [first[have:target]])
+        return target, cache
+
+    def _stacked_cache(self, prefix: Any, seqs: list[list[int]], p: int) -> Any:
+        """A batch cache of every row but its last token, left-padded, from a batch-1 cache of
+        the shared `p` tokens, for a hybrid model whose rows differ in length (padding after the
+        prefix is not exact for a recurrent state; module docstring). Rows of equal length run
+        their own tokens together on a copy of the prefix, unpadded; the copies are then stacked:
+        attention keys and values padded on the left (masked out, as in the plain path),
+        recurrent and conv states as they are (they carry no positions)."""
+        import torch
+        import torch.nn.functional as F
+
+        n, width = len(seqs), max(len(s) for s in seqs)
+        groups: dict[int, list[int]] = {}
+        for r, s in enumerate(seqs):
+            groups.setdefault(len(s), []).append(r)
+        part: list[tuple[Any, int]] = [(None, 0)] * n  # row -> (its group's cache, index in it)
+        for rows in groups.values():
+            cache = copy.deepcopy(prefix)
+            if len(rows) > 1:
+                cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+            if len(seqs[rows[0]]) - 1 > p:
+                self._extend(cache, [seqs[r][p:-1] for r in rows])
+            for k, r in enumerate(rows):
+                part[r] = (cache, k)
+        out = copy.deepcopy(part[0][0])
+        for i, layer in enumerate(out.layers):
+            for name in ("conv_states", "recurrent_states"):
+                for j, state in getattr(layer, name, {}).items():
+                    if state is not None:
+                        rows = [getattr(c.layers[i], name)[j][k : k + 1] for c, k in part]
+                        getattr(layer, name)[j] = torch.cat(rows)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                for name in ("keys", "values"):
+                    rows = [getattr(c.layers[i], name)[k : k + 1] for c, k in part]
+                    padded = [F.pad(t, (0, 0, width - 1 - t.shape[-2], 0)) for t in rows]
+                    setattr(layer, name, torch.cat(padded))
+        return out
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _extend(
+        self, cache: Any, rows: list[list[int]], branches: list[list[int]] | None = None
+    ) -> Any:
+        """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
+        same batch size), which grows in place; the last position's logits [rows, V].
+        `branches` (choice scoring, only where `_folds_choices`): token sequences that each
+        continue every row from its end, computed in the same forward, each blind to the others
+        (attention.branched_attention; positions restart after the row for each); the logits
+        are then [rows, 1 + branch tokens, V]: the row's last position, then every branch
+        position in order. The cache then holds the branches' keys too (not to be reused)."""
+        import torch
+
+        self._stats["prefill_tokens"] += sum(len(r) for r in rows)
+        kwargs: dict[str, Any] = {self._cache_arg: cache}
+        keep = 1  # only the last position's logits are read
+        if branches:
+            past, n = cache.get_seq_length(), len(rows[0])
+            positions = list(range(past, past + n))
+            for b in branches:
+                positions += range(past + n, past + n + len(b))
+            kwargs["position_ids"] = torch.tensor([positions], device=self.device)
+            kwargs["choice_branches"] = (n, [len(b) for b in branches])
+            keep += sum(len(b) for b in branches)
+            rows = [r + [t for b in branches for t in b] for r in rows]
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = keep
+        out = self.model(
+            input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
+            use_cache=True,
+            **kwargs,
+        )
+        return out.logits[:, -keep:] if branches else out.logits[:, -1]
