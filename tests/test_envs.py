@@ -16,7 +16,7 @@ from benchmark.envs import ENV_CONF_DIR, available_envs, load_env_cfg, make_task
 from benchmark.envs.base import CardView, NavView
 from benchmark.envs.higherlower import HigherLowerTask
 from benchmark.envs.memory import MemoryTask
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char, is_doorkey
+from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
 MEMORY = ["memory_s11"]
@@ -67,9 +67,30 @@ def test_env_configs_follow_the_schema() -> None:
     assert (ENV_CONF_DIR / "fourrooms.yaml").is_file()
 
 
-def test_doorkey_is_told_by_one_predicate() -> None:
-    doorkey = [n for n in available_envs() if is_doorkey(make_task(n).action_names)]
+def test_doorkey_is_told_by_what_the_env_is_not_by_its_actions() -> None:
+    from benchmark.prompts.ask import AskPrompt
+    from benchmark.prompts.feedback import FeedbackPrompt
+
+    doorkey = [n for n in available_envs() if getattr(make_task(n), "doorkey", False)]
     assert doorkey == ["doorkey8"]
+    # FourRooms with all seven actions (PICKUP included) is still no DoorKey
+    rooms = MiniGridTask("x", "MiniGrid-FourRooms-v0", 500, "all")
+    assert "PICKUP" in rooms.action_names and not rooms.doorkey
+    assert MiniGridTask("x", "MiniGrid-DoorKey-5x5-v0", None, ["FORWARD"]).doorkey
+    for task, is_doorkey in ((rooms, False), (make_task("doorkey8"), True)):
+        ep = task.episode(100)
+        assert ep.view().doorkey is is_doorkey
+        system, user = (
+            m["content"]
+            for m in AskPrompt("s", "stateful").session(ep, with_expert=False).messages(0)
+        )
+        assert ("STATUS: HasKey=" in user) is is_doorkey
+        assert ("k=key L=door(locked)" in user) is is_doorkey
+        assert ("PICKUP: only when 'k' is directly ahead" in system) is is_doorkey
+        assert ("facing 'k', no key in hand -> PICKUP" in user) is is_doorkey
+        hwbp = FeedbackPrompt("hwbp").session(ep, with_expert=False).messages()[-1]["content"]
+        assert "Pick Up: picks up the key" in hwbp  # the action is explained wherever it exists
+        assert ("'L': Locked door" in hwbp) is is_doorkey
 
 
 def test_bad_configs_name_the_problem() -> None:

@@ -87,7 +87,7 @@ class Family:
         text of the family reads at that level changes no prompt, so it names no other cell."""
         return frozenset()
 
-    def examples(self, actions: tuple[str, ...], level: str) -> str:
+    def examples(self, task: Task, actions: tuple[str, ...], level: str) -> str:
         """Block (v): the one-shot examples."""
         raise NotImplementedError(f"family {self.name!r} has no ASK examples")
 

@@ -39,7 +39,7 @@ class ToyFamily(Family):
             lines.append(f"Autopilot: {autopilot}")
         return "\n".join(lines)
 
-    def examples(self, actions, level):
+    def examples(self, task, actions, level):
         return "EXAMPLES:\ngoal ahead -> FORWARD"
 
 
