@@ -85,17 +85,30 @@ def test_validation_split_and_training_version_enter_the_checkpoint_hash(tmp_pat
 
 def test_prompt_version_follows_the_golden_files():
     """A change to any prompt text shows in tests/golden/ and must come with a new
-    PROMPT_VERSION (benchmark/prompts/__init__.py), so cells of the old text are not reused."""
-    h = hashlib.sha256()
+    PROMPT_VERSION (benchmark/prompts/__init__.py), so cells of the old text are not reused.
+    Each env's golden files have their own record, tests/golden/<env>.version ('<PROMPT_VERSION>
+    <digest>'): a new env adds its files and its record, and changes no other."""
+    files: dict[str, list[Path]] = {}
     for f in sorted(GOLDEN.glob("*.txt")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    recorded = (GOLDEN / "PROMPT_VERSION").read_text().split()
-    assert recorded == [str(PROMPT_VERSION), h.hexdigest()], (
-        "the golden prompts changed: bump PROMPT_VERSION in benchmark/prompts/__init__.py and "
-        f"write '{PROMPT_VERSION + 1} {h.hexdigest()}' into tests/golden/PROMPT_VERSION"
-        if recorded[0] == str(PROMPT_VERSION)
-        else "PROMPT_VERSION changed: record it with the golden digest in tests/golden/PROMPT_VERSION"
-    )
+        files.setdefault(f.name.split("__")[0], []).append(f)
+    assert {"fourrooms", "doorkey8", "higherlower", "memory_s11"} <= set(files)
+    records = {p.stem for p in GOLDEN.glob("*.version")}
+    assert records <= set(files), f"records without golden files: {sorted(records - set(files))}"
+    for env, env_files in files.items():
+        h = hashlib.sha256()
+        for f in env_files:
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        record = GOLDEN / f"{env}.version"
+        line = f"{PROMPT_VERSION} {h.hexdigest()}"
+        assert record.is_file(), f"a new env's golden prompts: write '{line}' into {record}"
+        recorded = record.read_text().split()
+        assert recorded == line.split(), (
+            f"the golden prompts of {env} changed: bump PROMPT_VERSION in "
+            f"benchmark/prompts/__init__.py and record it in every tests/golden/*.version "
+            f"({record}: '{PROMPT_VERSION + 1} {h.hexdigest()}')"
+            if recorded[0] == str(PROMPT_VERSION)
+            else f"PROMPT_VERSION changed: record it in {record} ('{line}')"
+        )
 
 
 TINY_JOB = [*SLM_ONLY, "slm=tiny"]

@@ -40,6 +40,7 @@ class NavView:
     height: int
     step: int
     max_steps: int
+    doorkey: bool = False  # the env is DoorKey (its task says so): key, door and subtask text
 
 
 @dataclass

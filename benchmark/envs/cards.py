@@ -199,7 +199,7 @@ class CardsFamily(Family):
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         return cards_state(view, memory, level, autopilot)
 
-    def examples(self, actions, level):
+    def examples(self, task, actions, level):
         return cards_examples(level)
 
     def belief_task(self, task):

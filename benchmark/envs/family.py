@@ -1,9 +1,10 @@
 """Environment families: the one extension point for what the suite asks about an environment.
 
 A family (MiniGrid navigation `grid`, HigherLower `cards`, MiniGrid Memory `memory`, ...) is a
-`Family` object named `FAMILY` in the module `benchmark.envs.<name>`, where <name> is the task's
-`family` attribute (also the `family` key of conf/env/<env>.yaml); a dotted name
-(`mypackage.myfamily`) names a module outside this package. The family declares, in one place,
+`Family` object named `FAMILY` in the module or sub-package `benchmark.envs.<name>`, where <name>
+is the task's `family` attribute (also the `family` key of conf/env/<env>.yaml). A family in
+another installed package is found by name through the entry-point group `benchmark.families`;
+a dotted name (`mypackage.myfamily`) names any module outside this package. The family declares, in one place,
 the ASK/ASK+ prompt blocks per level (system with rules, state, examples), the belief-state
 claims, the feedback-paper text where those strategies apply, the templated reasons of the
 fine-tuning data and Agent-BRACE's teacher beliefs and claim rules. The task and its episodes (same module or one it imports) give the simulator
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import importlib
-from pathlib import Path
+import inspect
+import pkgutil
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from benchmark.envs.truth import Rule, Truth
 
 PACKAGE = "benchmark.envs"
+ENTRY_POINT_GROUP = "benchmark.families"  # how a family in another installed package is found
 # Prompt keys only some families' texts read (Family.prompt_keys), with the value the name omits.
 # map_radius (the known-map window) is read by the grid's `stateful` level only, but has been part
 # of every ASK cell's identity since the first results: it stays there, so those cells keep their
@@ -83,7 +87,7 @@ class Family:
         text of the family reads at that level changes no prompt, so it names no other cell."""
         return frozenset()
 
-    def examples(self, actions: tuple[str, ...], level: str) -> str:
+    def examples(self, task: Task, actions: tuple[str, ...], level: str) -> str:
         """Block (v): the one-shot examples."""
         raise NotImplementedError(f"family {self.name!r} has no ASK examples")
 
@@ -120,25 +124,66 @@ class Family:
         return "best option"
 
 
+def package_families() -> list[str]:
+    """Names of the modules and sub-packages of benchmark.envs that define a Family `FAMILY`
+    (a family may be one file, `benchmark/envs/<name>.py`, or a folder with an __init__.py)."""
+    package = importlib.import_module(PACKAGE)
+    names = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "family" and not info.name.startswith("_"):
+            module = importlib.import_module(f"{PACKAGE}.{info.name}")
+            if isinstance(getattr(module, "FAMILY", None), Family):
+                names.append(info.name)
+    return sorted(names)
+
+
+def entry_point_families() -> dict[str, metadata.EntryPoint]:
+    """The families other installed packages declare in the entry-point group `benchmark.families`
+    (name -> "module" holding FAMILY, or "module:OBJECT"), by name; loaded only when asked for."""
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def available_families() -> list[str]:
-    """Family names of this package: the modules of benchmark/envs that define FAMILY."""
-    here = Path(__file__).parent
-    return sorted(
-        p.stem
-        for p in here.glob("*.py")
-        if p.stem not in ("__init__", "family") and "\nFAMILY = " in p.read_text()
-    )
+    """Every family name `get_family` resolves: this package's, then the installed packages'."""
+    return sorted(set(package_families()) | set(entry_point_families()))
 
 
 @functools.cache
 def get_family(name: str) -> Family:
-    """The family called `name` (a module of benchmark.envs, or a dotted module path)."""
-    module_name = name if "." in name else f"{PACKAGE}.{name}"
+    """The family called `name`: a module or sub-package of benchmark.envs, an entry point of the
+    group `benchmark.families`, or a dotted module path (`mypackage.myfamily`)."""
+    if "." in name:
+        return _from_module(name, name)
+    plugin = entry_point_families().get(name)
+    if name in package_families():
+        if plugin is not None:
+            raise ValueError(
+                f"env family {name!r} is both {PACKAGE}.{name} and the entry point {plugin.value!r} "
+                f"of the group {ENTRY_POINT_GROUP!r}: rename the installed one"
+            )
+        return _from_module(f"{PACKAGE}.{name}", name)
+    if plugin is not None:
+        loaded = plugin.load()
+        module = inspect.ismodule(loaded)
+        family = getattr(loaded, "FAMILY", None) if module else loaded
+        if not isinstance(family, Family):
+            got = f"module {loaded.__name__} has no FAMILY" if module else type(loaded).__name__
+            raise ValueError(
+                f"entry point {name} = {plugin.value!r} of the group {ENTRY_POINT_GROUP!r} gives "
+                f"{got}, not a benchmark.envs.family.Family (name a module with a Family FAMILY, "
+                "or module:OBJECT)"
+            )
+        return family
+    raise ValueError(f"unknown env family {name!r}; available: {available_families()}")
+
+
+def _from_module(module_name: str, name: str) -> Family:
+    """The FAMILY of `module_name`, with an error naming the family when there is none."""
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
+        if exc.name != module_name and not module_name.startswith(f"{exc.name}."):
+            raise  # the module exists and one of its own imports is missing
         module = None
     family = getattr(module, "FAMILY", None)
     if not isinstance(family, Family):

@@ -13,7 +13,6 @@ from typing import Any
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Episode, Memory, NavView
 from benchmark.envs.family import Family
-from benchmark.envs.minigrid_nav import is_doorkey
 from benchmark.vocabulary import ACTION_MEANING
 
 GRID_WORLDS = {
@@ -28,13 +27,18 @@ GRID_WORLDS = {
 }
 
 
+def is_doorkey(task: Any) -> bool:
+    """Whether `task` is DoorKey: its own declaration (MiniGridTask.doorkey), never its actions."""
+    return bool(getattr(task, "doorkey", False))
+
+
 def world_sentence(task: Any) -> str:
     name = getattr(task, "name", "")
     return GRID_WORLDS.get(name, f"{getattr(task, 'gym_id', name)}: reach the goal square 'G'")
 
 
-def legend(actions: Sequence[str]) -> str:
-    extra = " k=key L=door(locked) D=door(closed) o=door(open)" if is_doorkey(actions) else ""
+def legend(doorkey: bool) -> str:
+    extra = " k=key L=door(locked) D=door(closed) o=door(open)" if doorkey else ""
     return f"LEGEND: A=agent #=wall .=floor G=goal ?=unseen{extra}"
 
 
@@ -44,13 +48,13 @@ GRID_RATIONALE_RULE = (
 )
 
 
-def grid_rules(actions: Sequence[str], rationale: bool, autopilot: bool) -> list[str]:
+def grid_rules(doorkey: bool, rationale: bool, autopilot: bool) -> list[str]:
     """Block (iii) for navigation: appendix 9.1 (FourRooms, also used for the other grid envs)
     and 9.3 (DoorKey), the same at every level. Only the output-shape lines follow `rationale`:
     the paper's DoorKey line "Output only the two lines below" describes the rationale answer,
     so without rationale both families say what FourRooms' static line says."""
     token_line = "- Output only the action token line required below (no markdown)."
-    if is_doorkey(actions):
+    if doorkey:
         lines = (
             ["- Output only the two lines below (no markdown).", GRID_RATIONALE_RULE]
             if rationale
@@ -90,7 +94,7 @@ def grid_system(
         *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
         "",
         "RULES:",
-        *grid_rules(actions, rationale, autopilot),
+        *grid_rules(is_doorkey(task), rationale, autopilot),
     ]
     return "\n".join(lines)
 
@@ -118,10 +122,10 @@ def grid_state(
     `Planner hint:` line searches for (navfeatures.PLANNER_HINTS); no line when it finds none
     under seen_target, or with none."""
     world = nf.World(view, memory)
-    doorkey = is_doorkey(actions)
+    doorkey = view.doorkey
     ahead = "BLOCKED" if view.front in nf.BLOCKING else "clear"
     lines = [
-        legend(actions),
+        legend(doorkey),
         "VIEW (7x7; top row = farthest ahead; you are A at the bottom middle, facing up):",
         *ego_lines(view),
         f"STATE: Facing={view.facing}  PathAhead={ahead} ('{view.front}')  Goal={goal_words(view)}"
@@ -199,10 +203,10 @@ def grid_state(
     return "\n".join(lines)
 
 
-def grid_examples(actions: Sequence[str], level: str | None = None) -> str:
+def grid_examples(doorkey: bool, level: str | None = None) -> str:
     """Block (v): the paper's one-shot examples (appendix 9.1 / 9.3), the same at every level
     (`level` is ignored)."""
-    if is_doorkey(actions):
+    if doorkey:
         lines = [
             "key visible (2 fwd, 1 right), no key in hand -> TURN_RIGHT     "
             "facing 'k', no key in hand -> PICKUP",
@@ -238,7 +242,7 @@ def belief_claims(episode: Episode) -> list[str]:
     exits = [f"{kind} at {p}" for p, kind in nf.doorways(view, world)][:3]
     if exits:
         claims.append(f"- visible exits: {', '.join(exits)} [confirmed]")
-    if is_doorkey(episode.action_names):
+    if view.doorkey:
         keys = [p for p, ch in world.cells.items() if ch == "k"]
         claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
         claims.append(
@@ -297,7 +301,7 @@ class GridFeedback:
     ) -> str:
         """The HWBP environment description: rules, the symbols on the grid, the grid, the actions."""
         symbols = {"W", "G", "."} | {c for c in "DLokb~" if any(c in r for r in view.full_grid)}
-        if is_doorkey(actions):
+        if view.doorkey:
             symbols |= {"D", "L", "o", "k"}
         lines = [
             "In the Minigrid environment you control an agent that moves through a grid world. "
@@ -315,13 +319,13 @@ class GridFeedback:
             "- Movement:",
             "  - Move Forward: moves one cell in the facing direction unless an obstacle is there.",
         ]
-        if is_doorkey(actions):
-            lines += [
-                "- Interaction:",
-                "  - Pick Up: picks up the key in the cell ahead.",
-                "  - Drop: drops the carried object into the cell ahead.",
-                "  - Toggle: opens or closes the door ahead (a locked door needs the key).",
-            ]
+        interaction = {
+            "PICKUP": "  - Pick Up: picks up the key in the cell ahead.",
+            "DROP": "  - Drop: drops the carried object into the cell ahead.",
+            "TOGGLE": "  - Toggle: opens or closes the door ahead (a locked door needs the key).",
+        }
+        if any(a in actions for a in interaction):  # what the actions do, DoorKey or not
+            lines += ["- Interaction:", *(line for a, line in interaction.items() if a in actions)]
         if "DONE" in actions:
             lines += ["Completion:", "- Done: signals that the agent has reached the goal."]
         lines += ["", "Grid symbols:"]
@@ -381,7 +385,7 @@ def brace_teacher(truth: Any) -> list[str]:
     else:
         claims.append("- the goal location [unknown]")
     claims.append(f"- {len(mem.known_map)} cells of the map have been seen [confirmed]")
-    if is_doorkey(truth.action_names):
+    if truth.view.doorkey:
         claims.append(f"- I carry {view.carrying or 'nothing'} [confirmed]")
         if view.carrying != "key":
             keys = [p for p, ch in mem.known_map.items() if ch == "k"] + list(view.keys)
@@ -486,8 +490,8 @@ class GridFamily(Family):
         keys = {"planner_hint"} if level in ("stateful_min", "stateful") else set()
         return frozenset(keys | {"map_radius"} if level == "stateful" else keys)
 
-    def examples(self, actions, level):
-        return grid_examples(actions, level)
+    def examples(self, task, actions, level):
+        return grid_examples(is_doorkey(task), level)
 
     def belief_task(self, task):
         return (

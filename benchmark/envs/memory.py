@@ -146,7 +146,7 @@ class MemoryFamily(GridFamily):
         map_part = text[len(memory_part) :]
         return "\n".join([memory_part, *cue_lines(view, memory)]) + map_part
 
-    def examples(self, actions, level):
+    def examples(self, task, actions, level):
         return "\n".join(
             [
                 "EXAMPLES:",

@@ -49,13 +49,6 @@ def cell_char(obj: WorldObj | None) -> str:
     return {"wall": "#", "key": "k", "goal": "G", "lava": "~"}.get(obj.type, "b")
 
 
-def is_doorkey(action_names: Sequence[str]) -> bool:
-    """Whether the task is DoorKey (a key to pick up, a locked door to open before the goal): the
-    one place this is decided, from the actions, since only DoorKey has PICKUP. Prompts use it to
-    add the key and door symbols, rules, state lines and examples."""
-    return "PICKUP" in action_names
-
-
 class EgoImageObs(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """MiniGrid's dict observation -> the image only, as float32 in [0, 1], flattened in the
     image's own (view x, view y, channel) C order: a memoryless MLP input."""
@@ -140,6 +133,14 @@ class MiniGridTask(Task):
         self.action_names = tuple(actions)
         self.train_gym_ids = tuple(train_gym_ids or (gym_id,))
         self.max_reward = 1.0  # MiniGrid pays 1 - 0.9 * steps / max_steps on reaching the goal
+
+    @property
+    def doorkey(self) -> bool:
+        """Whether the env is DoorKey (a key to pick up, a locked door to open before the goal),
+        told by its env id: the one place this is decided. The prompts (through NavView.doorkey)
+        add DoorKey's key and door symbols, rules, state lines and examples. Not the actions:
+        another env with PICKUP (all seven actions, KeyCorridor) is no DoorKey."""
+        return self.gym_id.startswith("MiniGrid-DoorKey-")
 
     def make_env(self, gym_id: str | None = None, capped: bool = True) -> gym.Env:
         """The policy-facing env: flat scaled image in, the configured action subset out; `gym_id`
@@ -285,6 +286,7 @@ class MiniGridEpisode(Episode):
             height=grid.height,
             step=self.steps,
             max_steps=self.task.episode_limit,
+            doorkey=bool(getattr(self.task, "doorkey", False)),
         )
 
     # -- expert and outcome ----------------------------------------------------------------------

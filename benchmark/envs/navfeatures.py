@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmark.envs.base import Memory, NavView
-from benchmark.envs.minigrid_nav import is_doorkey
 
 FACINGS = ("EAST", "SOUTH", "WEST", "NORTH")  # MiniGrid's agent_dir order
 VEC = {"EAST": (1, 0), "SOUTH": (0, 1), "WEST": (-1, 0), "NORTH": (0, -1)}
@@ -319,7 +318,7 @@ def _seen_target_hint(
     known map (the released code then shows no hint line)."""
     goal = memory.goal_pos or view.goal_pos
     cells = world.cells
-    if is_doorkey(actions) and door_state(world) != "OPEN":
+    if view.doorkey and door_state(world) != "OPEN":
         if view.carrying is None:
             target, final, words = {p for p, c in cells.items() if c == "k"}, "PICKUP", "the key"
         else:
@@ -338,7 +337,7 @@ def _frontier_hint(view: NavView, memory: Memory, actions: Sequence[str]) -> Hin
     world = World(view, memory)
     goal = memory.goal_pos or view.goal_pos
     cells = world.cells
-    if is_doorkey(actions) and view.carrying is None and door_state(world) != "OPEN":
+    if view.doorkey and view.carrying is None and door_state(world) != "OPEN":
         keys = {p for p, ch in cells.items() if ch == "k"}
         if keys:
             found = _bfs(world, actions, set(), keys, "PICKUP")

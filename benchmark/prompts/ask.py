@@ -140,7 +140,7 @@ class AskSession(PromptSession):
         )
         if v.history:
             state += "\n\n" + history_block(ep)
-        examples = fam.examples(actions, v.level)
+        examples = fam.examples(self.task, actions, v.level)
         user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
