@@ -24,7 +24,8 @@ def _check_all(every_job: bool) -> tuple[list[Command], dict[str, int], list[str
     failures, seen = [], {}  # the same command written twice is checked once
     for c in commands:
         if c.illustrative or c.usage:
-            counts["illustrative"] += 1
+            # docs/cli.md's synopsis lines are checked against the CLIs by tests/test_cli_docs.py
+            counts["illustrative"] += not c.source.startswith("docs/cli.md")
             continue
         try:
             if c.mention:
