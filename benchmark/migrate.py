@@ -29,7 +29,7 @@ V1_KEYS = ("env", "policy", "slm", "prompt", "gate", "eval", "tuning", "seed", "
 # keys added to the configs after v1, removed to compute a cell's v1 hash
 V2_KEYS = {
     "env": ("label", "kind"),
-    "eval": ("step_records",),
+    "eval": ("step_records", "workers"),
     "tuning": ("scope", "shared", "clip_tau", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling", "planner_hint"),
