@@ -1,6 +1,6 @@
 """`python -m benchmark.bench [cpu|gpu] [options]`: side-by-side speed and memory ratios.
 
-cpu (default, `make bench`): gate, training, evaluation, tuning, threads and memory sections in
+cpu (default, `make bench`): gate, training, evaluation, workers, ir1, tuning, threads and memory sections in
 one process; prints a progress line as each section starts (with the time left, estimated from
 the last run's section times) and a table (each ratio with its target and PASS/MISS), and writes
 `<paths.bench>/<timestamp>.json`. gpu (`make bench-gpu`): Qwen3.5-2B/4B shapes with random

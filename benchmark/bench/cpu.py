@@ -3,6 +3,8 @@
 gate        batched MC dropout vs the N-pass reference (and the evaluator's per-episode masks)
 training    PPO steps/s: the default DummyVecEnv with 4 envs vs a single env
 evaluation  ASK with the tiny model: lockstep vs sequential, identical per-episode results
+workers     one cell's episodes over 2 worker processes vs 1 at IR 0 and 0.35 (the oracle), and
+            IR-0 decisions/s as a share of the env's own steps/s on the same processes
 ir1         ASK at IR 1 (every step asks), stateful prompt: the suite's default path (lockstep,
             batched, prefix reuse) and choice scoring vs the naive batch-1 loop (sequential, no
             prefix reuse) and the authors' loop (benchmark.bench.authors); the floor (one
@@ -15,7 +17,7 @@ The policies are built here, untrained (gate) or short-trained by the training s
 (evaluation, tuning): speed hardly depends on policy quality, and a 2M-step run does not fit.
 
 Each section lives in its own module, a mixin of CpuBench: gate and training in cpu_policy,
-evaluation in cpu_evaluation, ir1 in cpu_ir1, tuning in cpu_tuning, threads and memory in
+evaluation in cpu_evaluation, workers in cpu_workers, ir1 in cpu_ir1, tuning in cpu_tuning, threads and memory in
 cpu_machine; the sizes and targets in cpu_settings."""
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ from benchmark.bench.cpu_machine import MachineSections
 from benchmark.bench.cpu_policy import PolicySections
 from benchmark.bench.cpu_settings import SECTIONS, Sizes
 from benchmark.bench.cpu_tuning import TuningSection
+from benchmark.bench.cpu_workers import WorkersSection
 
 
-class CpuBench(PolicySections, EvaluationSection, Ir1Section, TuningSection, MachineSections):
+class CpuBench(
+    PolicySections, EvaluationSection, WorkersSection, Ir1Section, TuningSection, MachineSections
+):
     """Runs the sections in order; later sections reuse what earlier ones built (the
     short-trained fourrooms policy, the tiny model)."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SECTIONS = ("gate", "training", "evaluation", "ir1", "tuning", "threads", "memory")
+SECTIONS = ("gate", "training", "evaluation", "workers", "ir1", "tuning", "threads", "memory")
 TARGETS = {
     "gate": 5.0,
     "evaluation": 2.0,
@@ -15,6 +15,8 @@ TARGETS = {
     "tuning": 3.0,
     "training": 1.0,
     "memory_gib": 2.0,
+    "workers": 1.7,  # 2 worker processes vs 1 on 2 cores
+    "env_share": 0.5,  # IR-0 decisions/s vs the env's own steps/s
 }
 IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 14: 4 x 500)
 
@@ -39,6 +41,9 @@ class Sizes:
     thread_repeats: int = 3
     ir1_episodes: int = 4
     ir1_max_steps: int = IR1_PAPER_MAX_STEPS
+    workers_episodes: int = 100
+    workers_max_steps: int = 100
+    workers_repeats: int = 2
 
 
 FULL = Sizes()
@@ -56,6 +61,9 @@ QUICK = Sizes(
     thread_repeats=1,
     ir1_episodes=2,
     ir1_max_steps=6,
+    workers_episodes=8,
+    workers_max_steps=6,
+    workers_repeats=1,
 )
 
 

@@ -1,0 +1,104 @@
+"""CPU bench section `workers`: one cell's test episodes over 2 worker processes vs 1
+(`eval.workers`), at IR 0 (PPO-only) and at IR ~0.35 (the entropy gate asking the oracle), with
+identical per-episode results; and IR-0 decisions/s as a share of what the env alone steps per
+second on the same worker processes (MiniGrid FourRooms with its observations, no policy)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmark.bench.cpu_evaluation import calibrate_tau
+from benchmark.bench.cpu_settings import TARGETS
+
+_ENV: dict[str, Any] = {}  # the task a forked env-stepping worker steps
+
+
+class WorkersSection:
+    """The workers section of CpuBench (a mixin; the host provides `cfg`, `check`, `sizes`,
+    `_policy` and the short-trained policy the sections share)."""
+
+    def section_workers(self) -> dict[str, Any]:
+        from benchmark import results, workers
+        from benchmark.build import build, prepare
+
+        z = self.sizes
+        base = [
+            "env=fourrooms",
+            f"env.task.max_steps={z.workers_max_steps}",
+            "slm=oracle",
+            "prompt=basic",
+            f"eval.n_episodes={z.workers_episodes}",
+        ]
+        ppo_only = self.cfg(*base, "gate=never")
+        task = prepare(ppo_only)[0]
+        policy = self._policy(ppo_only, task)
+        n = 30
+        tau, _ = calibrate_tau(policy, task, z.workers_episodes, z.workers_max_steps, n, 0.35)
+        gates = {
+            "IR 0": ["gate=never"],
+            "IR 0.35": ["gate=entropy", f"gate.tau={tau}", f"gate.mc_samples={n}"],
+        }
+        out: dict[str, Any] = {"params": {"episodes": z.workers_episodes, "tau": tau}}
+        s = "workers"
+        for label, gate in gates.items():
+            cfg = self.cfg(*base, *gate)
+            evaluation = build(cfg, policy=policy)
+            evaluator, seeds = evaluation.evaluator(), evaluation.test_seeds()
+            walls: dict[int, list[float]] = {1: [], 2: []}
+            rows: dict[int, list[dict]] = {}
+            for _ in range(z.workers_repeats):
+                for k in (1, 2):
+                    t0 = time.perf_counter()
+                    got = workers.run(evaluator, seeds, k)
+                    walls[k].append(time.perf_counter() - t0)
+                    rows[k] = results.split_runtime(got)[0]
+            one, two = statistics.median(walls[1]), statistics.median(walls[2])
+            decisions = sum(r["length"] for r in rows[1])
+            ir = sum(r["queries"] for r in rows[1]) / max(1, decisions)
+            self.check(s, f"2 workers vs 1, {label} (wall time)", one / two, target=TARGETS[s])
+            same = float(rows[1] == rows[2])
+            self.check(s, f"identical per-episode results, {label}", same, "", target=1.0)
+            self.check(
+                s, f"decisions/s with 2 workers, {label} (IR {ir:.2f})", decisions / two, "1/s"
+            )
+            out[label] = {"wall_s": {"1": one, "2": two}, "decisions": decisions, "ir": ir}
+        env_rate = env_steps_per_s(task, seeds, 2, z.workers_max_steps)
+        share = out["IR 0"]["decisions"] / out["IR 0"]["wall_s"]["2"] / env_rate
+        self.check(s, "IR-0 decisions/s as a share of the env's own steps/s (2 processes)", share,
+                   "", target=TARGETS["env_share"])  # fmt: skip
+        out["env_steps_per_s"] = env_rate
+        return out
+
+
+def env_steps_per_s(task: Any, seeds: list[int], n_workers: int, max_steps: int) -> float:
+    """Steps/s of the env alone (observations included, a fixed action sequence, no policy) on
+    `n_workers` forked processes, each stepping its shard of `seeds` as the evaluator would."""
+    import multiprocessing
+
+    from benchmark import workers
+
+    _ENV.update(task=task, max_steps=max_steps)
+    parts = workers.shards(list(seeds), n_workers)
+    try:
+        t0 = time.perf_counter()
+        with multiprocessing.get_context("fork").Pool(len(parts)) as pool:
+            steps = sum(pool.map(_step_shard, parts))
+        return steps / (time.perf_counter() - t0)
+    finally:
+        _ENV.clear()
+
+
+def _step_shard(seeds: list[int]) -> int:
+    task, steps = _ENV["task"], 0
+    episodes = [task.episode(s) for s in seeds]
+    rng = np.random.default_rng(0)
+    while live := [e for e in episodes if not e.done]:
+        for e in live:
+            np.asarray(e.obs)
+            e.step(int(rng.integers(len(task.action_names))))
+            steps += 1
+    return steps
