@@ -115,7 +115,10 @@ def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
     )
     table = {c["name"]: c for c in ir1["checks"]}
     ratio = table["default path vs batch-1 sequential, no reuse (decisions/s)"]
-    assert ratio["target"] == TARGETS["ir1"] and ratio["value"] == pytest.approx(ir1["ratio"])
+    assert ratio["target"] is None and ratio["value"] == pytest.approx(ir1["ratio"])
+    floor = table["per query, interleaved: choice scoring / the floor"]
+    assert floor["target"] == TARGETS["ir1_floor"] and floor["cmp"] == "<="
+    assert floor["value"] == pytest.approx(per_query["choices"] / per_query["floor"])
     assert table["identical per-episode results and actions"]["status"] == "PASS"
     assert "default path vs batch-1 sequential" in proc.stdout
     assert "running ir1 (1/1): batch1 path" in proc.stdout  # progress inside the long section

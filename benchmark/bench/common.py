@@ -31,13 +31,14 @@ class Check:
     value: float
     unit: str = "x"
     target: float | None = None
-    cmp: str = ">="  # ">=" or "<"
+    cmp: str = ">="  # ">=", "<=" or "<"
 
     @property
     def passed(self) -> bool | None:
         if self.target is None:
             return None
-        return self.value >= self.target if self.cmp == ">=" else self.value < self.target
+        compare = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}[self.cmp]
+        return compare(self.value, float(self.target))
 
     @property
     def status(self) -> str:
