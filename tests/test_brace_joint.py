@@ -6,6 +6,7 @@ only (a validation seed is refused; every episode the loop plays is a training s
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -154,11 +155,16 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     assert len(history) == 1
     assert (tmp_path / "out" / "rl-always.png").stat().st_size > 0  # the training curves
     again = main(args)
-    assert again["rl"] == {**first["rl"], "reused": True, "trained_with": first["args"]}
+    assert again["rl"] == {**first["rl"], "reused": True}
     assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
     assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]
     kept = list((tmp_path / "out").glob("brace_train.*.json"))  # the first report, not erased
     assert len(kept) == 1 and json.loads(kept[0].read_text())["gains"] == first["gains"]
+    # other arguments never reuse (nor overwrite) these models: refused before any work
+    before = (tmp_path / "out" / "sft" / "belief" / "complete.json").read_bytes()
+    with pytest.raises(SystemExit, match=r"trained with other arguments \(sft_lr"):
+        main([*args, "--sft-lr", "1e-2"])
+    assert (tmp_path / "out" / "sft" / "belief" / "complete.json").read_bytes() == before
 
 
 def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
@@ -170,6 +176,69 @@ def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
     with pytest.raises(SystemExit, match=r"--rl-max-steps 6: .*51 decisions; 0 plays"):
         main(["--env", "higherlower", "--out", str(out), "--rl-max-steps", "6"])
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--rl-iterations", "-1", "--rl-iterations -1: must be >= 1"),
+        ("--sft-examples", "0", "--sft-examples 0: must be >= 1"),
+        ("--sft-lr", "0", "--sft-lr 0.0: must be > 0"),
+        ("--sft-roles", "critic", "--sft-roles 'critic': allowed belief, policy or both"),
+    ],
+)
+def test_a_bad_argument_is_refused_before_any_work(tmp_path, flag, value, message):
+    from benchmark.brace.train import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        main(["--env", "empty5x5_random", "--out", str(out), flag, value])
+    assert not out.exists()
+
+
+def test_a_bad_override_of_the_ask_job_is_refused_before_any_work(tmp_path):
+    from benchmark.brace.train import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="--override"):
+        main(["--env", "empty5x5_random", "--out", str(out), "--mode", "ask",
+              "--override", "policy.no_such_key=1"])  # fmt: skip
+    assert not out.exists()
+
+
+def test_a_half_saved_model_folder_is_set_aside_and_made_again(tmp_path):
+    """What a kill -9 while saving used to leave (a 0-byte config.json, no completion record)
+    is never trusted: the folder is set aside, never deleted, and the model made again whole;
+    a model made whole is reused, and one whose file changed since is not."""
+    from benchmark.brace.train import build_model, model_complete
+
+    target = tmp_path / "sft" / "belief"
+    target.mkdir(parents=True)
+    (target / "config.json").write_bytes(b"")
+    assert not model_complete(target)
+    made = []
+
+    def make(work):
+        made.append(work)
+        (work / "config.json").write_text('{"model_type": "toy"}')
+        (work / "model.safetensors").write_bytes(b"weights")
+
+    build_model(target, make, {"seed": 0})
+    assert len(made) == 1 and model_complete(target)
+    assert [p.name for p in target.parent.iterdir() if p.name.startswith(".belief.corrupt")]
+    build_model(target, make, {"seed": 0})
+    assert len(made) == 1  # complete: reused
+    (target / "model.safetensors").write_bytes(b"WEIGHTS")  # same size, other bytes
+    assert not model_complete(target)
+
+    def killed(work):  # a kill inside the save: no folder that looks complete is left
+        (work / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    other = tmp_path / "rl" / "belief"
+    with pytest.raises(KeyboardInterrupt):
+        build_model(other, killed, {"seed": 0})
+    assert not other.exists() and not model_complete(other)
 
 
 def test_rolling_mean_of_the_training_curves():

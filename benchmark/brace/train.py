@@ -45,6 +45,91 @@ PER_SEED = {"r_belief": "belief", "format": "gate", "correctness": "correctness"
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 
 
+# the arguments that shape each stage's models: a model made with other values is never reused
+SFT_ARGS = ("env", "base", "root", "teacher_episodes", "sft_examples", "sft_epochs", "sft_batch",
+            "sft_lr", "sft_roles", "seed")  # fmt: skip
+RL_ARGS = ("mode", "tau", "override", "rl_iterations", "rl_seeds", "rl_group", "rl_lr",
+           "rl_max_steps", "rl_belief_samples")  # fmt: skip
+COMPLETE = "complete.json"  # a model folder's completion record, written last
+
+
+def check_args(a: Any) -> None:
+    """Every count and rate, before any work (a bad one used to fail after SFT, or inside
+    torch)."""
+    positive = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes",
+                "rl_iterations", "rl_seeds", "rl_group", "reward_episodes", "threads")  # fmt: skip
+    for name in positive:
+        if getattr(a, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} {getattr(a, name)}: must be >= 1")
+    for name in ("sft_epochs", "sft_lr", "rl_lr"):
+        if not getattr(a, name) > 0:
+            raise SystemExit(f"--{name.replace('_', '-')} {getattr(a, name)}: must be > 0")
+    if a.rl_max_steps < 0:
+        raise SystemExit(f"--rl-max-steps {a.rl_max_steps}: must be >= 0 (0: the env's length)")
+    roles = set(a.sft_roles.split(","))
+    if not roles or not roles <= {"belief", "policy"}:
+        raise SystemExit(f"--sft-roles {a.sft_roles!r}: allowed belief, policy or both")
+    if a.mode == "ask":  # the job config its PPO and gate come from: composed and checked now
+        from benchmark.build import prepare
+        from benchmark.config import compose
+
+        try:
+            prepare(compose([f"env={a.env}", "gate=entropy", f"gate.tau={a.tau}", "slm=oracle",
+                             "prompt=brace", "tracking=none", *a.override]))  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - Hydra's or validation's message, named
+            raise SystemExit(f"--override {a.override}: {err}") from err
+
+
+def stage_args(a: Any, names: Sequence[str]) -> dict[str, Any]:
+    return {n: getattr(a, n) for n in names}
+
+
+def model_complete(directory: Path) -> bool:
+    """Whether a model folder is whole: its completion record lists every file with its
+    SHA-256, and each one still has it (a folder a kill left half-saved has no record)."""
+    from benchmark.store import cached_digest, read_json
+
+    record = read_json(directory / COMPLETE)
+    if not isinstance(record, dict) or not record.get("files"):
+        return False
+    digests = results_store(None).digests_dir()
+    for name, sha in record["files"].items():
+        path = directory / name
+        if not path.is_file() or cached_digest(path, digests) != sha:
+            return False
+    return True
+
+
+def check_reusable(directory: Path, args: dict[str, Any]) -> None:
+    """Refuse, before any work, a complete model folder made with other arguments: it is kept
+    (never overwritten) and never measured as if these arguments had made it."""
+    from benchmark.store import read_json
+
+    record = read_json(directory / COMPLETE) or {}
+    made = record.get("trained_with")
+    if made is not None and made != args and model_complete(directory):
+        differ = sorted(k for k in set(made) | set(args) if made.get(k) != args.get(k))
+        raise SystemExit(
+            f"{directory} was trained with other arguments ({', '.join(differ)}: "
+            f"{ {k: made.get(k) for k in differ} }); choose a new --out to train with these"
+        )
+
+
+def build_model(directory: Path, make: Any, args: dict[str, Any]) -> None:
+    """Make a model folder once, whole: built in a private work folder, its completion record
+    (every file's SHA-256 and the arguments) written last, then renamed into place
+    (benchmark.store.build_once: a kill leaves no folder that looks complete)."""
+    from benchmark.store import build_once, file_sha256, write_json_atomic
+
+    def make_whole(work: Path) -> None:
+        make(work)
+        files = sorted(p for p in work.rglob("*") if p.is_file())
+        record = {str(p.relative_to(work)): file_sha256(p) for p in files}
+        write_json_atomic(work / COMPLETE, {"files": record, "trained_with": args})
+
+    build_once(directory, make_whole, model_complete)
+
+
 def task_for(env: str, max_steps: int | None = None) -> Any:
     """The env's task, with its episodes capped at `max_steps` (RL rollouts; None: as is)."""
     from benchmark.envs import load_env_cfg, make_task
@@ -202,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="torch threads (one is fastest on a small shared CPU)",
     )
     a = ap.parse_args(argv)
+    check_args(a)  # every number, before any work
     import torch
 
     torch.set_num_threads(a.threads)
@@ -229,29 +315,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     held_states = rollout.belief_states(hlogs)  # validation seeds: measurement only
     sft = {r: out / "sft" / r for r in ("belief", "policy")}
-    for role in set(sft) - set(a.sft_roles.split(",")):  # no SFT stage (the paper's policy)
-        if not (sft[role] / "config.json").exists():
-            shutil.copytree(base, sft[role], dirs_exist_ok=True)
-    todo = [r for r in sft if not (sft[r] / "config.json").exists()]  # made ones are reused
+    rl = {r: out / RL_DIR[a.mode] / r for r in ("belief", "policy")}
+    sft_args, rl_args = stage_args(a, SFT_ARGS), stage_args(a, SFT_ARGS + RL_ARGS)
+    for directory, args in [*((d, sft_args) for d in sft.values()), (rl["belief"].parent, rl_args)]:
+        check_reusable(directory, args)  # before any work: never reuse other arguments' models
+    sft_roles = set(a.sft_roles.split(","))
+    todo = [r for r in sft if not model_complete(sft[r])]  # complete ones are reused
     # a reused model keeps what its training reported (the earlier brace_train.json's entry)
     earlier_file = out / "brace_train.json"
     earlier = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
     report["sft"] = {r: earlier.get("sft", {}).get(r, "reused") for r in sft if r not in todo}
-    if todo:
+    if any(r in sft_roles for r in todo):
         from benchmark.seeds import check_training_seeds
 
         check_training_seeds(train_seeds, splits)
         _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), train_seeds)
         examples = rollout.sft_examples(logs)
-        settings = TrainSettings(
-            epochs=a.sft_epochs, learning_rate=a.sft_lr, batch_size=a.sft_batch
-        )
-        for role in todo:
-            ex = random.Random(a.seed).sample(
-                examples[role], min(a.sft_examples, len(examples[role]))
-            )
-            report["sft"][role] = fine_tune(base, ex, sft[role], settings, seed=a.seed)
-            print(role, "SFT", report["sft"][role], flush=True)
+    settings = TrainSettings(epochs=a.sft_epochs, learning_rate=a.sft_lr, batch_size=a.sft_batch)
+    for role in todo:
+        if role not in sft_roles:  # no SFT stage (the paper's policy): the base itself
+            build_model(sft[role], lambda work: shutil.copytree(base, work, dirs_exist_ok=True),
+                        sft_args)  # fmt: skip
+            continue
+        if not examples[role]:
+            raise SystemExit(f"no SFT examples for the {role} role: the teacher's "
+                             f"{a.teacher_episodes} episodes gave none (raise --teacher-episodes)")  # fmt: skip
+        ex = random.Random(a.seed).sample(examples[role], min(a.sft_examples, len(examples[role])))
+
+        def make(work: Path, ex: list = ex, role: str = role) -> None:
+            report["sft"][role] = fine_tune(base, ex, work, settings, seed=a.seed)
+
+        build_model(sft[role], make, sft_args)
+        print(role, "SFT", report["sft"][role], flush=True)
     report["held_out"] = {
         "base": held_out(base, held_states) if a.measure_base else None,
         "sft": held_out(sft["belief"], held_states),
@@ -268,21 +363,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "sft": training_reward(rl_task, prompt, sft, reward_seeds, splits, gate, policy)
     }
     print("train reward sft", report["train_reward"]["sft"], flush=True)
-    rl = {r: out / RL_DIR[a.mode] / r for r in ("belief", "policy")}
     rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * a.rl_seeds))
-    if all((d / "config.json").exists() for d in rl.values()):  # made ones are reused, as SFT's
-        # what trained them (this run's args may differ: they only measure)
-        trained = earlier.get("rl") or {}
-        trained_with = trained.get("trained_with", earlier.get("args"))
-        report["rl"] = {**trained, "reused": True, "trained_with": trained_with}
+    if model_complete(rl["belief"].parent):  # made ones are reused, as SFT's
+        report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
         print("rl: reusing", rl["belief"].parent, "(a new --out trains again)", flush=True)
     else:
-        report["rl"] = joint.train(
-            rl_task, prompt, sft, rl, train_seeds=rl_seeds, splits=splits,
-            iterations=a.rl_iterations, seeds_per_step=a.rl_seeds, group=a.rl_group,
-            learning_rate=a.rl_lr, gate=gate, policy=policy, belief_samples=a.rl_belief_samples,
-            seed=a.seed, log=lambda row: print("rl", row, flush=True),
-        )  # fmt: skip
+
+        def make_rl(work: Path) -> None:
+            report["rl"] = joint.train(
+                rl_task, prompt, sft, {r: work / r for r in rl}, train_seeds=rl_seeds,
+                splits=splits, iterations=a.rl_iterations, seeds_per_step=a.rl_seeds,
+                group=a.rl_group, learning_rate=a.rl_lr, gate=gate, policy=policy,
+                belief_samples=a.rl_belief_samples, seed=a.seed,
+                log=lambda row: print("rl", row, flush=True),
+            )  # fmt: skip
+
+        build_model(rl["belief"].parent, make_rl, rl_args)
     report["train_reward"]["rl"] = training_reward(
         rl_task, prompt, rl, reward_seeds, splits, gate, policy
     )
