@@ -5,6 +5,7 @@ prompts at every level; the true facts; bad input refused before any game is mad
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -94,6 +95,12 @@ def test_the_observation_ends_with_the_mask_of_the_valid_commands(games_root):
     assert np.array_equal(obs, ep.obs) and (reward, terminated, truncated) == (0.0, False, False)
     with pytest.raises(ValueError, match=f"action {k} out of range: allowed 0..{k - 1}"):
         env.step(k)
+    # a running game pickles (PPO's resumable training state): the copy replays its commands
+    env.step(0)
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone.played == env.played == [ep.action_names[0]]
+    assert clone.commands == env.commands and clone.state.feedback == env.state.feedback
+    assert np.array_equal(clone.step(0)[0], env.step(0)[0])
 
 
 def test_prompts_hold_the_text_and_the_memory_cumulatively_over_the_levels(games_root):

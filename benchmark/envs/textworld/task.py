@@ -7,7 +7,7 @@ masked (one sends no command: a wasted turn). The episode's `action_names` are t
 so an action index means the same to PPO, to the consultants and to the prompts.
 
 Observation (the policy's, no LM): hashed bags of words, all 0/1, concatenated:
-  [TEXT_DIM: observation + room + inventory + objective]
+  [TEXT_DIM: the game's last answer + the objective]
   [max_commands x COMMAND_DIM: each slot's command]
   [max_commands: the action mask, 1 = the slot holds an admissible command].
 The mask is the observation's last `max_commands` entries (policy.network.MaskedDropoutPolicy
@@ -105,8 +105,8 @@ class TextGameEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(k)
         self.infos = textworld.EnvInfos(
             admissible_commands=True,
-            description=True,
-            inventory=True,
+            description=expert,  # each costs TextWorld a hidden command per step: prompts only
+            inventory=expert,
             objective=True,
             max_score=True,
             won=True,
@@ -118,23 +118,39 @@ class TextGameEnv(gym.Env):
         self.game = None
         self.state: Any = None
         self.commands: list[str] = []
+        self.played: list[str] = []  # this episode's commands (pickling replays them)
         self.path: Path | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        import textworld
-
         super().reset(seed=seed)
         if seed is None:
             raise ValueError("a TextWorld reset needs a seed: it names the game")
         self.close()
         self.path = self.task.game_file(self.task.game_seed(int(seed)))
+        self._start()
+        self.score, self.moves, self.played = 0, 0, []
+        self._read()
+        return self.observation(), {}
+
+    def _start(self) -> None:
+        import textworld
+
         with warnings.catch_warnings():  # Jericho: TextWorld, not Jericho, keeps the score
             warnings.filterwarnings("ignore", "Game .* is not fully supported")
             self.game = textworld.start(str(self.path), self.infos)
             self.state = self.game.reset()
-        self.score, self.moves = 0, 0
-        self._read()
-        return self.observation(), {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the running game (a Z-machine: it does not pickle); unpickling
+        replays this episode's commands on the same game, which is deterministic."""
+        return {**self.__dict__, "game": None, "state": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.path is not None:
+            self._start()
+            for command in self.played:
+                self.state, _, _ = self.game.step(command)
 
     def _read(self) -> None:
         self.commands = commands_of(self.state["admissible_commands"])
@@ -145,8 +161,8 @@ class TextGameEnv(gym.Env):
             )
 
     def text(self) -> str:
-        s = self.state
-        return " ".join([s.feedback or "", s["description"] or "", s["inventory"] or ""])
+        """What the policy reads: the game's last answer and the objective."""
+        return f"{self.state.feedback or ''} {self.state['objective'] or ''}"
 
     def observation(self) -> np.ndarray:
         k = self.task.max_commands
@@ -155,7 +171,7 @@ class TextGameEnv(gym.Env):
         for i, command in enumerate(self.commands):
             slots[i] = hashed_words(command, COMMAND_DIM)
             mask[i] = 1.0
-        text = hashed_words(self.text() + " " + (self.state["objective"] or ""), TEXT_DIM)
+        text = hashed_words(self.text(), TEXT_DIM)
         return np.concatenate([text, slots.ravel(), mask])
 
     def step(self, action: int):
@@ -167,6 +183,7 @@ class TextGameEnv(gym.Env):
         score, done = self.score, False
         if a < len(self.commands):
             self.state, score, done = self.game.step(self.commands[a])
+            self.played.append(self.commands[a])
             self._read()
         reward = (score - self.score) / max(1, int(self.state["max_score"]))
         self.score, self.moves = score, self.moves + 1
