@@ -103,3 +103,49 @@ def test_one_admissible_command_means_no_uncertainty(model, episodes):
     obs[-k + 2] = 1.0  # only slot 2 is allowed
     unc = mc_dropout(model, obs[None], 16, generator=torch.Generator().manual_seed(0))
     assert unc.total[0] == pytest.approx(0.0, abs=1e-6) and unc.action[0] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_every_method_runs_on_a_text_game(tmp_path):
+    """PPO-only, ASK with the oracle, SLM-only with the oracle and the dice: whole jobs on two
+    test games (a tiny PPO on a pool of two training games), with step records."""
+    from benchmark import results
+    from benchmark.analysis.steps import STEPS_FILE, read_steps
+    from benchmark.job import run_job
+    from tests.conftest import compose_cfg
+
+    small = [
+        "env=tw_treasure",
+        f"env.task.games_dir={tmp_path / 'games'}",
+        "env.task.train_games=2",
+        "policy.recipe=suite",
+        "policy.total_timesteps=256",
+        "policy.n_envs=2",
+        "++policy.ppo.n_steps=64",
+        "++policy.ppo.batch_size=64",
+        "policy.eval_freq=256",
+        "policy.eval_episodes=2",
+        "policy.progress_bar=false",
+        "eval.n_episodes=2",
+        "eval.step_records=true",
+    ]
+    cells = {
+        "ppo": ["method=ppo"],
+        "ask": ["method=ask", "slm=oracle", "gate.tau=0.5", "gate.mc_samples=8"],
+        "oracle": ["method=slm_only", "slm=oracle"],
+        "dice": ["method=slm_only", "slm=random"],
+    }
+    summaries = {}
+    for name, overrides in cells.items():
+        cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
+        summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
+        rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
+        assert [r["seed"] for r in rows] == [100, 101] and all("success" in r for r in rows)
+    assert summaries["oracle"]["success_mean"] == 1.0
+    assert summaries["ppo"]["queries_total"] == 0
+    assert summaries["ask"]["success_mean"] >= summaries["ppo"]["success_mean"]
+    steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
+    assert steps and all(r["action_optimal"] and r["facts"] for r in steps)
+    ask_steps = read_steps(tmp_path / "ask" / STEPS_FILE)
+    assert all(r["action"] < len(r["commands"]) for r in ask_steps)  # never a masked slot
