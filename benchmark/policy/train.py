@@ -228,7 +228,7 @@ def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     linear = cfg["lr_schedule"] == "linear"
     schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
     algo, policy_class = ALGORITHMS[algorithm(cfg)]
-    if getattr(task, "masks_actions", False):  # the observation ends with the action mask
+    if task.masks_actions:  # the observation ends with the action mask
         if algorithm(cfg) != "ppo":
             raise ValueError(
                 f"task {task.name!r} masks its actions, which only policy.algorithm=ppo "
