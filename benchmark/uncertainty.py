@@ -1,7 +1,8 @@
 """MC-dropout uncertainty of a PPO policy's action distribution (ASK / ASK+ gate signal).
 
 N stochastic passes through the actor MLP with dropout on give N categorical distributions per
-observation. In bits: total = H(mean_n p_n) (the ASK+ gate signal), aleatoric = mean_n H(p_n),
+observation. A policy that masks actions (policy.network.MaskedDropoutPolicy: a text game's
+commands) masks every pass the same way, so the entropies count only the allowed actions. In bits: total = H(mean_n p_n) (the ASK+ gate signal), aleatoric = mean_n H(p_n),
 epistemic = total - aleatoric (the mutual information between action and dropout mask).
 
 The fast path is one batched forward: the layers before the first dropout run once per
@@ -24,7 +25,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
-from benchmark.policy.network import actor_input, initial_state
+from benchmark.policy.network import action_mask, actor_input, initial_state, mask_logits
 
 LN2 = math.log(2.0)
 
@@ -178,9 +179,15 @@ def mc_dropout(
                 det = layer(det)
             else:
                 det, mc = layer(det), layer(mc)
-        logits = pol.action_net(det)
-        ent = _entropies(pol.action_net(mc), b, n)
+        allowed = action_mask(pol, obs)  # None: every action counts
+        logits = mask_logits(pol.action_net(det), allowed)
+        ent = _entropies(mask_logits(pol.action_net(mc), _per_sample(allowed, n)), b, n)
     return _to_result(logits.argmax(-1), ent, state, logits)
+
+
+def _per_sample(mask: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """A (B, A) action mask for the B x N obs-major rows of the MC passes."""
+    return None if mask is None else mask.repeat_interleave(n, dim=0)
 
 
 def mc_dropout_sequential(
@@ -212,7 +219,9 @@ def mc_dropout_sequential(
                 for h in hooks:
                     h.remove()
         # obs-major rows (b * n + i), as in the batched path
-        ent = _entropies(torch.stack(logits, dim=1).reshape(b * n, -1), b, n)
+        allowed = action_mask(pol, obs)
+        stacked = torch.stack(logits, dim=1).reshape(b * n, -1)
+        ent = _entropies(mask_logits(stacked, _per_sample(allowed, n)), b, n)
     was_training = pol.training
     pol.set_training_mode(False)
     try:
@@ -221,7 +230,7 @@ def mc_dropout_sequential(
         as_numpy = None if state is None else tuple(s.detach().cpu().numpy() for s in state)
         action, _ = pol.predict(obs, state=as_numpy, deterministic=True)
         with torch.inference_mode():  # the dropout-off distribution (eval mode: no dropout)
-            logits = pol.action_net(pol.mlp_extractor.forward_actor(x))
+            logits = mask_logits(pol.action_net(pol.mlp_extractor.forward_actor(x)), allowed)
     finally:
         pol.set_training_mode(was_training)
     return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent, next_state, logits)

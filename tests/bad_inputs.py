@@ -88,6 +88,18 @@ CASES = [
         {},
         "train_gym_ids 'MiniGrid-DoorKey-7x7-v0' is not a registered MiniGrid id",
     ),
+    (
+        "unknown TextWorld game",
+        ["env=tw_treasure", "env.task.game=zork"],
+        {},
+        "unknown TextWorld task 'zork'; allowed: ['quest', 'treasure', 'cooking']",
+    ),
+    (
+        "generation parameter the game does not take",
+        ["env=tw_treasure", "++env.task.generation.nb_rooms=3"],
+        {},
+        "TextWorld task 'treasure' takes no generation parameter ['nb_rooms']",
+    ),
     ("malformed override", ["gate.tau=[0.1,"], {}, "no viable alternative at input '[0.1,'"),
     (
         "openai server unreachable",

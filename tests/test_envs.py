@@ -20,6 +20,7 @@ from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
 MEMORY = ["memory_s11"]
+TEXTWORLD = ["tw_cooking", "tw_quest", "tw_treasure"]  # tests/test_textworld_family.py
 EXPECTED = {
     "fourrooms": ("MiniGrid-FourRooms-v0", 500, 3, [256, 256], [0.1, 0.3, 0.5, 0.7]),
     "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 640, 7, [128, 128], [0.3, 0.5, 0.7, 0.9]),
@@ -38,14 +39,22 @@ FEEDBACK = {"empty5x5_random": 100, "empty16x16": 1024, "simplecrossing9": 324}
 
 
 def test_env_configs_follow_the_schema() -> None:
-    # the papers' envs and the worked example; a family added later brings its own tests
-    assert {*NAV, "higherlower", *MEMORY} <= set(available_envs())
+    # the papers' envs and the worked examples; a family added later brings its own tests
+    assert {*NAV, "higherlower", *MEMORY, *TEXTWORLD} <= set(available_envs())
     for name in available_envs():
         cfg = OmegaConf.to_container(load_env_cfg(name))
         assert {"name", "family", "metric", "net_arch", "thresholds", "task"} <= set(cfg)
         assert cfg["name"] == cfg["task"]["name"] == name
         task = make_task(cfg if name != "fourrooms" else OmegaConf.create(cfg))
         assert task.metric == cfg["metric"] and task.name == name
+        if name in TEXTWORLD:  # the actions are each step's commands, in a masked slot space
+            assert (cfg["family"], cfg["metric"], cfg["kind"]) == (
+                "textworld",
+                "success",
+                "text_game",
+            )
+            assert len(task.action_names) == cfg["task"]["max_commands"]
+            continue
         assert tuple(cfg["task"]["actions"]) == task.action_names
         assert task.family == cfg["family"] and cfg["kind"] in get_family(cfg["family"]).kinds
         if name in NAV:

@@ -149,6 +149,9 @@ class Task(abc.ABC):
     metric: str  # 'success' or 'accuracy'
     action_names: tuple[str, ...]
     max_reward: float  # best achievable episode return (tuning stops early at it)
+    # True: the valid actions change per step and the observation ends with their mask, one
+    # entry per action (PPO then trains policy.network.MaskedDropoutPolicy)
+    masks_actions: bool = False
 
     @abc.abstractmethod
     def episode(self, seed: int) -> Episode:

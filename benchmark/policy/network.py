@@ -181,6 +181,53 @@ class DropoutActorCriticPolicy(MCDropoutHead, ActorCriticPolicy):
     """SB3 ActorCriticPolicy with MC dropout in its actor and critic MLPs (ASK / ASK+)."""
 
 
+# The logit of a masked action: finite, so log-softmax and the entropies stay free of inf * 0.
+MASKED_LOGIT = -1e9
+
+
+class MaskedDropoutPolicy(DropoutActorCriticPolicy):
+    """The dropout actor-critic for a task whose valid actions change from step to step (a text
+    game's commands, `Task.masks_actions`): the last `action_space.n` entries of every
+    observation are the action mask (1: allowed), and a masked action's logit is MASKED_LOGIT,
+    so PPO never samples one, in training or evaluation. The MC-dropout entropies mask the same
+    way (`action_mask`), so the gate counts only the allowed actions."""
+
+    # SB3 builds the action distribution from the latent alone: each entry point that builds
+    # one (rollouts, training's log-probs, predict) keeps its batch's mask for it first
+    def forward(self, obs, deterministic: bool = False):
+        self._mask = self._obs_mask(obs)
+        return super().forward(obs, deterministic)
+
+    def evaluate_actions(self, obs, actions):
+        self._mask = self._obs_mask(obs)
+        return super().evaluate_actions(obs, actions)
+
+    def get_distribution(self, obs):
+        self._mask = self._obs_mask(obs)
+        return super().get_distribution(obs)
+
+    def _obs_mask(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs[..., -int(self.action_space.n) :] > 0.5
+
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor):
+        logits = mask_logits(self.action_net(latent_pi), self._mask)
+        return self.action_dist.proba_distribution(action_logits=logits)
+
+
+def action_mask(policy: ActorCriticPolicy, obs: np.ndarray) -> torch.Tensor | None:
+    """The (B, A) boolean mask of allowed actions of a MaskedDropoutPolicy's observations;
+    None for any other policy (every action allowed)."""
+    if not isinstance(policy, MaskedDropoutPolicy):
+        return None
+    obs_t, _ = policy.obs_to_tensor(obs)
+    return policy._obs_mask(obs_t)
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`logits` with the masked actions' set to MASKED_LOGIT (unchanged when `mask` is None)."""
+    return logits if mask is None else logits.masked_fill(~mask, MASKED_LOGIT)
+
+
 class RecurrentDropoutPolicy(MCDropoutHead, RecurrentActorCriticPolicy):
     """sb3-contrib's recurrent actor-critic with the MC-dropout MLP heads after its LSTMs.
 

@@ -25,6 +25,7 @@ from benchmark.envs.base import Task
 from benchmark.policy import names, resume
 from benchmark.policy.network import (
     DropoutActorCriticPolicy,
+    MaskedDropoutPolicy,
     RecurrentDropoutPolicy,
     algorithm,
     policy_kwargs,
@@ -227,6 +228,13 @@ def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     linear = cfg["lr_schedule"] == "linear"
     schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
     algo, policy_class = ALGORITHMS[algorithm(cfg)]
+    if task.masks_actions:  # the observation ends with the action mask
+        if algorithm(cfg) != "ppo":
+            raise ValueError(
+                f"task {task.name!r} masks its actions, which only policy.algorithm=ppo "
+                f"supports (MaskedDropoutPolicy), not {algorithm(cfg)!r}"
+            )
+        policy_class = MaskedDropoutPolicy
     model = algo(
         policy_class,
         env,

@@ -1,0 +1,360 @@
+"""The TextWorld task, its episodes and the policy's fixed, masked command space.
+
+Commands: at each step the game's admissible commands, less those that never change the game
+(`examine ...`, `look`, `inventory`: the observation already holds the room and the inventory),
+sorted, fill the first slots of a fixed action space of `max_commands` slots; the other slots are
+masked (one sends no command: a wasted turn). The episode's `action_names` are those commands,
+so an action index means the same to PPO, to the consultants and to the prompts.
+
+Observation (the policy's, no LM): hashed bags of words, all 0/1, concatenated:
+  [TEXT_DIM: the game's last answer + the objective]
+  [max_commands x COMMAND_DIM: each slot's command]
+  [max_commands: the action mask, 1 = the slot holds an admissible command].
+The mask is the observation's last `max_commands` entries (policy.network.MaskedDropoutPolicy
+reads it there), so PPO never samples a masked slot and the gate's entropy counts only
+admissible commands.
+
+Reward: the game's score gained, divided by the game's maximum score (an episode's best return is
+1.0); success: the game is won."""
+
+from __future__ import annotations
+
+import re
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from benchmark.envs.base import Episode, Memory, Task
+from benchmark.envs.textworld import games
+from benchmark.seeds import TRAIN_SEED_MIN
+
+TEXT_DIM, COMMAND_DIM = 256, 16
+SKIPPED = re.compile(r"^(examine\b|look$|inventory$)")
+_WORD = re.compile(r"[a-z0-9]+")
+_TEXT_LINE = re.compile(r"[A-Za-z]{2}")
+
+
+def clean(text: str) -> str:
+    """Game text without TextWorld's banner (lines without a word), the `>` prompt line."""
+    lines = []
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if s.startswith(">") or (s and not _TEXT_LINE.search(s)):
+            continue
+        lines.append(s)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def hashed_words(text: str, dim: int) -> np.ndarray:
+    """A 0/1 bag of words hashed into `dim` buckets (crc32: the same on every machine)."""
+    out = np.zeros(dim, dtype=np.float32)
+    for word in _WORD.findall(text.lower()):
+        out[zlib.crc32(word.encode()) % dim] = 1.0
+    return out
+
+
+def commands_of(admissible: list[str]) -> list[str]:
+    """The command set of a step: the admissible commands that can change the game, sorted."""
+    return sorted(c for c in admissible if not SKIPPED.match(c))
+
+
+@dataclass
+class TextView:
+    """What a TextWorld prompt may say at the current step (all of it shown to a player)."""
+
+    observation: str  # the game's answer to the last command (the intro at the start)
+    description: str  # the current room's description (what `look` prints)
+    inventory: str
+    objective: str
+    room: str
+    commands: tuple[str, ...]  # the valid commands now
+    score: int
+    max_score: int
+    moves: int
+    max_steps: int
+
+
+@dataclass
+class TextMemory(Memory):
+    """The grid families' memory plus what a text game remembers: every command with the first
+    line of its answer, the rooms in the order first entered, and the exits walked."""
+
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    rooms: list[str] = field(default_factory=list)
+    exits: dict[str, dict[str, str]] = field(default_factory=dict)  # room -> {command: room}
+
+
+class TextGameEnv(gym.Env):
+    """One TextWorld game per reset (the game of the reset's seed), with the fixed command space.
+    `expert=True` also asks TextWorld for the winning commands and the true facts (episodes)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, task: TextWorldTask, expert: bool = False):
+        import textworld
+
+        self.task, self.expert = task, expert
+        k = task.max_commands
+        size = TEXT_DIM + k * COMMAND_DIM + k
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
+        self.action_space = gym.spaces.Discrete(k)
+        self.infos = textworld.EnvInfos(
+            admissible_commands=True,
+            description=expert,  # each costs TextWorld a hidden command per step: prompts only
+            inventory=expert,
+            objective=True,
+            max_score=True,
+            won=True,
+            lost=True,
+            policy_commands=expert,
+            facts=expert,
+            extras=["walkthrough"] if expert else [],
+        )
+        self.game = None
+        self.state: Any = None
+        self.commands: list[str] = []
+        self.played: list[str] = []  # this episode's commands (pickling replays them)
+        self.path: Path | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is None:
+            raise ValueError("a TextWorld reset needs a seed: it names the game")
+        self.close()
+        self.path = self.task.game_file(self.task.game_seed(int(seed)))
+        self._start()
+        self.score, self.moves, self.played = 0, 0, []
+        self._read()
+        return self.observation(), {}
+
+    def _start(self) -> None:
+        import textworld
+
+        with warnings.catch_warnings():  # Jericho: TextWorld, not Jericho, keeps the score
+            warnings.filterwarnings("ignore", "Game .* is not fully supported")
+            self.game = textworld.start(str(self.path), self.infos)
+            self.state = self.game.reset()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the running game (a Z-machine: it does not pickle); unpickling
+        replays this episode's commands on the same game, which is deterministic."""
+        return {**self.__dict__, "game": None, "state": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.path is not None:
+            self._start()
+            for command in self.played:
+                self.state, _, _ = self.game.step(command)
+
+    def _read(self) -> None:
+        self.commands = commands_of(self.state["admissible_commands"])
+        if len(self.commands) > self.task.max_commands:
+            raise RuntimeError(
+                f"game {self.path} offers {len(self.commands)} commands, more than "
+                f"max_commands={self.task.max_commands}: raise the task's max_commands"
+            )
+
+    def text(self) -> str:
+        """What the policy reads: the game's last answer and the objective."""
+        return f"{self.state.feedback or ''} {self.state['objective'] or ''}"
+
+    def observation(self) -> np.ndarray:
+        k = self.task.max_commands
+        slots = np.zeros((k, COMMAND_DIM), dtype=np.float32)
+        mask = np.zeros(k, dtype=np.float32)
+        for i, command in enumerate(self.commands):
+            slots[i] = hashed_words(command, COMMAND_DIM)
+            mask[i] = 1.0
+        text = hashed_words(self.text(), TEXT_DIM)
+        return np.concatenate([text, slots.ravel(), mask])
+
+    def step(self, action: int):
+        """A masked slot sends no command and wastes the turn (the masked policy never picks
+        one; a gymnasium env must take every action of its space)."""
+        a = int(action)
+        if not 0 <= a < self.task.max_commands:
+            raise ValueError(f"action {a} out of range: allowed 0..{self.task.max_commands - 1}")
+        score, done = self.score, False
+        if a < len(self.commands):
+            self.state, score, done = self.game.step(self.commands[a])
+            self.played.append(self.commands[a])
+            self._read()
+        reward = (score - self.score) / max(1, int(self.state["max_score"]))
+        self.score, self.moves = score, self.moves + 1
+        terminated = bool(done or self.state["won"] or self.state["lost"])
+        truncated = not terminated and self.moves >= self.task.max_steps
+        return self.observation(), float(reward), terminated, truncated, {}
+
+    def close(self) -> None:
+        if self.game is not None:
+            self.game.close()
+            self.game = None
+
+
+class TextWorldTask(Task):
+    """A TextWorld task (quest, treasure or cooking) at fixed generation parameters."""
+
+    family = "textworld"
+    metric = "success"
+    max_reward = 1.0
+    masks_actions = True  # the observation ends with the action mask (MaskedDropoutPolicy)
+
+    def __init__(
+        self,
+        name: str,
+        game: str,
+        generation: dict[str, Any] | None = None,
+        max_steps: int = 50,
+        max_commands: int = 32,
+        train_games: int = 100,
+        games_dir: str | None = None,
+    ):
+        """`game`: quest | treasure | cooking; `generation`: its parameters
+        (games.PARAMETERS, defaults filled in); `train_games`: the size of the training pool;
+        `games_dir`: the game cache (default: games.default_root())."""
+        self.params = games.check_parameters(game, generation)
+        for key, value in (("max_steps", max_steps), ("max_commands", max_commands)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
+        if isinstance(train_games, bool) or not isinstance(train_games, int) or train_games < 1:
+            raise ValueError(f"train_games={train_games!r} is invalid: allowed an integer >= 1")
+        self.name, self.game = name, game
+        self.max_steps, self.max_commands = max_steps, max_commands
+        self.train_games = train_games
+        self.games_dir = Path(games_dir) if games_dir else None
+        # fixed-size names for the sizes (tau's range: log2 of the slots); episodes name the
+        # slots by their commands
+        self.action_names = tuple(f"slot{i}" for i in range(max_commands))
+
+    def game_seed(self, seed: int) -> int:
+        """The game a reset seed plays: evaluation seeds their own, training seeds one of the
+        `train_games` training games."""
+        if seed < 0:
+            raise ValueError(f"seed {seed} is invalid: allowed >= 0")
+        if seed < TRAIN_SEED_MIN:
+            return seed
+        return TRAIN_SEED_MIN + (seed - TRAIN_SEED_MIN) % self.train_games
+
+    def game_file(self, seed: int) -> Path:
+        return games.game_file(self.games_dir or games.default_root(), self.game, self.params, seed)
+
+    def make_env(self) -> TextGameEnv:
+        return TextGameEnv(self)
+
+    def episode(self, seed: int) -> TextWorldEpisode:
+        return TextWorldEpisode(self, seed)
+
+    def __repr__(self) -> str:
+        return f"TextWorldTask({self.name!r}, {self.game!r}, {self.params})"
+
+
+class TextWorldEpisode(Episode):
+    """One seeded game, with the expert's winning commands and the true facts."""
+
+    def __init__(self, task: TextWorldTask, seed: int):
+        self.task, self.seed = task, int(seed)
+        self.env = TextGameEnv(task, expert=True)
+        self.obs, _ = self.env.reset(seed=self.seed)
+        self.steps, self.total_reward, self.done = 0, 0.0, False
+        self.won = False
+        self.memory = TextMemory()
+        self.action_names = tuple(self.env.commands)
+        self._enter(self.room())
+
+    def _enter(self, room: str) -> None:
+        mem = self.memory
+        if room not in mem.rooms:
+            mem.rooms.append(room)
+
+    def step(self, action: int) -> tuple[float, bool]:
+        a = self.checked_action(action)
+        command, before = self.action_names[a], self.room()
+        self.obs, reward, terminated, truncated, _ = self.env.step(a)
+        self.steps += 1
+        self.total_reward += reward
+        self.won = bool(self.env.state["won"])
+        self.done = terminated or truncated
+        self.action_names = tuple(self.env.commands)
+        mem, after = self.memory, self.room()
+        mem.actions.append(command)
+        mem.rewards.append(reward)
+        first = next((x for x in clean(self.env.state.feedback).splitlines() if x), "")
+        mem.transcript.append((command, first))
+        if after != before:
+            mem.exits.setdefault(before, {})[command] = after
+            self._enter(after)
+        if self.done:
+            self.env.close()
+        return reward, self.done
+
+    # -- the true state -------------------------------------------------------------------------
+
+    def facts(self) -> list[str]:
+        """TextWorld's true facts now, as `name(arg, ...)` strings (sorted)."""
+        return sorted(
+            f"{p.name}({', '.join(v.name for v in p.arguments)})" for p in self.env.state["facts"]
+        )
+
+    def room(self) -> str:
+        """The player's room, from the true facts (`at(P, room)`)."""
+        for p in self.env.state["facts"]:
+            if p.name == "at" and p.arguments[0].name == "P":
+                return p.arguments[1].name
+        return "?"
+
+    def walkthrough(self) -> list[str]:
+        """The game's own solution from its start (generation's walkthrough)."""
+        return list(self.env.state["extra.walkthrough"] or [])
+
+    # -- the suite's questions ------------------------------------------------------------------
+
+    def view(self) -> TextView:
+        s = self.env.state
+        return TextView(
+            observation=clean(s.feedback),
+            description=clean(s["description"]),
+            inventory=clean(s["inventory"]),
+            objective=clean(s["objective"]),
+            room=self.room(),
+            commands=self.action_names,
+            score=int(self.env.score),
+            max_score=int(s["max_score"]),
+            moves=self.steps,
+            max_steps=self.task.max_steps,
+        )
+
+    def expert_plan(self) -> list[int]:
+        """The winning commands from the current state (TextWorld replans after every step);
+        only the first is sure to be admissible now."""
+        plan = list(self.env.state["policy_commands"] or [])
+        if not plan or plan[0] not in self.action_names:
+            raise RuntimeError(
+                f"game {self.env.path} (seed {self.seed}) at step {self.steps}: no winning "
+                f"command among the valid ones {list(self.action_names)} (plan {plan})"
+            )
+        return [self.action_names.index(plan[0])]
+
+    def expert_action(self) -> int:
+        return self.expert_plan()[0]
+
+    def optimal_actions(self) -> set[int]:
+        return {self.expert_action()}
+
+    def step_fields(self) -> dict[str, Any]:
+        """The room, the score, the valid commands and the true facts (the state TextWorld
+        tracks), for the per-step records."""
+        return {
+            "room": self.room(),
+            "score": int(self.env.score),
+            "commands": list(self.action_names),
+            "facts": self.facts(),
+        }
+
+    def outcome(self) -> dict[str, float]:
+        return {"success": float(self.won)}

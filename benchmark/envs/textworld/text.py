@@ -1,0 +1,112 @@
+"""The TextWorld family's prompt blocks (ASK/ASK+ levels), belief-state lines and reasons.
+
+Block (iv), cumulative over the levels: basic = the game's last answer and the objective;
+enriched adds the room's description, the inventory and the score; stateful_min adds the
+episodic memory (the last commands with the first line of their answers, the rooms entered);
+stateful adds the known map (the exits walked, room -> command -> room)."""
+
+from __future__ import annotations
+
+from benchmark.envs.family import Family
+from benchmark.envs.textworld.task import TextMemory, TextView
+
+RATIONALE_RULE = (
+    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one valid command>."
+)
+RECENT = 5  # commands the stateful levels show
+
+
+def textworld_system(task, actions, rationale: bool, autopilot: bool) -> str:
+    """Blocks (i)-(iii): role, the commands valid now, rules."""
+    kind = getattr(task, "game", "text")
+    lines = [
+        "ROLE: You advise a reinforcement-learning agent playing a TextWorld text adventure "
+        f"({kind} game): it reads what the game says and types one command per turn. Pick the "
+        "single next command that brings it closest to completing the objective.",
+        "",
+        "VALID ACTIONS (the commands the game accepts now):",
+        *(f"- {a}" for a in actions),
+        "",
+        "RULES:",
+        "- Output only the command line required below, copied exactly (no markdown).",
+        *([RATIONALE_RULE] if rationale else []),
+        "- Follow the objective's steps in order; do not take objects it does not name.",
+        "- Follow autopilot when it serves the objective."
+        if autopilot
+        else "- Explore rooms you have not entered when the objective's object is not here.",
+    ]
+    return "\n".join(lines)
+
+
+def textworld_state(view: TextView, memory: TextMemory, level: str, autopilot: str | None) -> str:
+    """Block (iv) at `level` (cumulative)."""
+    lines = [f"OBSERVATION: {view.observation or '(nothing)'}", f"OBJECTIVE: {view.objective}"]
+    if autopilot is not None:
+        lines.append(f"Autopilot: {autopilot}")
+    if level == "basic":
+        return "\n".join(lines)
+    lines += [
+        f"ROOM ({view.room}): {view.description}",
+        f"INVENTORY: {view.inventory}",
+        f"Score {view.score}/{view.max_score}   Moves {view.moves}/{view.max_steps}",
+    ]
+    if level == "enriched":
+        return "\n".join(lines)
+    recent = memory.transcript[-RECENT:]
+    lines += [
+        "RECENT COMMANDS (oldest first): "
+        + (" | ".join(f"{c} -> {a}" for c, a in recent) if recent else "(none yet)"),
+        f"Rooms entered: {', '.join(memory.rooms) or '(none)'}",
+    ]
+    if level == "stateful_min":
+        return "\n".join(lines)
+    walked = [f"{r} -{c}-> {to}" for r, ex in memory.exits.items() for c, to in ex.items()]
+    lines.append(f"KNOWN MAP: {'; '.join(walked) if walked else '(no exit walked yet)'}")
+    return "\n".join(lines)
+
+
+def textworld_examples() -> str:
+    """Block (v)."""
+    return "\n".join(
+        [
+            "EXAMPLES:",
+            "objective: head north, then take the key; exit north here -> go north",
+            "the key is on the floor here                               -> take key",
+        ]
+    )
+
+
+class TextWorldFamily(Family):
+    """TextWorld Quest, Treasure and Cooking games: text observation, admissible commands."""
+
+    name = "textworld"
+    kinds = ("text_game",)
+
+    def system(self, task, actions, level, rationale, autopilot):
+        return textworld_system(task, actions, rationale, autopilot)
+
+    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
+        return textworld_state(view, memory, level, autopilot)
+
+    def examples(self, actions, level):
+        return textworld_examples()
+
+    def belief_task(self, task):
+        return (
+            f"TASK: a TextWorld {getattr(task, 'game', 'text')} game. The agent reads the game's "
+            "text and types one command per turn to complete the objective."
+        )
+
+    def belief_claims(self, episode):
+        view = episode.view()
+        return [
+            f"- the agent is in the {view.room} [confirmed]",
+            f"- the agent carries: {view.inventory} [confirmed]",
+            f"- score {view.score} of {view.max_score} [confirmed]",
+        ]
+
+    def belief_steps(self, episode, since, limit):
+        return [f"{c} -> {a}" for c, a in episode.memory.transcript[since:][-limit:]]
+
+    def reason(self, episode, action):
+        return "the next step of the objective"

@@ -1,0 +1,151 @@
+"""ASK in text games: PPO with MC dropout over the TextWorld task's fixed, masked command space.
+The mask (the observation's last slots) enters PPO's sampling, its greedy action and the gate's
+MC-dropout entropy, so only admissible commands count. Real games, real SB3 PPO."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.envs import make_task
+from benchmark.policy.network import MASKED_LOGIT, MaskedDropoutPolicy
+from benchmark.policy.train import build_model
+from benchmark.uncertainty import mc_dropout, mc_dropout_sequential
+
+POLICY = {
+    "seed": 0,
+    "n_envs": 2,
+    "learning_rate": 1e-3,
+    "lr_schedule": "constant",
+    "net_arch": [64, 64],
+    "dropout": 0.2,
+    "ppo": {"n_steps": 32, "batch_size": 32, "n_epochs": 1},
+}
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    task = make_task("tw_treasure")
+    task.games_dir = tmp_path_factory.mktemp("tw-games")
+    task.train_games = 2  # the training pool: two games
+    return task
+
+
+@pytest.fixture(scope="module")
+def model(task):
+    torch.manual_seed(0)
+    return build_model(task, POLICY)
+
+
+@pytest.fixture(scope="module")
+def episodes(task):
+    """Observations along the expert's path through two test games, with the step's commands."""
+    out = []
+    for seed in (100, 101):
+        ep = task.episode(seed)
+        while not ep.done:
+            out.append((np.asarray(ep.obs), len(ep.action_names)))
+            ep.step(ep.expert_action())
+    return out
+
+
+def test_the_masked_policy_is_built_for_a_masking_task_and_kept_by_save_and_load(
+    task, model, tmp_path
+):
+    assert isinstance(model.policy, MaskedDropoutPolicy)
+    model.save(tmp_path / "m.zip")
+    loaded = type(model).load(tmp_path / "m.zip", device="cpu")
+    assert isinstance(loaded.policy, MaskedDropoutPolicy)
+    with pytest.raises(ValueError, match="only policy.algorithm=ppo supports"):
+        build_model(task, {**POLICY, "algorithm": "recurrent_ppo", "lstm_hidden_size": 8})
+
+
+def test_ppo_never_samples_and_never_prefers_a_masked_command(model, episodes):
+    obs = np.stack([o for o, _ in episodes])
+    valid = np.array([n for _, n in episodes])
+    for _ in range(20):
+        sampled, _ = model.predict(obs, deterministic=False)
+        assert (sampled < valid).all()
+    greedy, _ = model.predict(obs, deterministic=True)
+    assert (greedy < valid).all()
+    # training's log-probabilities: a masked slot is (numerically) impossible
+    obs_t, _ = model.policy.obs_to_tensor(obs)
+    masked = torch.as_tensor(valid)  # the first masked slot of each step
+    _, log_prob, _ = model.policy.evaluate_actions(obs_t, masked)
+    assert (log_prob < MASKED_LOGIT / 2).all()
+
+
+def test_the_gate_entropy_counts_only_the_admissible_commands(model, episodes):
+    obs = np.stack([o for o, _ in episodes])
+    valid = np.array([n for _, n in episodes])
+    g = torch.Generator().manual_seed(0)
+    unc = mc_dropout(model, obs, 16, generator=g)
+    assert (unc.total <= np.log2(valid) + 1e-5).all()
+    assert (unc.total[valid == 1] < 1e-6).all() if (valid == 1).any() else True
+    k = model.action_space.n
+    assert unc.total.max() < math.log2(k) - 0.5  # unmasked, 16 slots would be near 4 bits
+    probs = unc.policy_probs
+    for row, n in zip(probs, valid, strict=True):
+        assert row[n:].sum() < 1e-6 and row[:n].sum() == pytest.approx(1.0, abs=1e-5)
+    assert (unc.action < valid).all() and np.isfinite(unc.epistemic).all()
+    ref = mc_dropout_sequential(model, obs, 16, generator=torch.Generator().manual_seed(0))
+    np.testing.assert_allclose(unc.total, ref.total, atol=1e-5)
+    np.testing.assert_array_equal(unc.action, ref.action)
+
+
+def test_one_admissible_command_means_no_uncertainty(model, episodes):
+    obs = episodes[0][0].copy()
+    k = model.action_space.n
+    obs[-k:] = 0.0
+    obs[-k + 2] = 1.0  # only slot 2 is allowed
+    unc = mc_dropout(model, obs[None], 16, generator=torch.Generator().manual_seed(0))
+    assert unc.total[0] == pytest.approx(0.0, abs=1e-6) and unc.action[0] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_every_method_runs_on_a_text_game(tmp_path):
+    """PPO-only, ASK with the oracle, SLM-only with the oracle and the dice: whole jobs on two
+    test games (a tiny PPO on a pool of two training games), with step records."""
+    from benchmark import results
+    from benchmark.analysis.steps import STEPS_FILE, read_steps
+    from benchmark.job import run_job
+    from tests.conftest import compose_cfg
+
+    small = [
+        "env=tw_treasure",
+        f"env.task.games_dir={tmp_path / 'games'}",
+        "env.task.train_games=2",
+        "policy.recipe=suite",
+        "policy.total_timesteps=256",
+        "policy.n_envs=2",
+        "++policy.ppo.n_steps=64",
+        "++policy.ppo.batch_size=64",
+        "policy.eval_freq=256",
+        "policy.eval_episodes=2",
+        "policy.progress_bar=false",
+        "eval.n_episodes=2",
+        "eval.step_records=true",
+    ]
+    cells = {
+        "ppo": ["method=ppo"],
+        "ask": ["method=ask", "slm=oracle", "gate.tau=0.5", "gate.mc_samples=8"],
+        "oracle": ["method=slm_only", "slm=oracle"],
+        "dice": ["method=slm_only", "slm=random"],
+    }
+    summaries = {}
+    for name, overrides in cells.items():
+        cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
+        summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
+        rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
+        assert [r["seed"] for r in rows] == [100, 101] and all("success" in r for r in rows)
+    assert summaries["oracle"]["success_mean"] == 1.0
+    assert summaries["ppo"]["queries_total"] == 0
+    assert summaries["ask"]["success_mean"] >= summaries["ppo"]["success_mean"]
+    steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
+    assert steps and all(r["action_optimal"] and r["facts"] for r in steps)
+    ask_steps = read_steps(tmp_path / "ask" / STEPS_FILE)
+    assert all(r["action"] < len(r["commands"]) for r in ask_steps)  # never a masked slot

@@ -1,0 +1,175 @@
+"""The TextWorld family (benchmark/envs/textworld/): real games generated offline by textworld's
+own generators, cached per seed; the fixed, masked command space; the walkthrough expert; the
+prompts at every level; the true facts; bad input refused before any game is made."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from benchmark.consultants.dice import DiceConsultant
+from benchmark.consultants.oracle import OracleConsultant
+from benchmark.envs import family_of, make_task
+from benchmark.envs.textworld import TextWorldTask, games
+from benchmark.envs.textworld.task import COMMAND_DIM, TEXT_DIM, clean
+from benchmark.prompts.ask import AskPrompt
+from benchmark.prompts.base import consult_all
+from benchmark.seeds import TRAIN_SEED_MIN
+from benchmark.vocabulary import LEVELS
+
+ENVS = ("tw_treasure", "tw_quest", "tw_cooking")
+
+
+@pytest.fixture(scope="session")
+def games_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("textworld-games")
+
+
+def task_of(env: str, root) -> TextWorldTask:
+    task = make_task(env)
+    task.games_dir = root
+    return task
+
+
+def solve(ep) -> None:
+    while not ep.done:
+        assert ep.expert_action() in ep.optimal_actions()
+        ep.step(ep.expert_action())
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_expert_solves_every_test_game_it_plays(env, games_root):
+    task = task_of(env, games_root)
+    assert family_of(task).name == "textworld"
+    for seed in (100, 101):
+        ep = task.episode(seed)
+        walkthrough = ep.walkthrough()
+        solve(ep)
+        assert ep.outcome() == {"success": 1.0}, (env, seed, walkthrough)
+        assert ep.total_reward == pytest.approx(1.0)  # the whole score, normalised
+        assert 0 < ep.steps <= len(walkthrough)  # replanning never takes a detour
+
+
+def test_games_are_made_once_per_seed_and_cached_by_their_parameters(games_root):
+    task = task_of("tw_treasure", games_root)
+    path = task.game_file(100)
+    meta = json.loads((path.parent / games.META_FILE).read_text())
+    assert meta["seed"] == 100 and meta["params"] == {"level": 5} and meta["bytes"] > 0
+    mtime = path.stat().st_mtime_ns
+    assert task.game_file(100) == path and path.stat().st_mtime_ns == mtime  # not made again
+    other = games.cache_key("treasure", {"level": 6})
+    assert path.parent.parent.name != other and path.parent.parent.name.startswith("treasure-")
+    # the same seed gives the same game, a different seed another one
+    assert task.episode(100).walkthrough() == task.episode(100).walkthrough()
+    assert task.episode(100).walkthrough() != task.episode(101).walkthrough()
+
+
+def test_training_resets_fold_onto_the_training_pool_and_never_reach_evaluation_seeds():
+    task = TextWorldTask("t", "treasure", train_games=3)
+    assert [task.game_seed(s) for s in (0, 99, 100, 199)] == [0, 99, 100, 199]
+    pool = {task.game_seed(s) for s in range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + 50)}
+    assert pool == {TRAIN_SEED_MIN, TRAIN_SEED_MIN + 1, TRAIN_SEED_MIN + 2}
+    assert [games.split_of(s) for s in (0, 100, TRAIN_SEED_MIN)] == ["valid", "test", "train"]
+
+
+def test_the_observation_ends_with_the_mask_of_the_valid_commands(games_root):
+    task = task_of("tw_treasure", games_root)
+    ep = task.episode(101)
+    k = task.max_commands
+    assert ep.obs.shape == (TEXT_DIM + k * COMMAND_DIM + k,)
+    mask = ep.obs[-k:]
+    n = len(ep.action_names)
+    assert 1 <= n < k and mask[:n].all() and not mask[n:].any()
+    assert all(
+        not c.startswith("examine") and c not in ("look", "inventory") for c in ep.action_names
+    )
+    with pytest.raises(ValueError, match=f"action {n} out of range: allowed 0..{n - 1}"):
+        ep.step(n)
+    env = task.make_env()
+    obs, _ = env.reset(seed=101)
+    assert np.array_equal(obs, ep.obs) and env.action_space.n == k
+    obs, reward, terminated, truncated, _ = env.step(n)  # a masked slot: a wasted turn
+    assert np.array_equal(obs, ep.obs) and (reward, terminated, truncated) == (0.0, False, False)
+    with pytest.raises(ValueError, match=f"action {k} out of range: allowed 0..{k - 1}"):
+        env.step(k)
+    # a running game pickles (PPO's resumable training state): the copy replays its commands
+    env.step(0)
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone.played == env.played == [ep.action_names[0]]
+    assert clone.commands == env.commands and clone.state.feedback == env.state.feedback
+    assert np.array_equal(clone.step(0)[0], env.step(0)[0])
+
+
+def test_prompts_hold_the_text_and_the_memory_cumulatively_over_the_levels(games_root):
+    task = task_of("tw_treasure", games_root)
+    ep = task.episode(100)
+    first = ep.action_names[ep.expert_action()]
+    ep.step(ep.expert_action())  # a move: the memory has a command and an exit walked
+    texts = {}
+    for level in LEVELS:
+        prompt = AskPrompt(level, level)
+        prompt.check(task)
+        system, user = (m["content"] for m in prompt.session(ep, False).messages(0))
+        assert all(f"- {c}" in system for c in ep.action_names)
+        texts[level] = user
+        assert "OBSERVATION: " in user and "Autopilot: " + ep.action_names[0] in user
+        assert "$$" not in user and "OBJECTIVE: " in user
+    assert "INVENTORY" in texts["enriched"] and "INVENTORY" not in texts["basic"]
+    assert f"RECENT COMMANDS (oldest first): {first} ->" in texts["stateful_min"]
+    assert "RECENT" not in texts["enriched"]
+    assert "KNOWN MAP" in texts["stateful"] and "KNOWN MAP" not in texts["stateful_min"]
+    room0 = ep.memory.rooms[0]
+    assert f"{room0} -{first}-> {ep.view().room}" in texts["stateful"]
+
+
+def test_the_oracle_and_the_dice_answer_with_valid_commands(games_root):
+    task = task_of("tw_treasure", games_root)
+    ep = task.episode(102)
+    prompt = AskPrompt("stateful", "stateful", rationale=True)
+    oracle = consult_all([prompt.session(ep, True).consult(None)], OracleConsultant().answer)
+    assert oracle[0].action == ep.expert_action()
+    dice = [
+        consult_all([prompt.session(ep, False).consult(None)], DiceConsultant(s).answer)[0]
+        for s in range(8)
+    ]
+    assert {d.action for d in dice} <= set(range(len(ep.action_names)))
+    assert len({d.action for d in dice}) > 1
+
+
+def test_the_true_state_is_textworlds_facts_in_the_step_records(games_root):
+    task = task_of("tw_treasure", games_root)
+    ep = task.episode(100)
+    fields = ep.step_fields()
+    assert f"at(P, {fields['room']})" in fields["facts"]
+    assert fields["commands"] == list(ep.action_names) and fields["score"] == 0
+    solve(ep)
+    assert ep.step_fields()["score"] == 1
+
+
+def test_clean_drops_the_banner_and_the_prompt_line():
+    text = "  $$  \\$$ |  \\\n\nWelcome to TextWorld!\n-= Attic =-\n>  -= Attic =-0/1"
+    assert clean(text) == "Welcome to TextWorld!\n-= Attic =-"
+
+
+@pytest.mark.parametrize(
+    ("game", "generation", "match"),
+    [
+        (
+            "zork",
+            None,
+            "unknown TextWorld task 'zork'; allowed: \\['quest', 'treasure', 'cooking'\\]",
+        ),
+        ("treasure", {"nb_rooms": 3}, "'treasure' takes no generation parameter \\['nb_rooms'\\]"),
+        ("cooking", {"split": "test"}, "takes no generation parameter \\['split'\\]"),
+        ("treasure", {"level": 31}, "generation.level=31 is invalid: allowed 1..30"),
+        ("quest", {"nb_rooms": "3"}, "generation.nb_rooms='3' is invalid .* allowed a int"),
+        ("cooking", {"go": 2}, "generation.go=2 is invalid: allowed 1, 6, 9 or 12"),
+    ],
+)
+def test_bad_generation_input_fails_before_any_game_is_made(game, generation, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        TextWorldTask("t", game, generation, games_dir=str(tmp_path))
+    assert not any(tmp_path.iterdir())
