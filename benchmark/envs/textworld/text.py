@@ -88,7 +88,7 @@ class TextWorldFamily(Family):
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         return textworld_state(view, memory, level, autopilot)
 
-    def examples(self, actions, level):
+    def examples(self, task, actions, level):
         return textworld_examples()
 
     def belief_task(self, task):
