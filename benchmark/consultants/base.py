@@ -46,8 +46,8 @@ class Decoding:
     # scoring"); other queries (rationale, belief updates, plans) still generate
     mode: str = "generate"
     # where temperature, top_p and top_k come from: "config" (the fields above, from
-    # slm.decoding) or "model" (the model's own generation_config.json, as the ASK+ authors'
-    # released code decodes: `Consultant.resolve_decoding` replaces them before anything else
+    # slm.decoding) or "model" (the model's own generation_config.json, as `generate` reads it
+    # given no sampling argument: `Consultant.resolve_decoding` replaces them before anything else
     # reads the query, so a resolved decoding is always "config")
     source: str = "config"
     # transformers' repetition penalty (RepetitionPenaltyLogitsProcessor, vLLM's

@@ -222,8 +222,8 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         return self._identity
 
     def model_sampling(self) -> dict[str, Any]:
-        """What `generate` would sample with given no sampling argument, as the ASK+ authors'
-        released code calls it (slm.decoding.source=model): greedy unless the model's
+        """What `generate` would sample with given no sampling argument
+        (slm.decoding.source=model): greedy unless the model's
         generation config sets `do_sample`; then its temperature, top_p and top_k, transformers'
         own defaults where it sets none (HF_SAMPLING_DEFAULTS). A `min_p`, which Decoding cannot
         express, is refused rather than dropped."""
