@@ -180,7 +180,7 @@ class CellSpec:
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
-            # slm.decoding.mode and .source (and their copies in the prompt's sampling) at their
+            # slm.decoding.mode, .source and .repetition_penalty (and their copies in the prompt's sampling) at their
             # defaults are left out: cells made before the keys existed keep their hash
             for part, key in (("slm", "decoding"), ("prompt", "sampling")):
                 if isinstance(out.get(part), dict) and key in out[part]:
@@ -292,13 +292,13 @@ def _drop_legacy(node: str, value: Any) -> Any:
 
 
 # decoding keys added after the cells they would re-key, at the value those cells used
-DECODING_DEFAULTS = {"mode": "generate", "source": "config"}
+DECODING_DEFAULTS = {"mode": "generate", "source": "config", "repetition_penalty": 1.0}
 
 
 def without_default_decoding(decoding: Any) -> Any:
-    """A decoding mapping (slm.decoding, prompt.sampling) without `mode` and `source` where they
-    hold their defaults, "generate" and "config" (what every cell before those keys existed
-    did); anything else as it is."""
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode`, `source` and
+    `repetition_penalty` where they hold their defaults, "generate", "config" and 1.0 (what every
+    cell before those keys existed did); anything else as it is."""
     if not isinstance(decoding, dict):
         return decoding
     return {k: v for k, v in decoding.items() if not DECODING_DEFAULTS.get(k, object()) == v}

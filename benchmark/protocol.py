@@ -18,6 +18,7 @@ KEYS = {
     "planner_hint": ("prompt.planner_hint", "prompt"),
     "mc_samples": ("gate.mc_samples", "gate"),
     "decoding_source": ("slm.decoding.source", "slm"),
+    "repetition_penalty": ("slm.decoding.repetition_penalty", "slm"),
     "clip_tau": ("tuning.clip_tau", "tuning"),
     "n_trials": ("tuning.n_trials", "tuning"),
 }

@@ -154,6 +154,14 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             "generation config; set slm.decoding.source=config and slm.decoding.temperature/"
             "top_p/top_k to the model's values"
         )
+    penalty = OmegaConf.select(cfg, "slm.decoding.repetition_penalty")
+    if penalty is not None and (
+        isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0
+    ):
+        raise ValueError(
+            f"slm.decoding.repetition_penalty={penalty!r} is invalid: allowed a number > 0 "
+            "(1.0 = off; docs/protocol.md)"
+        )
     mode = OmegaConf.select(cfg, "slm.decoding.mode")
     if mode is None or mode == "generate":
         return
@@ -179,6 +187,10 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
         from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
 
         raise ValueError(CHOICES_NEED_LOGPROBS)
+    if target.endswith("OpenAIConsultant") and penalty not in (None, 1.0):
+        from benchmark.consultants.openai_compat import CHOICES_NO_PENALTY
+
+        raise ValueError(CHOICES_NO_PENALTY)
 
 
 def _check_choices_prompt(cfg: DictConfig, task) -> None:

@@ -124,7 +124,8 @@ def test_slm_decoding_reaches_every_query(tmp_path):
 
 @pytest.mark.parametrize("protocol", ["paper", "official"])
 def test_feedback_preset_samples_like_ollama(tmp_path, protocol):
-    """Ollama's defaults whatever the protocol (official's model sampling is the ASK+ code's)."""
+    """Ollama's defaults whatever the protocol (official's repetition penalty is the ASK+
+    code's)."""
     cfg = compose_cfg(
         tmp_path, "+experiment=feedback", "env=empty16x16", "prompt=hwbp", f"protocol={protocol}"
     )
@@ -135,6 +136,7 @@ def test_feedback_preset_samples_like_ollama(tmp_path, protocol):
         "seed": 0,
         "mode": "generate",
         "source": "config",
+        "repetition_penalty": 1.0,
     }
 
 
@@ -183,12 +185,12 @@ def own_sampling_model(tmp_path_factory) -> Path:
     return target
 
 
-@pytest.mark.parametrize("protocol", ["paper", "official"])
-def test_official_protocol_samples_with_the_models_generation_config(
-    own_sampling_model, tmp_path, protocol
+@pytest.mark.parametrize("source", ["config", "model"])
+def test_source_model_samples_with_the_models_generation_config(
+    own_sampling_model, tmp_path, source
 ):
-    """protocol=official decodes as the released code (generate() on the checkpoint's own
-    generation_config.json), seeded; paper stays greedy. Through the job's own builders: the
+    """slm.decoding.source=model decodes as generate() on the checkpoint's own
+    generation_config.json, seeded; config stays greedy. Through the job's own builders: the
     prompt's decoding, make_consultant (the response cache around the hf backend)."""
     import torch
 
@@ -203,7 +205,7 @@ def test_official_protocol_samples_with_the_models_generation_config(
         f"slm.backend.path={own_sampling_model}",
         "prompt=basic",
         "seed=3",
-        f"protocol={protocol}",
+        f"slm.decoding.source={source}",
     )
     decoding = build_prompt(cfg, prepare(cfg)[0]).decoding
     threads = torch.get_num_threads()
@@ -214,7 +216,7 @@ def test_official_protocol_samples_with_the_models_generation_config(
         (resolved,) = {q.decoding for q in consultant.inner.resolve_decoding(qs)}
         own = Decoding(max_new_tokens=8, temperature=0.7, top_p=0.8, top_k=20, seed=3)
         greedy = Decoding(max_new_tokens=8, seed=3)
-        assert resolved == (own if protocol == "official" else greedy)
+        assert resolved == (own if source == "model" else greedy)
         answers = [a.text for a in consultant.answer(qs)]
         assert answers == [a.text for a in consultant.answer(qs)]  # seeded: it repeats
 
@@ -222,7 +224,7 @@ def test_official_protocol_samples_with_the_models_generation_config(
             return [a.text for a in consultant.inner.answer([replace(q, decoding=d) for q in qs])]
 
         assert answers == texts(resolved)
-        if protocol == "official":
+        if source == "model":
             assert answers != texts(greedy) and answers != texts(replace(own, seed=4))
             assert len(consultant.store) == 0  # sampled: never cached
         else:

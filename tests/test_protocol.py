@@ -31,6 +31,7 @@ EXPECTED = {
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "seen_target",
         "slm.decoding.source": "config",
+        "slm.decoding.repetition_penalty": 1.0,
         "gate.mc_samples": 30,
         "tuning.clip_tau": False,
         "tuning.n_trials": 15,
@@ -41,7 +42,8 @@ EXPECTED = {
         "policy.total_timesteps": 2_000_000,
         "policy.lr_schedule": "constant",
         "prompt.planner_hint": "seen_target",
-        "slm.decoding.source": "model",
+        "slm.decoding.source": "config",
+        "slm.decoding.repetition_penalty": 1.1,
         "gate.mc_samples": 30,
         "tuning.clip_tau": False,
         "tuning.n_trials": 15,
@@ -53,6 +55,7 @@ EXPECTED = {
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "frontier",
         "slm.decoding.source": "config",
+        "slm.decoding.repetition_penalty": 1.0,
         "gate.mc_samples": 50,
         "tuning.clip_tau": True,
         "tuning.n_trials": 15,
@@ -311,14 +314,24 @@ def test_suite_protocol_keeps_the_cells_of_todays_defaults():
         _spec(paper).with_inputs(tau_study="s").identity["prompt"]["planner_hint"] == "seen_target"
     )
     assert _spec(paper).with_inputs(tau_study="s").identity["tuning"]["clip_tau"] is False
-    # slm.decoding.source enters only away from its default (official: the model's sampling)
+    # slm.decoding.source and .repetition_penalty enter only away from their defaults
+    # (official: the released code's penalty)
     official = compose(
         "+experiment=table1", "env=fourrooms", "method=ask_plus", "protocol=official"
     )
-    for c, source in ((ask_plus, None), (paper, None), (official, "model")):
+    model = compose(
+        "+experiment=table1", "env=fourrooms", "method=ask_plus", "slm.decoding.source=model"
+    )
+    for c, source, penalty in (
+        (ask_plus, None, None),
+        (paper, None, None),
+        (official, None, 1.1),
+        (model, "model", None),
+    ):
         identity = _spec(c).with_inputs(tau_study="s").identity
         for part, key in (("slm", "decoding"), ("prompt", "sampling")):
             assert identity[part][key].get("source") == source
+            assert identity[part][key].get("repetition_penalty") == penalty
     hl = [
         compose("env=higherlower", "method=slm_only", f"prompt.planner_hint={h}").prompt
         for h in ("seen_target", "none")

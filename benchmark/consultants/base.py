@@ -17,7 +17,8 @@ from typing import Any
 from benchmark.consultants.errors import ConsultantError
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
-DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source")  # what `slm.decoding` may set
+# what `slm.decoding` may set
+DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source", "repetition_penalty")
 MODES = ("generate", "choices")  # Decoding.mode
 SOURCES = ("config", "model")  # Decoding.source
 
@@ -45,12 +46,23 @@ class Decoding:
     # scoring"); other queries (rationale, belief updates, plans) still generate
     mode: str = "generate"
     # where temperature, top_p and top_k come from: "config" (the fields above, from
-    # slm.decoding) or "model" (the model's own generation_config.json, as the ASK+ authors'
-    # released code decodes: `Consultant.resolve_decoding` replaces them before anything else
+    # slm.decoding) or "model" (the model's own generation_config.json, as `generate` reads it
+    # given no sampling argument: `Consultant.resolve_decoding` replaces them before anything else
     # reads the query, so a resolved decoding is always "config")
     source: str = "config"
+    # transformers' repetition penalty (RepetitionPenaltyLogitsProcessor, vLLM's
+    # `repetition_penalty`): the logit of every token already in the prompt or the answer is
+    # divided by it (multiplied where negative) before the next token is chosen; 1.0 = off
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.repetition_penalty, bool) or not (
+            isinstance(self.repetition_penalty, (int, float)) and self.repetition_penalty > 0
+        ):
+            raise ValueError(
+                f"slm.decoding.repetition_penalty={self.repetition_penalty!r} must be a number "
+                "> 0 (1.0 = off)"
+            )
         if self.mode not in MODES:
             raise ValueError(f"slm.decoding.mode={self.mode!r} is not one of {list(MODES)}")
         if self.source not in SOURCES:
@@ -84,7 +96,7 @@ class Decoding:
 
 def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     """The `slm.decoding` fields of a `Decoding` from a config mapping (temperature, top_p,
-    top_k, seed, mode, source; missing ones keep their defaults, null = default). Unknown keys fail."""
+    top_k, seed, mode, source, repetition_penalty; missing ones keep their defaults, null = default). Unknown keys fail."""
     if sampling is None:
         return {}
     items = dict(sampling.items())
@@ -102,6 +114,12 @@ def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
             if value not in allowed:
                 raise ValueError(f"slm.decoding.{key}={value!r} is not one of {list(allowed)}")
             out[key] = str(value)
+        elif key == "repetition_penalty":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(
+                    f"slm.decoding.repetition_penalty={value!r} must be a number > 0 (1.0 = off)"
+                )
+            out[key] = float(value)
         elif key in ("temperature", "top_p"):
             out[key] = float(value)
         elif key == "top_k" or key == "seed":

@@ -41,7 +41,8 @@ SAMPLING_ONLY = ("top_p", "top_k", "seed")
 def decoding_key(decoding: Decoding) -> dict:
     """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
     data = dataclasses.asdict(decoding)
-    for name, default in (("mode", "generate"), ("source", "config")):
+    defaults = (("mode", "generate"), ("source", "config"), ("repetition_penalty", 1.0))
+    for name, default in defaults:
         if data[name] == default:  # the default: keys made before the field existed still hit
             data.pop(name)
     if decoding.temperature == 0:

@@ -4,7 +4,10 @@ unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every va
 continuation (`choice_ids`: its tokens and the first stop token): on CPU with attention layers
 only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
 attention.branched_attention); otherwise in one batched forward on that cache. The most likely
-action is the answer, every action's probability goes in `Answer.choices`."""
+action is the answer, every action's probability goes in `Answer.choices`. With a repetition
+penalty (`slm.decoding.repetition_penalty` != 1), each action token's log-probability is taken
+from the logits as `generate` would penalize them at that point: over the prompt for the first
+token, over the prompt and the action's earlier tokens for the later ones."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import math
 import time
 
 from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.penalty import penalize
 from benchmark.consultants.prefix import Prompt
 
 
@@ -56,13 +60,19 @@ class ChoiceScoring:
         for s in range(0, len(order), self.max_batch_size):
             chunk = order[s : s + self.max_batch_size]
             t0 = time.perf_counter()
-            scores = self._score_batch([prompts[i] for i in chunk], [conts[i] for i in chunk])
+            scores = self._score_batch(
+                [prompts[i] for i in chunk],
+                [conts[i] for i in chunk],
+                [queries[i].decoding.repetition_penalty for i in chunk],
+            )
             per = (time.perf_counter() - t0) / len(chunk)
             for i, v in zip(chunk, scores, strict=True):
                 out[i] = (v, len(prompts[i].ids), per)
         return out  # type: ignore[return-value]
 
-    def _score_batch(self, rows: list[Prompt], conts: list[list[list[int]]]) -> list[list[float]]:
+    def _score_batch(
+        self, rows: list[Prompt], conts: list[list[list[int]]], penalties: list[float]
+    ) -> list[list[float]]:
         import torch
 
         seqs = [r.ids for r in rows]
@@ -70,6 +80,12 @@ class ChoiceScoring:
         with torch.inference_mode():
             for members, cache, last in self._prefill_groups(seqs, rows, conts):
                 t0 = time.perf_counter()
+                if any(penalties[r] != 1.0 for r in members):
+                    scored = self._penalized(members, cache, last, seqs, conts, penalties)
+                    for r, values in zip(members, scored, strict=True):
+                        out[r] = values
+                    self._stats["decode_seconds"] += time.perf_counter() - t0
+                    continue
                 if last.dim() == 3:  # folded: the prompt's last position, then every branch's
                     logp = torch.log_softmax(last.float(), dim=-1)  # [g, 1 + branch tokens, V]
                     for j, r in enumerate(members):
@@ -102,4 +118,47 @@ class ChoiceScoring:
                         v += float(rest[m, t - 1, c[t]])  # type: ignore[index]
                     out[members[j]].append(v)
                 self._stats["decode_seconds"] += time.perf_counter() - t0
+        return out
+
+    def _penalized(self, members, cache, last, seqs, conts, penalties) -> list[list[float]]:
+        """Per member row: each action's log-likelihood with every token's logits penalized
+        over the prompt and the action's earlier tokens (module docstring). The later tokens'
+        logits come from the folded branches, or from one forward of the actions on the cache."""
+        import torch
+
+        if last.dim() == 3:  # folded: [g, 1 + branch tokens, V]
+            positions = []
+            for j, r in enumerate(members):
+                at, rows = 1, []
+                for c in conts[r]:
+                    rows.append([last[j, 0]] + [last[j, at + t - 1] for t in range(1, len(c))])
+                    at += len(c) - 1
+                positions.append(rows)
+        else:
+            pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
+            width = max(len(c) for _, c in pairs) - 1
+            logits = None
+            if width > 0:
+                index = torch.tensor([j for j, _ in pairs], device=self.device)
+                cache.reorder_cache(index)
+                ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
+                for m, (_, c) in enumerate(pairs):
+                    ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+                logits = self.model(
+                    input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
+                ).logits
+            positions = [[] for _ in members]
+            for m, (j, c) in enumerate(pairs):
+                positions[j].append(
+                    [last[j]] + [logits[m, t - 1] for t in range(1, len(c))]  # type: ignore[index]
+                )
+        out = []
+        for j, r in enumerate(members):
+            values = []
+            for c, vectors in zip(conts[r], positions[j], strict=True):
+                contexts = [seqs[r] + c[:t] for t in range(len(c))]
+                scores = penalize(torch.stack(vectors).float(), contexts, penalties[r])
+                logp = torch.log_softmax(scores, dim=-1)
+                values.append(sum(float(logp[t, c[t]]) for t in range(len(c))))
+            out.append(values)
         return out

@@ -43,6 +43,7 @@ from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.fingerprint import offline_hint, resolve_source
 from benchmark.consultants.kernels import describe_kernels, kernel_report
 from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoding, plain_greedy
+from benchmark.consultants.penalty import row_penalty
 from benchmark.consultants.prefix import (
     DEFAULT_PREFIX_CACHE,
     PREFILL_STATS,
@@ -221,8 +222,8 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         return self._identity
 
     def model_sampling(self) -> dict[str, Any]:
-        """What `generate` would sample with given no sampling argument, as the ASK+ authors'
-        released code calls it (slm.decoding.source=model): greedy unless the model's
+        """What `generate` would sample with given no sampling argument
+        (slm.decoding.source=model): greedy unless the model's
         generation config sets `do_sample`; then its temperature, top_p and top_k, transformers'
         own defaults where it sets none (HF_SAMPLING_DEFAULTS). A `min_p`, which Decoding cannot
         express, is refused rather than dropped."""
@@ -431,7 +432,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         import torch
 
         if not d.sampling and self._lean_ok and max_new <= self.lean_max_new_tokens:
-            return self._lean_ids(seqs, max_new, stop, prompts)
+            return self._lean_ids(seqs, max_new, stop, prompts, d.repetition_penalty)
         n = len(seqs)
         width = max(len(s) for s in seqs)
         with torch.inference_mode():
@@ -456,9 +457,17 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             gc = copy.deepcopy(self._base_gc)
             gc.update(max_new_tokens=max_new, eos_token_id=stop)
             kwargs: dict[str, Any] = {}
+            processors: list[Any] = []
+            if d.repetition_penalty != 1.0:  # per row, before sampling (as generate orders it)
+                gc.update(repetition_penalty=1.0)  # the decoding's penalty, not the model's
+                processors.append(row_penalty(d.repetition_penalty, mask))
             if d.sampling:
                 seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
-                kwargs["logits_processor"] = row_sampler(d, seeds, offsets, width)
+                processors.extend(row_sampler(d, seeds, offsets, width))
+            if processors:
+                from transformers import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList(processors)
             if cache is not None:
                 kwargs[self._cache_arg] = cache
             out = self.model.generate(

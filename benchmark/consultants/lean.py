@@ -1,13 +1,14 @@
 """Lean greedy decode (`slm.backend.lean_max_new_tokens`; docs/choices.md): short greedy answers
 take the prefill of choice scoring and a plain argmax loop instead of `generate`, only where
-generation would apply no logits processor (`plain_greedy`): the same tokens
-(tests/test_choices.py)."""
+generation would apply no logits processor (`plain_greedy`) but the decoding's own repetition
+penalty, applied here as generate applies it: the same tokens (tests/test_choices.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from benchmark.consultants.penalty import penalize
 from benchmark.consultants.prefix import Prompt
 
 DEFAULT_LEAN_MAX_NEW_TOKENS = 16  # greedy answers up to this long take the lean decode loop
@@ -50,13 +51,20 @@ class LeanDecoding:
     `model`, `device`, `_cache_arg` and `_stats`."""
 
     def _lean_ids(
-        self, seqs: list[list[int]], max_new: int, stop: list[int], prompts: list[Prompt]
+        self,
+        seqs: list[list[int]],
+        max_new: int,
+        stop: list[int],
+        prompts: list[Prompt],
+        penalty: float = 1.0,
     ) -> list[list[int]]:
         """Greedy decoding without `generate`: each length group prefilled unpadded on the
         shared prefix (`_prefill_groups`), then one forward per new token on the group's own
         cache; a row leaves the batch at its stop token. Only taken when greedy generation
         would apply no logits processor (`_lean_ok`), so argmax of the logits is its choice:
-        the same tokens as `generate` (tests/test_choices.py)."""
+        the same tokens as `generate` (tests/test_choices.py). A repetition `penalty` other than
+        1 is applied to each row's logits over its prompt and answer so far, as `generate`
+        applies it (benchmark.consultants.penalty)."""
         import torch
 
         out: list[list[int]] = [[] for _ in seqs]
@@ -66,6 +74,8 @@ class LeanDecoding:
                 t0 = time.perf_counter()
                 alive = list(members)
                 for step in range(max_new):
+                    if penalty != 1.0:
+                        last = penalize(last.float(), [seqs[r] + out[r] for r in alive], penalty)
                     token = last.argmax(-1)
                     for r, t in zip(alive, token.tolist(), strict=True):
                         out[r].append(t)

@@ -65,6 +65,11 @@ from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
 
+CHOICES_NO_PENALTY = (
+    "slm.decoding.mode=choices with the openai backend scores the server's prompt "
+    "log-probabilities, which no repetition penalty acts on; set "
+    "slm.decoding.repetition_penalty=1.0 or slm.decoding.mode=generate"
+)
 CHOICES_NEED_LOGPROBS = (
     "slm.decoding.mode=choices needs prompt log-probabilities from the server: set "
     "slm.backend.prompt_logprobs=true for a vLLM server (its /tokenize and /v1/completions "
@@ -208,6 +213,8 @@ class OpenAIConsultant(Consultant):
             "max_tokens": max_tokens,
             "temperature": d.temperature,
         }
+        if d.repetition_penalty != 1.0:  # vLLM's sampling parameter; off requests stay as before
+            body["repetition_penalty"] = d.repetition_penalty
         if d.sampling:  # greedy requests stay exactly as before
             if d.top_p < 1.0:
                 body["top_p"] = d.top_p
@@ -262,6 +269,8 @@ class OpenAIConsultant(Consultant):
     def answer(self, queries: list[Query]) -> list[Answer]:
         if not queries:
             return []
+        if any(scores_choices(q) and q.decoding.repetition_penalty != 1.0 for q in queries):
+            raise ConsultantError(CHOICES_NO_PENALTY)
         if not self.prompt_logprobs and any(scores_choices(q) for q in queries):
             raise ConsultantError(CHOICES_NEED_LOGPROBS)
         t0 = time.perf_counter()
