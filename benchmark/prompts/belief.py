@@ -135,12 +135,10 @@ class BeliefPrompt(PromptVariant):
 
 
 class BeliefSession(PromptSession):
+    v: BeliefPrompt
+
     def __init__(self, variant: BeliefPrompt, episode: Episode, with_expert: bool):
-        self.v = variant
-        self.episode = episode
-        self.with_expert = with_expert
-        self.task = getattr(episode, "task", None)
-        self.family = family_of(episode)
+        super().__init__(variant, episode, with_expert)
         self.belief: list[str] = list(INITIAL_BELIEF)
         self.last_step = 0
         self.update_failures = 0
