@@ -20,9 +20,8 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner, State
-from benchmark.envs.grid import GridFamily, grid_state
+from benchmark.envs.grid import GridFamily, family_rules, grid_state, navigation_system
 from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.vocabulary import ACTION_MEANING
 
 
 class KeyCorridorPlanner(GridPlanner):
@@ -94,10 +93,6 @@ class KeyCorridorEpisode(MiniGridEpisode):
 
 # -- the family: prompt blocks, belief task, reasons -----------------------------------------------
 
-RATIONALE_RULE = (
-    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
-)
-
 
 def ball_seen(view: NavView, memory: Memory) -> tuple[int, int] | None:
     """Where the ball was seen this episode ('b' on the known map or in view), else None."""
@@ -139,19 +134,13 @@ class KeyCorridorFamily(GridFamily):
 
     def system(self, task, actions, level, rationale, autopilot):
         label = str(getattr(task, "gym_id", "MiniGrid-KeyCorridor")).removeprefix("MiniGrid-")
-        lines = [
-            "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-            f"MiniGrid world {label.removesuffix('-v0')}: a corridor of small rooms; a ball 'b' "
+        world = (
+            f"{label.removesuffix('-v0')}: a corridor of small rooms; a ball 'b' "
             "lies behind a locked door 'L', the key 'k' that opens it lies in another room. The "
             "episode is won by picking the ball up. The agent sees only a 7x7 window in front of "
-            "it. Pick the single next action that brings it closest to holding the ball.",
-            "",
-            "VALID ACTIONS:",
-            *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-            "",
-            "RULES:",
-            "- Output only the action token line required below (no markdown).",
-            *([RATIONALE_RULE] if rationale else []),
+            "it. Pick the single next action that brings it closest to holding the ball."
+        )
+        rules = [
             "- TOGGLE opens a closed door 'D'; a locked door 'L' opens only with the key in hand.",
             "- The agent holds one object: DROP the key on a free cell '.' before PICKUP of 'b'.",
             "- FORWARD cannot enter '#', 'k', 'b' or a closed/locked door.",
@@ -159,7 +148,7 @@ class KeyCorridorFamily(GridFamily):
             if autopilot
             else "- Explore rooms through their doors until the key and the ball are seen.",
         ]
-        return "\n".join(lines)
+        return navigation_system(world, actions, family_rules(rationale, rules))
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)

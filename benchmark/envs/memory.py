@@ -19,9 +19,14 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner
-from benchmark.envs.grid import GridFamily, belief_claims, grid_state
+from benchmark.envs.grid import (
+    GridFamily,
+    belief_claims,
+    family_rules,
+    grid_state,
+    navigation_system,
+)
 from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.vocabulary import ACTION_MEANING
 
 
 class MemoryPlanner(GridPlanner):
@@ -64,9 +69,6 @@ class MemoryEpisode(MiniGridEpisode):
 # -- the family: prompt blocks, belief claims, reasons ---------------------------------------------
 
 OBJECT_WORDS = {"k": "key", "b": "ball"}
-RATIONALE_RULE = (
-    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
-)
 
 
 def cue_seen(view: NavView, memory: Memory) -> str | None:
@@ -112,28 +114,22 @@ class MemoryFamily(GridFamily):
 
     def system(self, task, actions, level, rationale, autopilot):
         label = str(getattr(task, "gym_id", "MiniGrid-Memory")).removeprefix("MiniGrid-")
-        lines = [
-            "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-            f"MiniGrid world {label.removesuffix('-v0')}: the agent starts in a small room that "
+        world = (
+            f"{label.removesuffix('-v0')}: the agent starts in a small room that "
             "holds a cue object (a key 'k' or a ball 'b'); a corridor leads east to a junction "
             "with one object at its north end and one at its south end. Stepping next to the "
             "object of the same kind as the cue wins; next to the other object loses. The agent "
             "sees only a 7x7 window in front of it. Pick the single next action that brings it "
-            "closest to the matching object.",
-            "",
-            "VALID ACTIONS:",
-            *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-            "",
-            "RULES:",
-            "- Output only the action token line required below (no markdown).",
-            *([RATIONALE_RULE] if rationale else []),
+            "closest to the matching object."
+        )
+        rules = [
             "- Remember the cue. At the junction turn toward the end whose object matches it.",
             "- FORWARD cannot enter '#', 'k' or 'b'.",
             "- Follow autopilot when it agrees with the cue."
             if autopilot
             else "- If the cue was never seen, look back into the start room first.",
         ]
-        return "\n".join(lines)
+        return navigation_system(world, actions, family_rules(rationale, rules))
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)
