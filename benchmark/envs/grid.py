@@ -37,6 +37,13 @@ def world_sentence(task: Any) -> str:
     return GRID_WORLDS.get(name, f"{getattr(task, 'gym_id', name)}: reach the goal square 'G'")
 
 
+def gym_name(task: Any, default: str) -> str:
+    """The task's MiniGrid environment as a prompt names it (`MiniGrid-Memory-S7-v0` ->
+    `Memory-S7`); `default` for a task without a gym id."""
+    gym_id = str(getattr(task, "gym_id", default))
+    return gym_id.removeprefix("MiniGrid-").removesuffix("-v0")
+
+
 def legend(doorkey: bool) -> str:
     extra = " k=key L=door(locked) D=door(closed) o=door(open)" if doorkey else ""
     return f"LEGEND: A=agent #=wall .=floor G=goal ?=unseen{extra}"

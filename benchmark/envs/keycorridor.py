@@ -20,8 +20,8 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner, State
-from benchmark.envs.grid import GridFamily, family_rules, grid_state, navigation_system
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
+from benchmark.envs.grid import GridFamily, family_rules, grid_state, gym_name, navigation_system
+from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
 class KeyCorridorPlanner(GridPlanner):
@@ -86,9 +86,7 @@ class KeyCorridorTask(MiniGridTask):
 class KeyCorridorEpisode(MiniGridEpisode):
     """A MiniGrid episode whose expert fetches the ball."""
 
-    def __init__(self, task: KeyCorridorTask, seed: int):
-        super().__init__(task, seed)
-        self._planner = KeyCorridorPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+    planner_class = KeyCorridorPlanner
 
 
 # -- the family: prompt blocks, belief task, reasons -----------------------------------------------
@@ -133,9 +131,8 @@ class KeyCorridorFamily(GridFamily):
     feedback = None  # the feedback paper's text is about reaching 'G'
 
     def system(self, task, actions, level, rationale, autopilot):
-        label = str(getattr(task, "gym_id", "MiniGrid-KeyCorridor")).removeprefix("MiniGrid-")
         world = (
-            f"{label.removesuffix('-v0')}: a corridor of small rooms; a ball 'b' "
+            f"{gym_name(task, 'MiniGrid-KeyCorridor')}: a corridor of small rooms; a ball 'b' "
             "lies behind a locked door 'L', the key 'k' that opens it lies in another room. The "
             "episode is won by picking the ball up. The agent sees only a 7x7 window in front of "
             "it. Pick the single next action that brings it closest to holding the ball."

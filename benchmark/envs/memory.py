@@ -24,9 +24,10 @@ from benchmark.envs.grid import (
     belief_claims,
     family_rules,
     grid_state,
+    gym_name,
     navigation_system,
 )
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
+from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
 class MemoryPlanner(GridPlanner):
@@ -57,9 +58,7 @@ class MemoryTask(MiniGridTask):
 class MemoryEpisode(MiniGridEpisode):
     """A MiniGrid episode whose expert goes to the object that matches the cue."""
 
-    def __init__(self, task: MemoryTask, seed: int):
-        super().__init__(task, seed)
-        self._planner = MemoryPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+    planner_class = MemoryPlanner
 
     def cue_pos(self) -> tuple[int, int]:
         """The cue object's cell (MiniGrid's MemoryEnv puts it at (1, height // 2 - 1))."""
@@ -113,9 +112,8 @@ class MemoryFamily(GridFamily):
     feedback = None  # the feedback paper's text is about reaching 'G'
 
     def system(self, task, actions, level, rationale, autopilot):
-        label = str(getattr(task, "gym_id", "MiniGrid-Memory")).removeprefix("MiniGrid-")
         world = (
-            f"{label.removesuffix('-v0')}: the agent starts in a small room that "
+            f"{gym_name(task, 'MiniGrid-Memory')}: the agent starts in a small room that "
             "holds a cue object (a key 'k' or a ball 'b'); a corridor leads east to a junction "
             "with one object at its north end and one at its south end. Stepping next to the "
             "object of the same kind as the cue wins; next to the other object loses. The agent "
