@@ -42,7 +42,7 @@ _PLAN_WORDS = re.compile(
     re.IGNORECASE,
 )
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
-_BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
+BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
 INITIAL_BELIEF = ["- nothing has been observed yet [unknown]"]
 BELIEF_ROLE = "belief"  # Query.role of the update round (a two-model consultant routes on it)
 
@@ -54,7 +54,7 @@ def parse_belief(text: str | None, max_claims: int = 12) -> list[str]:
     if not text:
         return []
     visible, _ = strip_thinking(text)
-    m = _BELIEF_BLOCK.search(visible)
+    m = BELIEF_BLOCK.search(visible)
     body = m.group(1) if m else visible
     claims: list[str] = []
     for raw in body.splitlines():
