@@ -84,7 +84,7 @@ def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
     outcome = store.adopt_cell(
         old_hash,
         new_hash,
-        lambda old_dir, summary: _changed_inputs(spec, cfg, old_dir, summary),
+        lambda old_dir, summary: changed_inputs(spec, cfg, old_dir, summary),
         record,
         studies,
     )
@@ -107,7 +107,7 @@ def adopt_legacy_cell(spec: CellSpec, cfg: DictConfig) -> bool:
     return False
 
 
-def _changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dict) -> str:
+def changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dict) -> str:
     """Why the v1 cell's inputs may differ from the job's ('' when they provably do not)."""
     if spec.tunes_tau and cfg.tuning.scope != "cell":
         return "its tau came from its own study, and this job reuses a shared one's"
@@ -124,7 +124,7 @@ def _changed_inputs(spec: CellSpec, cfg: DictConfig, old_dir: Path, summary: dic
         if path.stat().st_mtime > computed_at:
             return f"its checkpoint {path} was rewritten after the cell was computed"
     if spec.uses_consultant:
-        return _model_changed(cfg, old_dir)
+        return model_changed(cfg, old_dir)
     return ""
 
 
@@ -163,7 +163,7 @@ def adopt_v2_cell(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> b
     if spec.tunes_tau:
         studies = (str(legacy.inputs["tau_study"]), str(spec.inputs["tau_study"]))
     outcome = store.adopt_cell(
-        legacy.hash, new_hash, lambda old_dir, _: _model_changed(cfg, old_dir), record, studies
+        legacy.hash, new_hash, lambda old_dir, _: model_changed(cfg, old_dir), record, studies
     )
     if outcome == "adopted":
         log.warning(
@@ -185,7 +185,7 @@ def adopt_v2_cell(spec: CellSpec, cfg: DictConfig, checkpoint: Path | None) -> b
     return False
 
 
-def _model_changed(cfg: DictConfig, old_dir: Path) -> str:
+def model_changed(cfg: DictConfig, old_dir: Path) -> str:
     """Why the local model's weights may differ from those the cell used ('' when not)."""
     if "slm" not in cfg or cfg.get("gate", {}).get("name") == "never":
         return ""

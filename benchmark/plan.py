@@ -255,7 +255,7 @@ def _legacy(spec: Any, cfg: DictConfig, checkpoint: Path | None) -> str | None:
     """A complete cell of an older identity a job would adopt (benchmark.migrate), read-only."""
     from benchmark.build import locate_inputs
     from benchmark.cell import digest
-    from benchmark.migrate import _changed_inputs, _model_changed, v1_cell_config
+    from benchmark.migrate import changed_inputs, model_changed, v1_cell_config
 
     store = Store.of(cfg.paths)
     if spec.dir(cfg.paths.root).exists():
@@ -266,11 +266,11 @@ def _legacy(spec: Any, cfg: DictConfig, checkpoint: Path | None) -> str | None:
         v2 = None
     if v2 is not None and v2.hash != spec.hash:
         old_dir = store.cell_dir(v2.hash)
-        if results.complete_cell(old_dir) is not None and not _model_changed(cfg, old_dir):
+        if results.complete_cell(old_dir) is not None and not model_changed(cfg, old_dir):
             return f"v2 cell {old_dir.name}, adopted as this one when the sweep runs"
     old_dir = store.cell_dir(digest(v1_cell_config(cfg)))
     done = results.complete_cell(old_dir)
-    if done is None or _changed_inputs(spec, cfg, old_dir, done[0]):
+    if done is None or changed_inputs(spec, cfg, old_dir, done[0]):
         return None
     return f"v1 cell {old_dir.name}, adopted as this one when the sweep runs"
 

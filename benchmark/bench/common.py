@@ -67,6 +67,21 @@ def summarize_times(times: list[float]) -> dict[str, Any]:
     return {"median_s": statistics.median(times), "min_s": min(times), "times_s": times}
 
 
+def run_rates(rows: list[dict], wall: float) -> dict[str, float]:
+    """An evaluation run's decisions and queries, per second of `wall` and as IR: the rates the
+    CPU and GPU benchmarks both report for a run of episode rows."""
+    decisions = sum(r["length"] for r in rows)
+    queries = sum(r["queries"] for r in rows)
+    return {
+        "wall_s": wall,
+        "decisions": decisions,
+        "queries": queries,
+        "decisions_per_s": decisions / wall,
+        "queries_per_s": queries / wall,
+        "ir": queries / max(1, decisions),
+    }
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far (Linux reports KiB)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.bench.common import RssSampler
+from benchmark.bench.common import RssSampler, run_rates
 from benchmark.bench.cpu_settings import TARGETS
 
 
@@ -224,17 +224,11 @@ def query_split(run: TimedRun) -> dict[str, float] | None:
 
 
 def _run_stats(rows: list[dict], wall: float) -> dict[str, float]:
-    decisions = sum(r["length"] for r in rows)
-    queries = sum(r["queries"] for r in rows)
+    rates = run_rates(rows, wall)
     return {
-        "wall_s": wall,
-        "decisions": decisions,
-        "queries": queries,
-        "decisions_per_s": decisions / wall,
-        "queries_per_s": queries / wall,
-        "ir": queries / max(1, decisions),
+        **rates,
         # the consultant's share of the wall time, per query (its batches' time split over rows)
         "consultant_ms_per_query": 1e3
         * sum(r["consultant_seconds"] for r in rows)
-        / max(1, queries),
+        / max(1, rates["queries"]),
     }

@@ -19,7 +19,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.bench.common import Check, compose, format_table, jsonable, write_report
+from benchmark.bench.common import (
+    Check,
+    compose,
+    format_table,
+    jsonable,
+    run_rates,
+    write_report,
+)
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.kernels import describe_kernels
@@ -202,16 +209,7 @@ def ask_lockstep_vs_sequential(
         t0 = time.perf_counter()
         rows = evaluation.run(seeds, mode=mode, tau=tau)
         wall = time.perf_counter() - t0
-        decisions = sum(r["length"] for r in rows)
-        queries = sum(r["queries"] for r in rows)
-        runs[mode] = {
-            "wall_s": wall,
-            "decisions": decisions,
-            "queries": queries,
-            "decisions_per_s": decisions / wall,
-            "queries_per_s": queries / wall,
-            "ir": queries / max(1, decisions),
-        }
+        runs[mode] = run_rates(rows, wall)
         outcomes[mode] = results.split_runtime(rows)[0]
     return {
         "params": {

@@ -152,9 +152,9 @@ def _write_hybrid(out: Path, seed: int) -> None:
     import torch
     from transformers import GenerationConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    from benchmark.consultants.tiny import _train_tokenizer
+    from benchmark.consultants.tiny import train_tokenizer
 
-    tokenizer = _train_tokenizer()
+    tokenizer = train_tokenizer()
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     values = {
         **QWEN35_SHAPES["qwen3.5-2b"],

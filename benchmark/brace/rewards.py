@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from benchmark.envs.truth import Truth, Verdict, correctness, verify
-from benchmark.prompts.belief import _BELIEF_BLOCK, parse_belief
+from benchmark.prompts.belief import BELIEF_BLOCK, parse_belief
 from benchmark.vocabulary import LABELS, split_claim, strip_thinking
 
 
@@ -33,7 +33,7 @@ def format_gate(text: str | None, max_claims: int = 12) -> float:
     if not text:
         return 0.0
     visible, _ = strip_thinking(text)
-    m = _BELIEF_BLOCK.search(visible)
+    m = BELIEF_BLOCK.search(visible)
     if not m or "</belief_state>" not in visible.lower():
         return 0.0
     lines = [ln for ln in m.group(1).splitlines() if ln.strip()]

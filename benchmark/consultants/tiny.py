@@ -198,7 +198,7 @@ SIZES: dict[str, dict[str, Any]] = {
 SIZES["small"] = {**SIZES["tiny"], **SIZES["small"]}  # otherwise the tiny shape
 
 
-def _train_tokenizer(corpus: tuple[str, ...] = (_CORPUS,), vocab_size: int = 600) -> Any:
+def train_tokenizer(corpus: tuple[str, ...] = (_CORPUS,), vocab_size: int = 600) -> Any:
     """A byte-level BPE tokenizer trained on the built-in corpus (deterministic, offline)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -253,7 +253,7 @@ def _write_tiny(directory: Path, seed: int, size: str = "tiny") -> None:
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     shape = dict(SIZES[size])
-    tokenizer = _train_tokenizer(shape.pop("corpus"), shape.pop("vocab_size"))
+    tokenizer = train_tokenizer(shape.pop("corpus"), shape.pop("vocab_size"))
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     config = Qwen3Config(
         vocab_size=len(tokenizer),

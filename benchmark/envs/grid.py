@@ -37,6 +37,13 @@ def world_sentence(task: Any) -> str:
     return GRID_WORLDS.get(name, f"{getattr(task, 'gym_id', name)}: reach the goal square 'G'")
 
 
+def gym_name(task: Any, default: str) -> str:
+    """The task's MiniGrid environment as a prompt names it (`MiniGrid-Memory-S7-v0` ->
+    `Memory-S7`); `default` for a task without a gym id."""
+    gym_id = str(getattr(task, "gym_id", default))
+    return gym_id.removeprefix("MiniGrid-").removesuffix("-v0")
+
+
 def legend(doorkey: bool) -> str:
     extra = " k=key L=door(locked) D=door(closed) o=door(open)" if doorkey else ""
     return f"LEGEND: A=agent #=wall .=floor G=goal ?=unseen{extra}"
@@ -85,18 +92,37 @@ def grid_system(
 ) -> str:
     """Blocks (i)-(iii). `level` is accepted for symmetry with the state block and ignored: the
     system message is the same for every level (ASK+ paper, appendix 9)."""
+    world = (
+        f"{world_sentence(task)}. The agent sees only a 7x7 window in front of it. "
+        "Pick the single next action that brings it closest to reaching the goal."
+    )
+    return navigation_system(world, actions, grid_rules(is_doorkey(task), rationale, autopilot))
+
+
+def navigation_system(world: str, actions: Sequence[str], rules: Sequence[str]) -> str:
+    """Blocks (i)-(iii) as every MiniGrid family words them: the ROLE sentence ending in `world`
+    (the world, the goal, the view), the valid actions and `rules` (block (iii))."""
     lines = [
         "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-        f"MiniGrid world {world_sentence(task)}. The agent sees only a 7x7 window in front of it. "
-        "Pick the single next action that brings it closest to reaching the goal.",
+        f"MiniGrid world {world}",
         "",
         "VALID ACTIONS:",
         *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
         "",
         "RULES:",
-        *grid_rules(is_doorkey(task), rationale, autopilot),
+        *rules,
     ]
     return "\n".join(lines)
+
+
+def family_rules(rationale: bool, rules: Sequence[str]) -> list[str]:
+    """Block (iii) of a family beyond the paper's: the output shape (the grid families' rationale
+    rule with `rationale`), then the family's own `rules`."""
+    return [
+        "- Output only the action token line required below (no markdown).",
+        *([GRID_RATIONALE_RULE] if rationale else []),
+        *rules,
+    ]
 
 
 def ego_lines(view: NavView) -> list[str]:

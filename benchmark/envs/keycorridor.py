@@ -20,9 +20,8 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner, State
-from benchmark.envs.grid import GridFamily, grid_state
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.vocabulary import ACTION_MEANING
+from benchmark.envs.grid import GridFamily, family_rules, grid_state, gym_name, navigation_system
+from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
 class KeyCorridorPlanner(GridPlanner):
@@ -87,16 +86,10 @@ class KeyCorridorTask(MiniGridTask):
 class KeyCorridorEpisode(MiniGridEpisode):
     """A MiniGrid episode whose expert fetches the ball."""
 
-    def __init__(self, task: KeyCorridorTask, seed: int):
-        super().__init__(task, seed)
-        self._planner = KeyCorridorPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+    planner_class = KeyCorridorPlanner
 
 
 # -- the family: prompt blocks, belief task, reasons -----------------------------------------------
-
-RATIONALE_RULE = (
-    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
-)
 
 
 def ball_seen(view: NavView, memory: Memory) -> tuple[int, int] | None:
@@ -138,20 +131,13 @@ class KeyCorridorFamily(GridFamily):
     feedback = None  # the feedback paper's text is about reaching 'G'
 
     def system(self, task, actions, level, rationale, autopilot):
-        label = str(getattr(task, "gym_id", "MiniGrid-KeyCorridor")).removeprefix("MiniGrid-")
-        lines = [
-            "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-            f"MiniGrid world {label.removesuffix('-v0')}: a corridor of small rooms; a ball 'b' "
+        world = (
+            f"{gym_name(task, 'MiniGrid-KeyCorridor')}: a corridor of small rooms; a ball 'b' "
             "lies behind a locked door 'L', the key 'k' that opens it lies in another room. The "
             "episode is won by picking the ball up. The agent sees only a 7x7 window in front of "
-            "it. Pick the single next action that brings it closest to holding the ball.",
-            "",
-            "VALID ACTIONS:",
-            *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-            "",
-            "RULES:",
-            "- Output only the action token line required below (no markdown).",
-            *([RATIONALE_RULE] if rationale else []),
+            "it. Pick the single next action that brings it closest to holding the ball."
+        )
+        rules = [
             "- TOGGLE opens a closed door 'D'; a locked door 'L' opens only with the key in hand.",
             "- The agent holds one object: DROP the key on a free cell '.' before PICKUP of 'b'.",
             "- FORWARD cannot enter '#', 'k', 'b' or a closed/locked door.",
@@ -159,7 +145,7 @@ class KeyCorridorFamily(GridFamily):
             if autopilot
             else "- Explore rooms through their doors until the key and the ball are seen.",
         ]
-        return "\n".join(lines)
+        return navigation_system(world, actions, family_rules(rationale, rules))
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)

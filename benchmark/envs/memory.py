@@ -19,9 +19,15 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner
-from benchmark.envs.grid import GridFamily, belief_claims, grid_state
-from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridEpisode, MiniGridTask
-from benchmark.vocabulary import ACTION_MEANING
+from benchmark.envs.grid import (
+    GridFamily,
+    belief_claims,
+    family_rules,
+    grid_state,
+    gym_name,
+    navigation_system,
+)
+from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
 class MemoryPlanner(GridPlanner):
@@ -52,9 +58,7 @@ class MemoryTask(MiniGridTask):
 class MemoryEpisode(MiniGridEpisode):
     """A MiniGrid episode whose expert goes to the object that matches the cue."""
 
-    def __init__(self, task: MemoryTask, seed: int):
-        super().__init__(task, seed)
-        self._planner = MemoryPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+    planner_class = MemoryPlanner
 
     def cue_pos(self) -> tuple[int, int]:
         """The cue object's cell (MiniGrid's MemoryEnv puts it at (1, height // 2 - 1))."""
@@ -64,9 +68,6 @@ class MemoryEpisode(MiniGridEpisode):
 # -- the family: prompt blocks, belief claims, reasons ---------------------------------------------
 
 OBJECT_WORDS = {"k": "key", "b": "ball"}
-RATIONALE_RULE = (
-    "- Line 1: Reason: <one short line, max 15 words>.   Line 2: Action: <one of VALID ACTIONS>."
-)
 
 
 def cue_seen(view: NavView, memory: Memory) -> str | None:
@@ -111,29 +112,22 @@ class MemoryFamily(GridFamily):
     feedback = None  # the feedback paper's text is about reaching 'G'
 
     def system(self, task, actions, level, rationale, autopilot):
-        label = str(getattr(task, "gym_id", "MiniGrid-Memory")).removeprefix("MiniGrid-")
-        lines = [
-            "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-            f"MiniGrid world {label.removesuffix('-v0')}: the agent starts in a small room that "
+        world = (
+            f"{gym_name(task, 'MiniGrid-Memory')}: the agent starts in a small room that "
             "holds a cue object (a key 'k' or a ball 'b'); a corridor leads east to a junction "
             "with one object at its north end and one at its south end. Stepping next to the "
             "object of the same kind as the cue wins; next to the other object loses. The agent "
             "sees only a 7x7 window in front of it. Pick the single next action that brings it "
-            "closest to the matching object.",
-            "",
-            "VALID ACTIONS:",
-            *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-            "",
-            "RULES:",
-            "- Output only the action token line required below (no markdown).",
-            *([RATIONALE_RULE] if rationale else []),
+            "closest to the matching object."
+        )
+        rules = [
             "- Remember the cue. At the junction turn toward the end whose object matches it.",
             "- FORWARD cannot enter '#', 'k' or 'b'.",
             "- Follow autopilot when it agrees with the cue."
             if autopilot
             else "- If the cue was never seen, look back into the start room first.",
         ]
-        return "\n".join(lines)
+        return navigation_system(world, actions, family_rules(rationale, rules))
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)

@@ -169,13 +169,16 @@ class MiniGridTask(Task):
 class MiniGridEpisode(Episode):
     """One seeded MiniGrid episode with its memory and expert."""
 
+    # the expert's planner; a family whose goal is not 'G' plans with its own
+    planner_class: type[GridPlanner] = GridPlanner
+
     def __init__(self, task: MiniGridTask, seed: int):
         super().__init__(task, seed)
         self.sim: MiniGridEnv = self.env.unwrapped
         self.terminated = False
         self.truncated = False
         self.last_reward = 0.0
-        self._planner = GridPlanner(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+        self._planner = self.planner_class(self.sim, [ACTION_INDEX[a] for a in self.action_names])
         self._remember_position()
         self._observe()
 

@@ -200,46 +200,37 @@ def subtask(view: NavView, world: World) -> str:
 
 def previews(view: NavView, world: World, actions: Sequence[str]) -> dict[str, str]:
     """What each valid action would do right now (cell entered, blocked, picked up...)."""
-    out: dict[str, str] = {}
+    out = {action: preview(view, world, action) for action in actions}
+    return {action: text for action, text in out.items() if text is not None}
+
+
+def preview(view: NavView, world: World, action: str) -> str | None:
+    """What `action` would do right now; None for an action the previews do not describe."""
     front = view.front
-    for action in actions:
-        if action in ("TURN_LEFT", "TURN_RIGHT"):
-            side = "left" if action == "TURN_LEFT" else "right"
-            new = turn(view.facing, side)
-            dx, dy = VEC[new]
-            out[action] = f"{new[0]},'{world.at((view.pos[0] + dx, view.pos[1] + dy))}'"
-        elif action == "FORWARD":
-            if front in BLOCKING:
-                out[action] = f"blocked '{front}'"
-            else:
-                extra = " LAVA(ends episode)" if front == "~" else ""
-                out[action] = f"{view.front_pos} '{front}'{extra}"
-        elif action == "PICKUP":
-            if front == "k" and view.carrying is None:
-                out[action] = "takes key"
-            elif front == "k":
-                out[action] = "hands full"
-            else:
-                out[action] = "nothing"
-        elif action == "DROP":
-            if view.carrying is None:
-                out[action] = "nothing held"
-            elif front == ".":
-                out[action] = f"puts {view.carrying} ahead"
-            else:
-                out[action] = "no room ahead"
-        elif action == "TOGGLE":
-            if front == "L":
-                out[action] = "unlocks door" if view.carrying == "key" else "locked, needs key"
-            elif front == "D":
-                out[action] = "opens door"
-            elif front == "o":
-                out[action] = "closes door"
-            else:
-                out[action] = "no door"
-        elif action == "DONE":
-            out[action] = "no effect"
-    return out
+    if action in ("TURN_LEFT", "TURN_RIGHT"):
+        new = turn(view.facing, "left" if action == "TURN_LEFT" else "right")
+        dx, dy = VEC[new]
+        return f"{new[0]},'{world.at((view.pos[0] + dx, view.pos[1] + dy))}'"
+    if action == "FORWARD":
+        if front in BLOCKING:
+            return f"blocked '{front}'"
+        extra = " LAVA(ends episode)" if front == "~" else ""
+        return f"{view.front_pos} '{front}'{extra}"
+    if action == "PICKUP":
+        if front != "k":
+            return "nothing"
+        return "takes key" if view.carrying is None else "hands full"
+    if action == "DROP":
+        if view.carrying is None:
+            return "nothing held"
+        return f"puts {view.carrying} ahead" if front == "." else "no room ahead"
+    if action == "TOGGLE":
+        if front == "L":
+            return "unlocks door" if view.carrying == "key" else "locked, needs key"
+        return {"D": "opens door", "o": "closes door"}.get(front, "no door")
+    if action == "DONE":
+        return "no effect"
+    return None
 
 
 @dataclass

@@ -33,31 +33,12 @@ class FinetunedConsultant(HFConsultant):
     data and training settings, the env and prompt it serves; `path` says where things lie)."""
 
     def __init__(
-        self,
-        base: str,
-        path: Any,
-        env: Any,
-        prompt: Any,
-        splits: Any = None,
-        data: Any = None,
-        train: Any = None,
-        held_out: Any = None,
-        seed: int = 0,
-        **kwargs: Any,
+        self, base: str, path: Any, env: Any, prompt: Any, splits: Any = None, **kwargs: Any
     ) -> None:
-        recipe = _recipe(
-            dict(
-                base=base,
-                path=path,
-                env=env,
-                prompt=prompt,
-                splits=splits,
-                data=data,
-                train=train,
-                held_out=held_out,
-                seed=seed,
-            )
-        )
+        """`kwargs`: the rest of the recipe (data, train, held_out, seed) and the hf backend's
+        own settings."""
+        rest = {k: kwargs.pop(k) for k in RECIPE_ARGS if k in kwargs}
+        recipe = _recipe(dict(base=base, path=path, env=env, prompt=prompt, splits=splits, **rest))
         self.model_dir = ensure(recipe)
         kwargs.setdefault("digests", recipe.digests())
         kwargs.setdefault("dtype", "float32")

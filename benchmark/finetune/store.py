@@ -23,7 +23,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from benchmark.finetune.dataset import (
     collect,
     parse,
 )
+from benchmark.finetune.settings import settings_mapping
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits, dataset_seeds
 
@@ -64,12 +65,7 @@ class DataSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> DataSettings:
-        cfg = dict(cfg or {})
-        unknown = sorted(set(cfg) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(
-                f"slm.backend.data: unknown key(s) {unknown}; allowed {[f.name for f in fields(cls)]}"
-            )
+        cfg = settings_mapping(cls, cfg, "data")
         if "autopilot" in cfg:
             cfg["autopilot"] = tuple(cfg["autopilot"])
         out = cls(**cfg)

@@ -14,11 +14,12 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.finetune.dataset import Example
+from benchmark.finetune.settings import settings_mapping
 from benchmark.vocabulary import THINK_END, THINK_START
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,7 @@ class TrainSettings:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> TrainSettings:
-        cfg = dict(cfg or {})
-        unknown = sorted(set(cfg) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(
-                f"slm.backend.train: unknown key(s) {unknown}; allowed {[f.name for f in fields(cls)]}"
-            )
+        cfg = settings_mapping(cls, cfg, "train")
         out = cls(**cfg)
         if out.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"slm.backend.train.dtype={out.dtype!r}: allowed float32, bfloat16")

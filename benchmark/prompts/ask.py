@@ -121,12 +121,7 @@ class AskPrompt(PromptVariant):
 class AskSession(PromptSession):
     """ASK prompts are stateless across queries: everything comes from the view and memory."""
 
-    def __init__(self, variant: AskPrompt, episode: Episode, with_expert: bool):
-        self.v = variant
-        self.episode = episode
-        self.with_expert = with_expert
-        self.task = getattr(episode, "task", None)
-        self.family = family_of(episode)
+    v: AskPrompt
 
     def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
         ep, v = self.episode, self.v

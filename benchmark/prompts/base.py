@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from benchmark.consultants.base import Answer, Query
 from benchmark.envs.base import Episode, Task
+from benchmark.envs.family import family_of
 
 # yield list[Query] -> receive list[Answer] -> ... -> return Decision
 Consultation = Generator[list[Query], list[Answer], "Decision"]
@@ -38,7 +39,15 @@ class Decision:
 
 
 class PromptSession(abc.ABC):
-    """Per-episode prompt state (belief, policy summary, plan...)."""
+    """Per-episode prompt state (belief, policy summary, plan...). Every session words its
+    prompts from its variant, its episode and the episode's env family, so they are held here."""
+
+    def __init__(self, variant: PromptVariant, episode: Episode, with_expert: bool):
+        self.v = variant
+        self.episode = episode
+        self.with_expert = with_expert
+        self.task = getattr(episode, "task", None)
+        self.family = family_of(episode)
 
     @abc.abstractmethod
     def consult(self, ppo_action: int | None) -> Consultation:

@@ -42,7 +42,7 @@ _PLAN_WORDS = re.compile(
     re.IGNORECASE,
 )
 _BULLET = re.compile(r"^\s*(?:[-*•]+|\d+[.)])\s*")
-_BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
+BELIEF_BLOCK = re.compile(r"<belief_state>(.*?)(?:</belief_state>|$)", re.IGNORECASE | re.DOTALL)
 INITIAL_BELIEF = ["- nothing has been observed yet [unknown]"]
 BELIEF_ROLE = "belief"  # Query.role of the update round (a two-model consultant routes on it)
 
@@ -54,7 +54,7 @@ def parse_belief(text: str | None, max_claims: int = 12) -> list[str]:
     if not text:
         return []
     visible, _ = strip_thinking(text)
-    m = _BELIEF_BLOCK.search(visible)
+    m = BELIEF_BLOCK.search(visible)
     body = m.group(1) if m else visible
     claims: list[str] = []
     for raw in body.splitlines():
@@ -135,12 +135,10 @@ class BeliefPrompt(PromptVariant):
 
 
 class BeliefSession(PromptSession):
+    v: BeliefPrompt
+
     def __init__(self, variant: BeliefPrompt, episode: Episode, with_expert: bool):
-        self.v = variant
-        self.episode = episode
-        self.with_expert = with_expert
-        self.task = getattr(episode, "task", None)
-        self.family = family_of(episode)
+        super().__init__(variant, episode, with_expert)
         self.belief: list[str] = list(INITIAL_BELIEF)
         self.last_step = 0
         self.update_failures = 0

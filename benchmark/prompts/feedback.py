@@ -27,7 +27,6 @@ from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
-from benchmark.envs.family import family_of
 from benchmark.prompts.ask import check_family
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
@@ -91,12 +90,11 @@ class FeedbackPrompt(PromptVariant):
 
 
 class FeedbackSession(PromptSession):
+    v: FeedbackPrompt
+
     def __init__(self, variant: FeedbackPrompt, episode: Episode, with_expert: bool):
-        self.v = variant
-        self.episode = episode
-        self.with_expert = with_expert
-        self.task = getattr(episode, "task", None)
-        self.env = family_of(episode).feedback  # the family's environment text
+        super().__init__(variant, episode, with_expert)
+        self.env = self.family.feedback  # the family's environment text
         self.policy_summary = variant.carried_policy if variant.across_episodes else None
         self.prev: tuple[str, int] | None = None  # (grid text, step) at the previous consult
         self.plan: list[str] | None = None

@@ -167,7 +167,7 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
 def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
     """ROC curves of the total (solid) and epistemic (dashed) entropy as detectors of a wrong
     PPO action, one panel per env, one colour per cell."""
-    from benchmark.report.figures import _panels, _save
+    from benchmark.report.figures import figure_grid, save_figure
 
     cells = [c for c in _cells(sweep, steps) if c.job in steps]
     curves: dict[str, list[tuple[Cell, str, np.ndarray, np.ndarray, float]]] = {}
@@ -182,7 +182,7 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
     if not curves:
         return None
     envs = [e for e in sweep.envs() if e in curves]
-    fig, axes = _panels(1, len(envs), w=4.2, h=4.0)
+    fig, axes = figure_grid(1, len(envs), w=4.2, h=4.0)
     for j, env in enumerate(envs):
         ax = axes[0][j]
         colours: dict[str, Any] = {}
@@ -205,7 +205,7 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
         ax.set_title(env_label(env))
         ax.legend(loc="lower right")
     fig.suptitle("Entropy as a detector of a wrong PPO action (solid: total, dashed: epistemic)")
-    return _save(fig, out / "gate_roc.png")
+    return save_figure(fig, out / "gate_roc.png")
 
 
 def where_plots(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> list[Path]:
@@ -245,7 +245,7 @@ def _task_of(sweep: Sweep, c: Cell):
 def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) -> Path | None:
     from matplotlib.colors import LinearSegmentedColormap
 
-    from benchmark.report.figures import _panels, _save
+    from benchmark.report.figures import figure_grid, save_figure
 
     wall_map = LinearSegmentedColormap.from_list("walls", ["white", "#5a5a5a"])  # 0..1 of seeds
 
@@ -259,7 +259,7 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
         xs = [r["pos"] for c in cells for r in steps[c.job] if "pos" in r]
         width, height = max(p[0] for p in xs) + 1, max(p[1] for p in xs) + 1
         walls = np.zeros((height, width))
-    fig, axes = _panels(len(cells), 3, w=3.6, h=3.4)
+    fig, axes = figure_grid(len(cells), 3, w=3.6, h=3.4)
     for i, c in enumerate(cells):
         t = where.by_position(steps[c.job], width, height)
         visits = np.where(t.steps > 0, t.steps / max(t.steps.sum(), 1), np.nan)
@@ -285,15 +285,15 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
         "episode, lighter: in some; white: never visited)",
         y=1.0,
     )
-    return _save(fig, out / f"where_{env}.png")
+    return save_figure(fig, out / f"where_{env}.png")
 
 
 def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
     from benchmark.envs.higherlower import RANK_NAMES
-    from benchmark.report.figures import _panels, _save
+    from benchmark.report.figures import figure_grid, save_figure
 
     lay = Layout.of_cells(cells)
-    fig, axes = _panels(len(cells), 2, w=5.0, h=3.0)
+    fig, axes = figure_grid(len(cells), 2, w=5.0, h=3.0)
     for i, c in enumerate(cells):
         records = steps[c.job]
         n_decisions = max((r.get("decision") or 0) for r in records) + 1
@@ -314,4 +314,4 @@ def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
             ax.set_title(_label(c, lay), fontsize=9)
             ax.legend(loc="best")
     fig.suptitle(f"{env_label(env)}: query and PPO error rates by card and by decision", y=1.0)
-    return _save(fig, out / f"where_{env}.png")
+    return save_figure(fig, out / f"where_{env}.png")

@@ -40,14 +40,17 @@ plt.rcParams.update(
 )
 
 
-def _panels(n_rows: int, n_cols: int, w: float = 4.2, h: float = 3.2):
+def figure_grid(n_rows: int, n_cols: int, w: float = 4.2, h: float = 3.2):
+    """A figure of n_rows x n_cols panels (`axes` always 2-D), sized alike for every report
+    figure."""
     fig, axes = plt.subplots(
         n_rows, n_cols, figsize=(max(w * n_cols, 6.5), h * n_rows), squeeze=False
     )
     return fig, axes
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write `fig` to `path` at the reports' resolution and close it (pyplot keeps open figures)."""
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -82,7 +85,7 @@ def tau_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
     envs = [e for e in sweep.envs() if any(k[0] == e and len(v) > 1 for k, v in lines.items())]
     if not envs:
         return None
-    fig, axes = _panels(2, len(envs))
+    fig, axes = figure_grid(2, len(envs))
     for j, env in enumerate(envs):
         top, bottom = axes[0][j], axes[1][j]
         mine = sorted((label, cells) for (e, label), cells in lines.items() if e == env)
@@ -104,7 +107,7 @@ def tau_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
         bottom.set_xlabel("τ (entropy threshold, bits)")
         top.legend(loc="best")
     fig.suptitle("Reward and intervention rate against τ (95% CI)", y=1.0)
-    return _save(fig, out / "tau.png")
+    return save_figure(fig, out / "tau.png")
 
 
 def _without_tau(c: Cell) -> Cell:
@@ -123,7 +126,7 @@ def checkpoint_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
     ]
     if not envs:
         return None
-    fig, axes = _panels(2, len(envs))
+    fig, axes = figure_grid(2, len(envs))
     for j, env in enumerate(envs):
         cells = [c for c in sweep.ok if c.env == env and c.checkpoint is not None]
         order = sorted({c.checkpoint for c in cells}, key=checkpoint_order)
@@ -152,7 +155,7 @@ def checkpoint_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
         bottom.set_ylim(-0.03, 1.03)
         bottom.set_xlabel("PPO checkpoint (validation-reward threshold)")
     fig.suptitle("Robustness to a weak policy: reward and IR per checkpoint (95% CI)", y=1.0)
-    return _save(fig, out / "checkpoints.png")
+    return save_figure(fig, out / "checkpoints.png")
 
 
 def trials_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
@@ -164,7 +167,7 @@ def trials_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
     n = len(cells)
     n_cols = min(n, 4)
     n_rows = math.ceil(n / n_cols)
-    fig, axes = _panels(n_rows, n_cols, w=3.8, h=3.0)
+    fig, axes = figure_grid(n_rows, n_cols, w=3.8, h=3.0)
     scatter = None
     for i, c in enumerate(cells):
         ax = axes[i // n_cols][i % n_cols]
@@ -210,7 +213,7 @@ def learning_curves_plot(runs: list[dict], out: Path) -> Path | None:
     if not runs:
         return None
     envs = list(dict.fromkeys(r["env"] for r in runs))
-    fig, axes = _panels(2, len(envs))
+    fig, axes = figure_grid(2, len(envs))
     for j, env in enumerate(envs):
         top, bottom = axes[0][j], axes[1][j]
         for r in (r for r in runs if r["env"] == env):
@@ -237,7 +240,7 @@ def learning_curves_plot(runs: list[dict], out: Path) -> Path | None:
         bottom.set_xlabel("environment steps")
         top.legend(loc="best")
     fig.suptitle("PPO learning curves (▲ = threshold checkpoint saved)", y=1.0)
-    return _save(fig, out / "learning_curves.png")
+    return save_figure(fig, out / "learning_curves.png")
 
 
 def _read_curve(path: Path) -> list[dict]:

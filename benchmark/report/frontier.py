@@ -125,14 +125,14 @@ def frontier_table(sweep: Sweep) -> Table | None:
 def frontier_plot(sweep: Sweep, out: Path) -> Path | None:
     """Reward against IR per env: each gate's grid (dots) and frontier (line), its tuned cells
     (stars, named by objective), PPO-only (square) and SLM-only (triangle)."""
-    from benchmark.report.figures import _panels, _save, plt
+    from benchmark.report.figures import figure_grid, plt, save_figure
 
     found = frontiers(sweep)
     envs = [e for e in sweep.envs() if any(f["key"][0] == e for f in found)]
     if not envs:
         return None
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = _panels(1, len(envs), w=5.4, h=4.2)
+    fig, axes = figure_grid(1, len(envs), w=5.4, h=4.2)
     for j, env in enumerate(envs):
         ax = axes[0][j]
         mine = [f for f in found if f["key"][0] == env]
@@ -160,4 +160,4 @@ def frontier_plot(sweep: Sweep, out: Path) -> Path | None:
         ax.set_ylabel("reward (test seeds)")
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Reward-IR frontier: ■ PPO-only, ▲ SLM-only, ★ tuned τ (objective)", fontsize=10)
-    return _save(fig, out / f"{PLOT}.png")
+    return save_figure(fig, out / f"{PLOT}.png")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.metrics import MAIN_FIGURE
-from benchmark.report.figures import _panels, plt
+from benchmark.report.figures import figure_grid, plt
 from benchmark.report.model import (
     Cell,
     Layout,
@@ -85,7 +85,7 @@ def reward_ir_plot(sweep: Sweep, lay: Layout, out: Path) -> Path | None:
     if not envs:
         return None
     colors = _colors([c for c in sweep.ok if c.env in envs])
-    fig, axes = _panels(2, len(envs), w=5.2, h=3.6)
+    fig, axes = figure_grid(2, len(envs), w=5.2, h=3.6)
     for j, env in enumerate(envs):
         top, bottom = axes[0][j], axes[1][j]
         metric = sweep.metric_of(env)
