@@ -57,7 +57,10 @@ def test_games_are_made_once_per_seed_and_cached_by_their_parameters(games_root)
     task = task_of("tw_treasure", games_root)
     path = task.game_file(100)
     meta = json.loads((path.parent / games.META_FILE).read_text())
-    assert meta["seed"] == 100 and meta["params"] == {"level": 5} and meta["bytes"] > 0
+    # a test game at the harder evaluation level, a training game at the training level
+    assert meta["seed"] == 100 and meta["params"] == {"level": 8} and meta["bytes"] > 0
+    train = task.game_file(TRAIN_SEED_MIN)
+    assert json.loads((train.parent / games.META_FILE).read_text())["params"] == {"level": 5}
     mtime = path.stat().st_mtime_ns
     assert task.game_file(100) == path and path.stat().st_mtime_ns == mtime  # not made again
     other = games.cache_key("treasure", {"level": 6})
@@ -127,7 +130,7 @@ def test_prompts_hold_the_text_and_the_memory_cumulatively_over_the_levels(games
 
 def test_the_oracle_and_the_dice_answer_with_valid_commands(games_root):
     task = task_of("tw_treasure", games_root)
-    ep = task.episode(102)
+    ep = next(e for e in map(task.episode, range(102, 110)) if len(e.action_names) > 1)
     prompt = AskPrompt("stateful", "stateful", rationale=True)
     oracle = consult_all([prompt.session(ep, True).consult(None)], OracleConsultant().answer)
     assert oracle[0].action == ep.expert_action()

@@ -210,15 +210,21 @@ class TextWorldTask(Task):
         name: str,
         game: str,
         generation: dict[str, Any] | None = None,
+        evaluation_generation: dict[str, Any] | None = None,
         max_steps: int = 50,
         max_commands: int = 32,
         train_games: int = 100,
         games_dir: str | None = None,
     ):
         """`game`: quest | treasure | cooking; `generation`: its parameters
-        (games.PARAMETERS, defaults filled in); `train_games`: the size of the training pool;
-        `games_dir`: the game cache (default: games.default_root())."""
+        (games.PARAMETERS, defaults filled in); `evaluation_generation`: the parameters that
+        differ for the validation and test games (Agent-BRACE makes Quest and Treasure harder
+        there); `train_games`: the size of the training pool; `games_dir`: the game cache
+        (default: games.default_root())."""
         self.params = games.check_parameters(game, generation)
+        self.eval_params = games.check_parameters(
+            game, {**(generation or {}), **(evaluation_generation or {})}
+        )
         for key, value in (("max_steps", max_steps), ("max_commands", max_commands)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
@@ -242,7 +248,9 @@ class TextWorldTask(Task):
         return TRAIN_SEED_MIN + (seed - TRAIN_SEED_MIN) % self.train_games
 
     def game_file(self, seed: int) -> Path:
-        return games.game_file(self.games_dir or games.default_root(), self.game, self.params, seed)
+        """The game of a game seed: validation and test games at `evaluation_generation`."""
+        params = self.params if seed >= TRAIN_SEED_MIN else self.eval_params
+        return games.game_file(self.games_dir or games.default_root(), self.game, params, seed)
 
     def make_env(self) -> TextGameEnv:
         return TextGameEnv(self)
