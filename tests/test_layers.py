@@ -38,3 +38,20 @@ def test_no_module_imports_another_modules_underscore_name():
 def test_the_check_names_file_and_line_and_passes_public_and_dunder_names():
     source = "from a.b import c\nfrom __future__ import annotations\nfrom a.b import c, _d\n"
     assert private_imports(source, "benchmark/x.py") == ["benchmark/x.py:3: from a.b import _d"]
+
+
+def test_every_top_level_module_is_in_a_layer():
+    """A module the layer contract does not name is not held by it: every module and package
+    of benchmark/ appears in [tool.importlinter]'s layers."""
+    import re
+    import tomllib
+
+    from tests.conftest import REPO
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    listed = set(re.findall(r"benchmark\.(\w+)", " ".join(layers)))
+    package = REPO / "benchmark"
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    modules |= {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+    assert modules - listed == set(), "add these to a layer in pyproject.toml"
