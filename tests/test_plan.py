@@ -11,8 +11,8 @@ import statistics
 
 import pytest
 
-from benchmark import results
-from benchmark.build import Evaluation, locate_inputs, prepare
+from benchmark import results, workers
+from benchmark.build import locate_inputs, prepare
 from benchmark.job import run_job
 from benchmark.plan import plan_sweep
 from benchmark.plan_data import COMPLETE, FAILED, INVALID, PENDING
@@ -43,16 +43,16 @@ def sweep(trained_root, tmp_path_factory):
         "method=ask slm=oracle",
     ):
         assert run(*over.split(), "seed=0") is not None
-    original = Evaluation.run
+    original = workers.run  # what a job's evaluation runs through (eval.workers)
 
-    def crash(self, *args, **kwargs):
+    def crash(*args, **kwargs):
         raise RuntimeError("consultant crashed\nsecond line of the message")
 
-    Evaluation.run = crash
+    workers.run = crash
     try:
         assert run("method=slm_only", "slm=oracle", "seed=1", multirun=True) is None
     finally:
-        Evaluation.run = original
+        workers.run = original
     return root, [
         f"paths.root={root}",
         *base,

@@ -72,6 +72,7 @@ PRESET_OWN = {
         "policy.total_timesteps",
         "policy.lr_schedule",
         "slm.decoding.source",
+        "slm.decoding.repetition_penalty",
     },
     "recurrent": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
 }
