@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from benchmark.consultants.base import Answer, Query
 from benchmark.consultants.penalty import penalize
@@ -99,19 +100,8 @@ class ChoiceScoring:
                     self._stats["decode_seconds"] += time.perf_counter() - t0
                     continue
                 first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
-                pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
-                width = max(len(c) for _, c in pairs) - 1
-                rest = None
-                if width > 0:  # the actions' later tokens, right-padded: padding comes after
-                    index = torch.tensor([j for j, _ in pairs], device=self.device)
-                    cache.reorder_cache(index)
-                    ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
-                    for m, (_, c) in enumerate(pairs):
-                        ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-                    logits = self.model(
-                        input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
-                    ).logits
-                    rest = torch.log_softmax(logits.float(), dim=-1)
+                pairs, logits = self._action_tails(members, cache, conts)
+                rest = None if logits is None else torch.log_softmax(logits.float(), dim=-1)
                 for m, (j, c) in enumerate(pairs):
                     v = float(first[j, c[0]])
                     for t in range(1, len(c)):
@@ -119,6 +109,25 @@ class ChoiceScoring:
                     out[members[j]].append(v)
                 self._stats["decode_seconds"] += time.perf_counter() - t0
         return out
+
+    def _action_tails(self, members, cache, conts) -> tuple[list[tuple[int, list[int]]], Any]:
+        """Every (member row, action) pair, and the logits of the actions' later tokens: one
+        forward of the actions right-padded (padding comes after) on the prompt's cache, which is
+        reordered to one row per pair; None when every action is a single token."""
+        import torch
+
+        pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
+        width = max(len(c) for _, c in pairs) - 1
+        if width <= 0:
+            return pairs, None
+        cache.reorder_cache(torch.tensor([j for j, _ in pairs], device=self.device))
+        ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
+        for m, (_, c) in enumerate(pairs):
+            ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+        logits = self.model(
+            input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
+        ).logits
+        return pairs, logits
 
     def _penalized(self, members, cache, last, seqs, conts, penalties) -> list[list[float]]:
         """Per member row: each action's log-likelihood with every token's logits penalized
@@ -135,18 +144,7 @@ class ChoiceScoring:
                     at += len(c) - 1
                 positions.append(rows)
         else:
-            pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
-            width = max(len(c) for _, c in pairs) - 1
-            logits = None
-            if width > 0:
-                index = torch.tensor([j for j, _ in pairs], device=self.device)
-                cache.reorder_cache(index)
-                ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
-                for m, (_, c) in enumerate(pairs):
-                    ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-                logits = self.model(
-                    input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
-                ).logits
+            pairs, logits = self._action_tails(members, cache, conts)
             positions = [[] for _ in members]
             for m, (j, c) in enumerate(pairs):
                 positions[j].append(
