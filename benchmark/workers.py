@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 AUTO = "auto"
 MIN_EPISODES_PER_WORKER = 4  # fewer: forking costs more than the shard saves
-_JOB: dict[str, Any] = {}  # what a forked worker runs (set in the parent just before the fork)
+JOB: dict[str, Any] = {}  # what a forked worker reads (set by forked_map just before the fork)
 
 
 def usable_cores() -> int:
@@ -72,20 +72,27 @@ def run(
     parts = shards(list(seeds), workers) if can_shard(evaluator) else [list(seeds)]
     if len(parts) == 1:
         return evaluator.run(seeds, mode=mode, progress=progress, on_step=recorder)
-    _JOB.update(evaluator=evaluator, mode=mode, record=recorder is not None)
     rows: list[dict] = []
+    job = {"evaluator": evaluator, "mode": mode, "record": recorder is not None}
+    for shard_rows, records in forked_map(_run_shard, parts, job):
+        rows += shard_rows
+        if recorder is not None:
+            recorder.extend(records)
+        if progress is not None:
+            for row in sorted(shard_rows, key=lambda r: r["seed"]):
+                progress.episode(row)
+    return sorted(rows, key=lambda r: r["seed"])
+
+
+def forked_map(function: Callable[[Any], Any], parts: list, job: dict[str, Any]) -> Iterator:
+    """`function(part)` for every part, each in a forked process that inherits `job` (the
+    objects it reads, as `JOB`, never pickled); the results as they finish."""
+    JOB.update(job)
     try:
         with multiprocessing.get_context("fork").Pool(len(parts)) as pool:
-            for shard_rows, records in pool.imap_unordered(_run_shard, parts):
-                rows += shard_rows
-                if recorder is not None:
-                    recorder.extend(records)
-                if progress is not None:
-                    for row in sorted(shard_rows, key=lambda r: r["seed"]):
-                        progress.episode(row)
+            yield from pool.imap_unordered(function, parts)
     finally:
-        _JOB.clear()
-    return sorted(rows, key=lambda r: r["seed"])
+        JOB.clear()
 
 
 def _run_shard(seeds: list[int]) -> tuple[list[dict], list[dict]]:
@@ -96,6 +103,6 @@ def _run_shard(seeds: list[int]) -> tuple[list[dict], list[dict]]:
 
     torch.set_num_threads(1)  # one core per worker
     records: list[dict] = []
-    hook = (lambda event: records.append(step_record(event))) if _JOB["record"] else None
-    rows = _JOB["evaluator"].run(seeds, mode=_JOB["mode"], on_step=hook)
+    hook = (lambda event: records.append(step_record(event))) if JOB["record"] else None
+    rows = JOB["evaluator"].run(seeds, mode=JOB["mode"], on_step=hook)
     return rows, records

@@ -14,8 +14,6 @@ import numpy as np
 from benchmark.bench.cpu_evaluation import calibrate_tau
 from benchmark.bench.cpu_settings import TARGETS
 
-_ENV: dict[str, Any] = {}  # the task a forked env-stepping worker steps
-
 
 class WorkersSection:
     """The workers section of CpuBench (a mixin; the host provides `cfg`, `check`, `sizes`,
@@ -66,7 +64,7 @@ class WorkersSection:
                 s, f"decisions/s with 2 workers, {label} (IR {ir:.2f})", decisions / two, "1/s"
             )
             out[label] = {"wall_s": {"1": one, "2": two}, "decisions": decisions, "ir": ir}
-        env_rate = env_steps_per_s(task, seeds, 2, z.workers_max_steps)
+        env_rate = env_steps_per_s(task, seeds, 2)  # episodes end at the task's own step cap
         share = out["IR 0"]["decisions"] / out["IR 0"]["wall_s"]["2"] / env_rate
         self.check(s, "IR-0 decisions/s as a share of the env's own steps/s (2 processes)", share,
                    "", target=TARGETS["env_share"])  # fmt: skip
@@ -74,26 +72,21 @@ class WorkersSection:
         return out
 
 
-def env_steps_per_s(task: Any, seeds: list[int], n_workers: int, max_steps: int) -> float:
-    """Steps/s of the env alone (observations included, a fixed action sequence, no policy) on
+def env_steps_per_s(task: Any, seeds: list[int], n_workers: int) -> float:
+    """Steps/s of the env alone (observations included, random actions, no policy) on
     `n_workers` forked processes, each stepping its shard of `seeds` as the evaluator would."""
-    import multiprocessing
-
     from benchmark import workers
 
-    _ENV.update(task=task, max_steps=max_steps)
     parts = workers.shards(list(seeds), n_workers)
-    try:
-        t0 = time.perf_counter()
-        with multiprocessing.get_context("fork").Pool(len(parts)) as pool:
-            steps = sum(pool.map(_step_shard, parts))
-        return steps / (time.perf_counter() - t0)
-    finally:
-        _ENV.clear()
+    t0 = time.perf_counter()
+    steps = sum(workers.forked_map(_step_shard, parts, {"task": task}))
+    return steps / (time.perf_counter() - t0)
 
 
 def _step_shard(seeds: list[int]) -> int:
-    task, steps = _ENV["task"], 0
+    from benchmark.workers import JOB
+
+    task, steps = JOB["task"], 0
     episodes = [task.episode(s) for s in seeds]
     rng = np.random.default_rng(0)
     while live := [e for e in episodes if not e.done]:
