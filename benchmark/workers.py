@@ -80,6 +80,8 @@ def run(
             recorder.extend(records)
         if progress is not None:
             for row in sorted(shard_rows, key=lambda r: r["seed"]):
+                # a shard's steps are heard of when it ends: its decisions and queries with them
+                progress.step(int(row["length"]), int(row["queries"]))
                 progress.episode(row)
     return sorted(rows, key=lambda r: r["seed"])
 

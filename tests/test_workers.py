@@ -8,6 +8,7 @@ import pytest
 from benchmark import results, workers
 from benchmark.analysis import StepRecorder
 from benchmark.build import build
+from benchmark.progress import EvaluationProgress
 from tests.conftest import SMALL_POLICY, compose_cfg
 
 SMALL = ["env=empty5x5_random", *SMALL_POLICY]
@@ -28,11 +29,23 @@ def test_two_workers_give_the_rows_and_records_of_one(trained_root, method):
     evaluator = build(cfg).evaluator()
     seeds = list(range(100, 116))
     assert workers.can_shard(evaluator) and len(workers.shards(seeds, 2)) == 2
-    runs = {}
+    runs, heard = {}, {}
     for n in (1, 2):
         recorder = StepRecorder()
-        rows = workers.run(evaluator, seeds, n, recorder=recorder)
+        progress = EvaluationProgress(len(seeds), enabled=False)
+        rows = workers.run(evaluator, seeds, n, progress=progress, recorder=recorder)
         runs[n] = (results.split_runtime(rows)[0], recorder.records)
+        heard[n] = (progress.finished, progress.decisions, progress.queries)
+    # the progress line counts every decision and query, sharded or not
+    assert (
+        heard[2]
+        == heard[1]
+        == (
+            len(seeds),
+            sum(r["length"] for r in runs[1][0]),
+            sum(r["queries"] for r in runs[1][0]),
+        )
+    )
     assert [r["seed"] for r in runs[2][0]] == seeds
     assert runs[2][0] == runs[1][0]  # episodes.jsonl rows: identical
     one, two = runs[1][1], runs[2][1]
