@@ -52,7 +52,7 @@ LEGACY_VALUES = {
 }
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records", "workers"),
-    "policy": ("device", "progress_bar", "path", "torch_threads"),
+    "policy": ("device", "progress_bar", "path", "torch_threads", "env_workers"),
 }
 
 

@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from benchmark import protocol, results, workers
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
@@ -32,6 +32,9 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     job_dir = Path(job_dir)
     Store.of(cfg.paths).check_writable()  # nothing can be stored, not even error.json
     spec, cell_dir, name, tracker = None, None, str(cfg.env.name), None
+    if _launcher_runs_cells_together() and str(cfg.policy.get("env_workers", "auto")) == "auto":
+        with open_dict(cfg):  # cells side by side: a training they wait for steps in one process
+            cfg.policy.env_workers = 1
     try:
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
         name = spec.name

@@ -33,7 +33,7 @@ V2_KEYS = {
     "tuning": ("scope", "shared", "clip_tau", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
     "prompt": ("autopilot", "sampling", "planner_hint"),
-    "policy": ("source", "revision", "recipe", "resume_every_steps"),
+    "policy": ("source", "revision", "recipe", "resume_every_steps", "env_workers"),
 }
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 

@@ -51,6 +51,8 @@ def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
     for section in ("gate", "evaluation", "tuning", "training"):
         assert targets[section]["target"] == TARGETS[section]
         assert targets[section]["value"] > 0
+    training = {c["name"]: c for c in data["sections"]["training"]["checks"]}
+    assert training["2 env workers: weights identical to 1"]["value"] == 1.0
     ev = data["sections"]["evaluation"]
     assert ev["identical"] is True  # lockstep and sequential give the same episodes
     assert 0 < ev["median"]["lockstep"]["ir"] < 1

@@ -99,33 +99,54 @@ class PolicySections:
     def section_training(self) -> dict[str, Any]:
         from benchmark.envs import make_task
 
-        cfg = self.cfg("env=fourrooms")
+        # the suite recipe's 8 envs: the paper recipe trains one env, with nothing to shard
+        cfg = self.cfg("env=fourrooms", "policy.recipe=suite")
         task = make_task(cfg.env)
         steps = self.sizes.train_steps
         default_envs = int(cfg.policy.n_envs)
         threads = int(cfg.policy.torch_threads)
-        times: dict[str, list[float]] = {f"{default_envs}_envs": [], "1_env": []}
+        many, workers = f"{default_envs}_envs", f"{default_envs}_envs_2_workers"
+        times: dict[str, list[float]] = {many: [], workers: [], "1_env": []}
+        identical: list[bool] = []
         old = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
             for rep in range(self.sizes.train_repeats):
-                for n_envs, key in ((default_envs, f"{default_envs}_envs"), (1, "1_env")):
+                weights = {}
+                for n_envs, n_workers, key in (
+                    (default_envs, 1, many),
+                    (default_envs, 2, workers),
+                    (1, 1, "1_env"),
+                ):
                     model = new_ppo(
                         task,
                         cfg.policy,
                         n_envs,
                         n_steps=self.sizes.train_n_steps,
                         seed=int(cfg.policy.seed) + rep,
+                        workers=n_workers,
                     )
                     t0 = time.perf_counter()
                     model.learn(total_timesteps=steps)
                     times[key].append(model.num_timesteps / (time.perf_counter() - t0))
-                    if n_envs == default_envs:
+                    model.get_env().close()
+                    weights[key] = model.policy.state_dict()
+                    if key == many:
                         self.policy = model.policy  # the short-trained policy later sections use
+                identical.append(
+                    all(torch.equal(weights[many][k], weights[workers][k]) for k in weights[many])
+                )
         finally:
             torch.set_num_threads(old)
         sps = {k: statistics.median(v) for k, v in times.items()}
         s = "training"
+        self.check(
+            s,
+            "env stepping in 2 worker processes vs 1 (steps/s, policy.env_workers)",
+            sps[workers] / sps[many],
+            target=TARGETS["training_workers"],
+        )
+        self.check(s, "2 env workers: weights identical to 1", float(all(identical)), target=1.0)
         self.check(
             s,
             f"{default_envs} envs vs 1 env (steps/s)",
@@ -142,7 +163,7 @@ class PolicySections:
                 "torch_threads": threads,
                 "n_steps": self.sizes.train_n_steps or 2048,
                 "repeats": self.sizes.train_repeats,
-                "vec_env": "DummyVecEnv",
+                "vec_env": "DummyVecEnv; ShardedVecEnv for 2 workers",
             },
             "steps_per_s": sps,
             "steps_per_s_all": times,
@@ -163,8 +184,16 @@ class PolicySections:
         return self.policy
 
 
-def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None, seed: int = 0):
-    """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up."""
+def new_ppo(
+    task: Any,
+    policy_cfg: Any,
+    n_envs: int,
+    n_steps: int | None = None,
+    seed: int = 0,
+    workers: int = 1,
+):
+    """An untrained PPO with the dropout policy, set up as benchmark.policy.train sets it up
+    (its training envs stepped in `workers` processes)."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import LinearSchedule, set_random_seed
 
@@ -172,7 +201,7 @@ def new_ppo(task: Any, policy_cfg: Any, n_envs: int, n_steps: int | None = None,
     from benchmark.policy.train import training_vec_env
 
     set_random_seed(seed)
-    env = training_vec_env(task, seed, n_envs)
+    env = training_vec_env(task, seed, n_envs, workers)
     kwargs = dict(policy_cfg.get("ppo") or {})
     if n_steps is not None:
         kwargs["n_steps"] = n_steps

@@ -16,6 +16,7 @@ TARGETS = {
     "training": 1.0,
     "memory_gib": 2.0,
     "workers": 1.7,  # 2 worker processes vs 1 on 2 cores
+    "training_workers": 1.7,  # PPO training steps/s, env stepping in 2 processes vs 1
     "env_share": 0.5,  # IR-0 decisions/s vs the env's own steps/s
 }
 IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 14: 4 x 500)

@@ -43,6 +43,7 @@ UNHASHED_POLICY_KEYS = (
     "revision",
     "recipe",
     "resume_every_steps",
+    "env_workers",  # where the envs step, not what they return (benchmark.policy.vec_env)
 )
 
 

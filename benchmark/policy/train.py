@@ -19,7 +19,7 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set_random_seed
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import VecEnv
 
 from benchmark.envs.base import Task
 from benchmark.policy import names, resume
@@ -30,6 +30,7 @@ from benchmark.policy.network import (
     algorithm,
     policy_kwargs,
 )
+from benchmark.policy.vec_env import make_vec_env, resolve_workers
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 from benchmark.store import write_atomic, write_json_atomic
 
@@ -90,12 +91,12 @@ def evaluate(model: PPO, task: Task, seeds: list[int]) -> dict[str, float]:
     }
 
 
-def training_vec_env(task: Task, seed: int, n_envs: int) -> DummyVecEnv:
+def training_vec_env(task: Task, seed: int, n_envs: int, workers: int = 1) -> VecEnv:
     """PPO's training envs: slot i draws layouts from training seed stream `seed * 1000 + i` and
-    is the task's training env `i` (a task may give slots different grids)."""
-    return DummyVecEnv(
-        [lambda i=i: task.training_env(seed * 1000 + i, index=i) for i in range(n_envs)]
-    )
+    is the task's training env `i` (a task may give slots different grids); stepped in `workers`
+    processes (benchmark.policy.vec_env: the same envs and results as one)."""
+    fns = [lambda i=i: task.training_env(seed * 1000 + i, index=i) for i in range(n_envs)]
+    return make_vec_env(fns, workers)
 
 
 class ThresholdCheckpoints(BaseCallback):
@@ -197,6 +198,7 @@ def validate_policy(cfg: dict[str, Any]) -> None:
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"policy.{key}={value!r} is invalid: allowed an integer >= 1")
+    resolve_workers(cfg.get("env_workers"), int(cfg["n_envs"]))
     lr = cfg["learning_rate"]
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
         raise ValueError(f"policy.learning_rate={lr!r} is invalid: allowed a number > 0")
@@ -222,8 +224,8 @@ def validate_policy(cfg: dict[str, Any]) -> None:
 def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     """The untrained PPO of a validated policy config on its training envs: SB3's defaults but
     for what the config sets (policy.ppo, the LR and its schedule, the network)."""
-    seed = int(cfg["seed"])
-    env = training_vec_env(task, seed, int(cfg["n_envs"]))
+    seed, n_envs = int(cfg["seed"]), int(cfg["n_envs"])
+    env = training_vec_env(task, seed, n_envs, resolve_workers(cfg.get("env_workers"), n_envs))
     lr = float(cfg["learning_rate"])
     linear = cfg["lr_schedule"] == "linear"
     schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
