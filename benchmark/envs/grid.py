@@ -541,4 +541,39 @@ class GridFamily(Family):
         return brace_rules()
 
 
+class ObjectiveFamily(GridFamily):
+    """A MiniGrid family with its own objective on the grid's view and features (Memory,
+    KeyCorridor): its system block, examples and belief TASK differ only in their text, so they
+    are declared as data and worded here once."""
+
+    feedback = None  # the feedback paper's text is about reaching 'G'
+    gym_id = ""  # the environment a prompt names for a task without a gym id
+    world = ""  # the ROLE sentence after '<environment>: ' (the world, the goal, the view)
+    rules: tuple[str, ...] = ()  # the family's rules of block (iii)
+    autopilot_rule = ("", "")  # the last rule with the PPO suggestion shown, and without it
+    example_lines: tuple[str, ...] = ()
+    belief = ""  # the TASK paragraph of the belief prompts
+
+    def system(self, task, actions, level, rationale, autopilot):
+        rules = [*self.rules, self.autopilot_rule[0 if autopilot else 1]]
+        world = f"{gym_name(task, self.gym_id)}: {self.world}"
+        return navigation_system(world, actions, family_rules(rationale, rules))
+
+    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
+        def grid_at(at_level: str) -> str:
+            return grid_state(view, memory, actions, at_level, autopilot, map_radius, planner_hint)
+
+        return self.objective_state(grid_at, view, memory, level)
+
+    def objective_state(self, grid_at, view: NavView, memory: Memory, level: str) -> str:
+        """Block (iv): the grid family's (`grid_at(level)`) with the objective's lines."""
+        raise NotImplementedError(f"family {self.name!r} has no objective state lines")
+
+    def examples(self, task, actions, level):
+        return "\n".join(["EXAMPLES:", *self.example_lines])
+
+    def belief_task(self, task):
+        return self.belief
+
+
 FAMILY = GridFamily()
