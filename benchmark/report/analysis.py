@@ -17,16 +17,7 @@ from benchmark import results
 from benchmark.analysis import quality as gq
 from benchmark.analysis import where
 from benchmark.analysis.steps import STEPS_FILE, read_steps
-from benchmark.report.model import (
-    Cell,
-    Layout,
-    Sweep,
-    checkpoint_order,
-    env_label,
-    method_label,
-    method_order,
-    unique_cells,
-)
+from benchmark.report.model import Cell, Layout, Sweep, env_label, unique_cells, varying_label
 from benchmark.report.render import DASH, Table, fmt
 
 log = logging.getLogger(__name__)
@@ -81,27 +72,14 @@ def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
     cells = unique_cells(
         [c for c in sweep.ok if c.job in steps or f"{gq.PREFIX}judged" in (c.summary or {})]
     )
-    return sorted(
-        cells,
-        key=lambda c: (
-            sweep.envs().index(c.env),
-            method_order(c),
-            checkpoint_order(c.checkpoint),
-            c.policy_seed or 0,
-        ),
-    )
+    return sorted(cells, key=sweep.cell_order)
 
 
 def _label(c: Cell, lay: Layout) -> str:
     """The cell's method, with its checkpoint and policy seed where the shown cells differ in
     them (`Layout.of_cells`; cells that differ only in a training seed would otherwise share a
     title)."""
-    label = method_label(c)
-    if lay.checkpoint and c.checkpoint is not None:
-        label += f" @{c.checkpoint_name or c.checkpoint}"
-    if lay.policy_seed and c.policy_seed is not None:
-        label += f" s{c.policy_seed}"
-    return label
+    return varying_label(c, lay, ("checkpoint", "policy_seed"))
 
 
 def _value(q: dict, rate: str, scale: float = 1) -> str:

@@ -150,6 +150,15 @@ class Sweep:
         known = [e for e in ENV_ORDER if e in names]
         return known + sorted(names - set(known))
 
+    def cell_order(self, c: Cell) -> tuple:
+        """The order of the per-cell tables: env, method, checkpoint, policy seed."""
+        return (
+            self.envs().index(c.env),
+            method_order(c),
+            checkpoint_order(c.checkpoint),
+            c.policy_seed or 0,
+        )
+
     def metric_of(self, env: str) -> str:
         for c in self.cells:
             if c.env == env and c.metric:
@@ -182,14 +191,24 @@ def env_kind(env: str | None) -> str | None:
     return _env_conf(env).get("kind") if env else None
 
 
+# what a label adds for a Layout dimension that varies: (the cell's value, its text)
+LABEL_PARTS = {
+    "tau_grid": (lambda c: c.tau_setting, lambda c: f" τ={number_text(c.tau_setting)}"),
+    "mc_samples": (lambda c: c.mc_samples, lambda c: f" N={c.mc_samples}"),
+    "checkpoint": (lambda c: c.checkpoint, lambda c: f" @{c.checkpoint_name or c.checkpoint}"),
+    "policy_seed": (lambda c: c.policy_seed, lambda c: f" s{c.policy_seed}"),
+}
+
+
+def varying_label(c: Cell, lay: Layout, dims: tuple[str, ...]) -> str:
+    """The method, with the cell's value of each of `dims` (LABEL_PARTS) the cells vary in."""
+    parts = (LABEL_PARTS[d] for d in dims if getattr(lay, d))
+    return method_label(c) + "".join(text(c) for value, text in parts if value(c) is not None)
+
+
 def row_label(c: Cell, lay: Layout) -> str:
     """The method, with tau and the MC sample count where the sweep varies them."""
-    label = method_label(c)
-    if lay.tau_grid and c.tau_setting is not None:
-        label += f" τ={number_text(c.tau_setting)}"
-    if lay.mc_samples and c.mc_samples is not None:
-        label += f" N={c.mc_samples}"
-    return label
+    return varying_label(c, lay, ("tau_grid", "mc_samples"))
 
 
 def checkpoint_tick(name: str) -> str:

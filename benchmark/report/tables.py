@@ -295,15 +295,7 @@ def tau_source(summary: dict, tuned: bool) -> str:
 def details_table(sweep: Sweep, lay: Layout) -> Table | None:
     """Per cell: the threshold used, each rate both ways (per-episode mean and pooled), and
     what it cost."""
-    cells = sorted(
-        sweep.ok,
-        key=lambda c: (
-            sweep.envs().index(c.env),
-            method_order(c),
-            checkpoint_order(c.checkpoint),
-            c.policy_seed or 0,
-        ),
-    )
+    cells = sorted(sweep.ok, key=sweep.cell_order)
     if not cells:
         return None
     table = Table(
