@@ -17,7 +17,17 @@ from benchmark import results
 from benchmark.analysis import quality as gq
 from benchmark.analysis import where
 from benchmark.analysis.steps import STEPS_FILE, read_steps
-from benchmark.report.model import Cell, Layout, Sweep, env_label, unique_cells, varying_label
+from benchmark.report.model import (
+    Cell,
+    Layout,
+    Sweep,
+    add_cell_row,
+    cell_table,
+    env_label,
+    step_numbers,
+    unique_cells,
+    varying_label,
+)
 from benchmark.report.render import DASH, Table, fmt
 
 log = logging.getLogger(__name__)
@@ -60,10 +70,7 @@ def load_steps(sweep: Sweep) -> dict[str, list[dict]]:
 
 def quality(c: Cell, records: list[dict] | None) -> dict[str, Any] | None:
     """The cell's gate_* fields: its summary's, else computed from its step records."""
-    s = c.summary or {}
-    if f"{gq.PREFIX}judged" in s:
-        return s
-    return gq.gate_quality(records) if records is not None else None
+    return step_numbers(c, records, (f"{gq.PREFIX}judged",), gq.gate_quality)
 
 
 def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
@@ -100,12 +107,11 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
     if not cells:
         return None
     lay = Layout.of_cells(cells)
-    table = Table(
+    table = cell_table(
         TABLE,
         "Gate quality against the expert (test seeds, pooled over steps, 95% bootstrap CI over "
         "episodes)",
-        ["job", "env", "method"],
-        [("", ["checkpoint", "tau", "judged steps", "IR", *COLUMNS])],
+        ["checkpoint", "tau", "judged steps", "IR", *COLUMNS],
         notes=[
             "A step is judged when PPO acted and the expert has an answer; PPO is wrong when its "
             "action is not in the expert's set of optimal actions. precision = wrong among "
@@ -123,17 +129,17 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
             continue
         judged = q.get(f"{gq.PREFIX}judged") or 0
         queried = q.get(f"{gq.PREFIX}queried") or 0
-        table.rows.append(
-            (
-                [c.job, env_label(c.env), _label(c, lay)],
-                [
-                    str(c.checkpoint_name or c.checkpoint or DASH),
-                    DASH if c.tau is None else f"{c.tau:.3f}",
-                    f"{judged:,}",
-                    f"{queried / judged:.3f}" if judged else DASH,
-                    *(_value(q, rate, scale) for rate, scale in COLUMNS.values()),
-                ],
-            )
+        add_cell_row(
+            table,
+            c,
+            _label(c, lay),
+            [
+                str(c.checkpoint_name or c.checkpoint or DASH),
+                DASH if c.tau is None else f"{c.tau:.3f}",
+                f"{judged:,}",
+                f"{queried / judged:.3f}" if judged else DASH,
+                *(_value(q, rate, scale) for rate, scale in COLUMNS.values()),
+            ],
         )
     return table
 

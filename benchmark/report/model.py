@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from omegaconf import DictConfig
 from benchmark.labels import is_number, method_label, number_text, prompt_label, slm_label  # noqa: F401
 from benchmark.policy.names import order as checkpoint_order
 from benchmark.policy.names import threshold_of
-from benchmark.report.render import DASH
+from benchmark.report.render import DASH, Table
 
 OK, FAILED, MISSING = "ok", "failed", "missing"
 ENV_ORDER = (  # the papers' order; envs not listed follow alphabetically
@@ -209,6 +210,27 @@ def varying_label(c: Cell, lay: Layout, dims: tuple[str, ...]) -> str:
 def row_label(c: Cell, lay: Layout) -> str:
     """The method, with tau and the MC sample count where the sweep varies them."""
     return varying_label(c, lay, ("tau_grid", "mc_samples"))
+
+
+def cell_table(name: str, title: str, columns: list[str], notes: Iterable[str] = ()) -> Table:
+    """A table of one row per cell (`add_cell_row`): job, env and the cell's label, then
+    `columns`."""
+    return Table(name, title, ["job", "env", "method"], [("", columns)], notes=list(notes))
+
+
+def add_cell_row(table: Table, c: Cell, label: str, values: list[str]) -> None:
+    table.rows.append(([c.job, env_label(c.env), label], values))
+
+
+def step_numbers(
+    c: Cell, records: list[dict] | None, keys: tuple[str, ...], compute: Callable[[list], dict]
+) -> dict | None:
+    """A cell's numbers of a step-record section: its summary when it holds them (any of
+    `keys`), else `compute(records)` (summaries older than the section lack them), else None."""
+    s = c.summary or {}
+    if any(k in s for k in keys):
+        return s
+    return compute(records) if records is not None else None
 
 
 def checkpoint_tick(name: str) -> str:
