@@ -15,12 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from benchmark.consultants.base import Decoding, Query, sampling_fields
+from benchmark.consultants.base import Query
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import available_families, family_of, get_family
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
-from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.base import (
+    Consultation,
+    Decision,
+    PromptSession,
+    PromptVariant,
+    act_decoding,
+)
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LEVELS
 
@@ -97,16 +103,8 @@ class AskPrompt(PromptVariant):
         if not isinstance(history, bool):
             raise ValueError(f"prompt.history must be true or false, got {history!r}")
         self.history = history
-        sample = sampling_fields(sampling)
-        self.decoding = (
-            Decoding(
-                max_new_tokens=int(rationale_max_new_tokens),
-                enable_thinking=True,
-                thinking_budget=int(thinking_budget),
-                **sample,
-            )
-            if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
+        self.decoding = act_decoding(
+            self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
 
     def check(self, task: Task) -> None:

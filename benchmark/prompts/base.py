@@ -10,10 +10,11 @@ lockstep, so every round is one batched consultant call."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.base import Answer, Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import family_of
 
@@ -36,6 +37,26 @@ class Decision:
     # None for other prompts. The step records score it against the true state.
     belief: list[str] | None = None
     belief_updated: bool | None = None
+
+
+def act_decoding(
+    rationale: bool,
+    max_new_tokens: int,
+    rationale_max_new_tokens: int,
+    thinking_budget: int,
+    sampling: Mapping[str, Any] | None,
+) -> Decoding:
+    """How a query for the action decodes: a short answer, or with the rationale a longer one
+    after a thinking budget; `sampling`: the SLM's sampling settings (`slm.decoding`)."""
+    sample = sampling_fields(sampling)
+    if rationale:
+        return Decoding(
+            max_new_tokens=int(rationale_max_new_tokens),
+            enable_thinking=True,
+            thinking_budget=int(thinking_budget),
+            **sample,
+        )
+    return Decoding(max_new_tokens=int(max_new_tokens), **sample)
 
 
 class PromptSession(abc.ABC):

@@ -20,7 +20,13 @@ from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
 from benchmark.prompts.ask import check_family, render_line
-from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.base import (
+    Consultation,
+    Decision,
+    PromptSession,
+    PromptVariant,
+    act_decoding,
+)
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LABELS, strip_thinking
 
@@ -121,10 +127,8 @@ class BeliefPrompt(PromptVariant):
         self.max_claims = int(max_claims)
         sample = sampling_fields(sampling)
         self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens), **sample)
-        self.act_decoding = (
-            Decoding(int(rationale_max_new_tokens), True, int(thinking_budget), **sample)
-            if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
+        self.act_decoding = act_decoding(
+            self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
 
     def check(self, task: Task) -> None:
