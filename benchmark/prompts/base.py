@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmark.consultants.base import Answer, Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
-from benchmark.envs.family import family_of
+from benchmark.envs.family import available_families, family_of, get_family
 
 # yield list[Query] -> receive list[Answer] -> ... -> return Decision
 Consultation = Generator[list[Query], list[Answer], "Decision"]
@@ -82,13 +82,28 @@ class PromptVariant(abc.ABC):
     # True when episodes must run one after another in seed order (state carried across episodes)
     sequential_episodes: bool = False
 
-    @abc.abstractmethod
+    parts: tuple[str, ...] = ()  # the env family's prompt parts it words its prompts from
+
     def check(self, task: Task) -> None:
-        """Raise ValueError naming the variant and the supported envs when `task` is unsupported."""
+        """Raise ValueError naming the variant and the supported envs when `task` is unsupported
+        (its family lacks one of the `parts`)."""
+        for part in self.parts:
+            check_family(self, task, part)
 
     @abc.abstractmethod
     def session(self, episode: Episode, with_expert: bool) -> PromptSession:
         """A fresh session; `with_expert` asks it to fill Query.expert (for the oracle)."""
+
+
+def check_family(variant: PromptVariant, task: Task, part: str) -> None:
+    """Fail unless the task's env family has the prompts of `part` (ask, belief, feedback)."""
+    fam = family_of(task)
+    if not fam.supports(part):
+        families = [f for f in available_families() if get_family(f).supports(part)]
+        raise ValueError(
+            f"prompt variant {variant.name!r} does not support env {getattr(task, 'name', task)!r} "
+            f"(family {fam.name!r}); supported families: {families}"
+        )
 
 
 def consult_all(

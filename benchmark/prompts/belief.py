@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import Episode, Task
+from benchmark.envs.base import Episode
 from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
-from benchmark.prompts.ask import check_family, render_line
+from benchmark.prompts.ask import render_line
 from benchmark.prompts.base import (
     Consultation,
     Decision,
@@ -110,6 +110,8 @@ def observations_since(episode: Episode, since: int, limit: int = 20) -> str:
 class BeliefPrompt(PromptVariant):
     """Two-round belief-state prompting, for the env families that declare belief claims."""
 
+    parts = ("belief",)
+
     def __init__(
         self,
         name: str,
@@ -130,9 +132,6 @@ class BeliefPrompt(PromptVariant):
         self.act_decoding = act_decoding(
             self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
-
-    def check(self, task: Task) -> None:
-        check_family(self, task, "belief")
 
     def session(self, episode: Episode, with_expert: bool) -> BeliefSession:
         return BeliefSession(self, episode, with_expert)
