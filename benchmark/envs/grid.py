@@ -525,20 +525,12 @@ class GridFamily(Family):
             "7x7 window in front of it and must reach the goal 'G'."
         )
 
-    def belief_claims(self, episode):
-        return belief_claims(episode)
-
-    def belief_steps(self, episode, since, limit):
-        return belief_steps(episode, since, limit)
-
-    def reason(self, episode, action):
-        return reason(episode, action)
-
-    def brace_teacher(self, truth):
-        return brace_teacher(truth)
-
-    def brace_rules(self):
-        return brace_rules()
+    # the module's functions of the same arguments are the methods (no forwarding wrappers)
+    belief_claims = staticmethod(belief_claims)
+    belief_steps = staticmethod(belief_steps)
+    reason = staticmethod(reason)
+    brace_teacher = staticmethod(brace_teacher)
+    brace_rules = staticmethod(brace_rules)
 
 
 class ObjectiveFamily(GridFamily):
