@@ -33,9 +33,14 @@ def metrics(c: Cell, records: list[dict] | None) -> dict:
     return step_numbers(c, records, keys, belief_metrics) or {}
 
 
-def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
-    cells = [c for c in sweep.ok if metrics(c, steps.get(c.job))]
-    return sorted(cells, key=lambda c: (sweep.envs().index(c.env), method_order(c), c.job))
+def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[tuple[Cell, dict]]:
+    """The cells with context/belief numbers, each with its numbers (computed once)."""
+    numbered = [(c, metrics(c, steps.get(c.job))) for c in sweep.ok]
+    envs = sweep.envs()
+    return sorted(
+        ((c, m) for c, m in numbered if m),
+        key=lambda cm: (envs.index(cm[0].env), method_order(cm[0]), cm[0].job),
+    )
 
 
 def _ci(m: dict, key: str, digits: int = 3) -> str:
@@ -72,8 +77,7 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             "doubtful 0.1); ECE: their n-weighted mean gap."
         ],
     )
-    for c in cells:
-        m = metrics(c, steps.get(c.job))
+    for c, m in cells:
         cal = m.get("belief_calibration") or {}
         first, last = m.get("context_tokens_first_mean"), m.get("context_tokens_last_mean")
         add_cell_row(
