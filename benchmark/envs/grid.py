@@ -12,8 +12,7 @@ from typing import Any
 
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Episode, Memory, NavView
-from benchmark.envs.family import Family
-from benchmark.vocabulary import ACTION_MEANING
+from benchmark.envs.family import Family, system_block
 
 GRID_WORLDS = {
     "fourrooms": "FourRooms: a 19x19 grid cut into four rooms that are joined by one-cell gaps "
@@ -102,17 +101,11 @@ def grid_system(
 def navigation_system(world: str, actions: Sequence[str], rules: Sequence[str]) -> str:
     """Blocks (i)-(iii) as every MiniGrid family words them: the ROLE sentence ending in `world`
     (the world, the goal, the view), the valid actions and `rules` (block (iii))."""
-    lines = [
-        "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-        f"MiniGrid world {world}",
-        "",
-        "VALID ACTIONS:",
-        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-        "",
-        "RULES:",
-        *rules,
-    ]
-    return "\n".join(lines)
+    role = (
+        "You are the navigation consultant of a reinforcement-learning agent in the MiniGrid "
+        f"world {world}"
+    )
+    return system_block(role, actions, rules)
 
 
 def family_rules(rationale: bool, rules: Sequence[str]) -> list[str]:
