@@ -147,14 +147,36 @@ def _to_result(
     return Uncertainty(action, total, aleatoric, epistemic, state, probs)
 
 
-def mc_dropout(
-    policy: object,
-    obs: np.ndarray,
-    n_samples: int,
-    generator: torch.Generator | None = None,
-    masks: list[torch.Tensor] | None = None,
-    state: tuple | None = None,
-) -> Uncertainty:
+def _mc_method(passes):
+    """The public signature, input checks and result of an MC path, written once for both:
+    `passes(pol, obs, x, b, n, masks, state, allowed)` returns the PPO action (B,), the
+    sampled passes' logits (B x N obs-major rows) and the dropout-off logits (B, A), masked by
+    `allowed`; `state` is the recurrent state before the step (None: episode start)."""
+
+    def method(
+        policy: object,
+        obs: np.ndarray,
+        n_samples: int,
+        generator: torch.Generator | None = None,
+        masks: list[torch.Tensor] | None = None,
+        state: tuple | None = None,
+    ) -> Uncertainty:
+        pol = _policy(policy)
+        n = _check_n(n_samples)
+        with torch.inference_mode():
+            x, b, masks, next_state = _inputs(pol, obs, n, generator, masks, state)
+            allowed = action_mask(pol, obs)  # None: every action counts
+            action, mc, logits = passes(pol, obs, x, b, n, masks, state, allowed)
+            ent = _entropies(mask_logits(mc, _per_sample(allowed, n)), b, n)
+        return _to_result(action, ent, next_state, logits)
+
+    method.__name__, method.__qualname__ = passes.__name__, passes.__qualname__
+    method.__doc__ = passes.__doc__
+    return method
+
+
+@_mc_method
+def mc_dropout(pol, obs, x, b, n, masks, state, allowed):
     """Batched MC dropout: one forward of B x N rows for the sampled passes (the layers before
     the first dropout run on the B rows only) plus the dropout-off pass for the PPO action.
     `state`: a recurrent policy's actor LSTM state before this step (None: episode start).
@@ -162,27 +184,21 @@ def mc_dropout(
     `masks` (from `draw_masks`) injects the dropout masks; otherwise they are drawn from
     `generator` (torch's default generator when None). Module train/eval modes are not touched:
     dropout is applied here with explicit masks, which is what nn.Dropout does in train mode."""
-    pol = _policy(policy)
-    n = _check_n(n_samples)
-    with torch.inference_mode():
-        x, b, masks, state = _inputs(pol, obs, n, generator, masks, state)
-        det, mc, k = x, None, 0
-        for layer in pol.mlp_extractor.policy_net:
-            if isinstance(layer, nn.Dropout):
-                m = masks[k]
-                k += 1
-                if mc is None:  # widen B -> B x N rows at the first dropout
-                    mc = (det.unsqueeze(1) * m).reshape(b * n, -1)
-                else:
-                    mc = mc * m.reshape(b * n, -1)
-            elif mc is None:
-                det = layer(det)
+    det, mc, k = x, None, 0
+    for layer in pol.mlp_extractor.policy_net:
+        if isinstance(layer, nn.Dropout):
+            m = masks[k]
+            k += 1
+            if mc is None:  # widen B -> B x N rows at the first dropout
+                mc = (det.unsqueeze(1) * m).reshape(b * n, -1)
             else:
-                det, mc = layer(det), layer(mc)
-        allowed = action_mask(pol, obs)  # None: every action counts
-        logits = mask_logits(pol.action_net(det), allowed)
-        ent = _entropies(mask_logits(pol.action_net(mc), _per_sample(allowed, n)), b, n)
-    return _to_result(logits.argmax(-1), ent, state, logits)
+                mc = mc * m.reshape(b * n, -1)
+        elif mc is None:
+            det = layer(det)
+        else:
+            det, mc = layer(det), layer(mc)
+    logits = mask_logits(pol.action_net(det), allowed)
+    return logits.argmax(-1), pol.action_net(mc), logits
 
 
 def _per_sample(mask: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -190,38 +206,25 @@ def _per_sample(mask: torch.Tensor | None, n: int) -> torch.Tensor | None:
     return None if mask is None else mask.repeat_interleave(n, dim=0)
 
 
-def mc_dropout_sequential(
-    policy: object,
-    obs: np.ndarray,
-    n_samples: int,
-    generator: torch.Generator | None = None,
-    masks: list[torch.Tensor] | None = None,
-    state: tuple | None = None,
-) -> Uncertainty:
+@_mc_method
+def mc_dropout_sequential(pol, obs, x, b, n, masks, state, allowed):
     """Reference: N separate passes over the B observations through the real SB3 modules
     (nn.Dropout outputs replaced by input x mask via forward hooks), and the PPO action from
     `policy.predict(deterministic=True)` (with the recurrent state, for a recurrent policy).
     Same masks as `mc_dropout` for the same generator."""
-    pol = _policy(policy)
-    n = _check_n(n_samples)
     layers = _dropout_modules(pol)
-    with torch.inference_mode():
-        x, b, masks, next_state = _inputs(pol, obs, n, generator, masks, state)
-        logits = []
-        for i in range(n):
-            hooks = [
-                layer.register_forward_hook(lambda _m, inp, _out, mask=mask[:, i]: inp[0] * mask)
-                for layer, mask in zip(layers, masks, strict=True)
-            ]
-            try:
-                logits.append(pol.action_net(pol.mlp_extractor.forward_actor(x)))
-            finally:
-                for h in hooks:
-                    h.remove()
-        # obs-major rows (b * n + i), as in the batched path
-        allowed = action_mask(pol, obs)
-        stacked = torch.stack(logits, dim=1).reshape(b * n, -1)
-        ent = _entropies(mask_logits(stacked, _per_sample(allowed, n)), b, n)
+    logits = []
+    for i in range(n):
+        hooks = [
+            layer.register_forward_hook(lambda _m, inp, _out, mask=mask[:, i]: inp[0] * mask)
+            for layer, mask in zip(layers, masks, strict=True)
+        ]
+        try:
+            logits.append(pol.action_net(pol.mlp_extractor.forward_actor(x)))
+        finally:
+            for h in hooks:
+                h.remove()
+    stacked = torch.stack(logits, dim=1).reshape(b * n, -1)  # obs-major, as in the batched path
     was_training = pol.training
     pol.set_training_mode(False)
     try:
@@ -229,11 +232,11 @@ def mc_dropout_sequential(
             state = initial_state(pol, b)
         as_numpy = None if state is None else tuple(s.detach().cpu().numpy() for s in state)
         action, _ = pol.predict(obs, state=as_numpy, deterministic=True)
-        with torch.inference_mode():  # the dropout-off distribution (eval mode: no dropout)
-            logits = mask_logits(pol.action_net(pol.mlp_extractor.forward_actor(x)), allowed)
+        # the dropout-off distribution (eval mode: no dropout)
+        det = mask_logits(pol.action_net(pol.mlp_extractor.forward_actor(x)), allowed)
     finally:
         pol.set_training_mode(was_training)
-    return _to_result(torch.as_tensor(np.asarray(action).reshape(b)), ent, next_state, logits)
+    return torch.as_tensor(np.asarray(action).reshape(b)), stacked, det
 
 
 def _check_masks(masks: list[torch.Tensor], widths: list[int], b: int, n: int) -> None:

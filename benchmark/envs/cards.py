@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmark.envs.base import CardView, Episode, Memory
-from benchmark.envs.family import Family
+from benchmark.envs.family import Family, system_block
 from benchmark.envs.higherlower import rank_name
-from benchmark.vocabulary import ACTION_MEANING
 
 CARDS_RATIONALE_RULE = (
     "- Line 1: Reason: <one short line, max 12 words>.   Line 2: Action: <HIGHER|LOWER>."
@@ -33,19 +32,13 @@ def cards_rules(rationale: bool, autopilot: bool) -> list[str]:
 
 def cards_system(actions: Sequence[str], level: str, rationale: bool, autopilot: bool) -> str:
     """Blocks (i)-(iii); the same for every level (`level` is ignored)."""
-    lines = [
-        "ROLE: You advise a card-game agent playing HigherLower: one shuffled 52-card deck is "
-        "dealt one card at a time, and before each new card the agent bets whether it will rank "
-        "HIGHER or LOWER than the current card. Ranks, lowest to highest: A 2 3 4 5 6 7 8 9 10 J "
-        "Q K (the ace is low). A card of the same rank is a push (no reward either way).",
-        "",
-        "VALID ACTIONS:",
-        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-        "",
-        "RULES:",
-        *cards_rules(rationale, autopilot),
-    ]
-    return "\n".join(lines)
+    role = (
+        "You advise a card-game agent playing HigherLower: one shuffled 52-card deck is dealt "
+        "one card at a time, and before each new card the agent bets whether it will rank HIGHER "
+        "or LOWER than the current card. Ranks, lowest to highest: A 2 3 4 5 6 7 8 9 10 J Q K "
+        "(the ace is low). A card of the same rank is a push (no reward either way)."
+    )
+    return system_block(role, actions, cards_rules(rationale, autopilot))
 
 
 def cards_state(view: CardView, memory: Memory, level: str, autopilot: str | None) -> str:
@@ -209,21 +202,15 @@ class CardsFamily(Family):
             "current card. Same rank = push."
         )
 
-    def belief_claims(self, episode):
-        return belief_claims(episode)
-
-    def belief_steps(self, episode, since, limit):
-        return belief_steps(episode, since, limit)
-
     def reason(self, episode, action):
         view = episode.view()
         return f"{view.higher} higher and {view.lower} lower cards remain"
 
-    def brace_teacher(self, truth):
-        return brace_teacher(truth)
-
-    def brace_rules(self):
-        return brace_rules()
+    # the module's functions of the same arguments are the methods (no forwarding wrappers)
+    belief_claims = staticmethod(belief_claims)
+    belief_steps = staticmethod(belief_steps)
+    brace_teacher = staticmethod(brace_teacher)
+    brace_rules = staticmethod(brace_rules)
 
 
 FAMILY = CardsFamily()

@@ -18,8 +18,11 @@ import functools
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
+
+from benchmark.vocabulary import ACTION_MEANING
 
 if TYPE_CHECKING:
     from benchmark.envs.base import Episode, Memory, Task
@@ -122,6 +125,21 @@ class Family:
     def reason(self, episode: Episode, action: str) -> str:
         """The templated reason line of the expert's `action` (the rationale format)."""
         return "best option"
+
+
+def system_block(role: str, actions: Sequence[str], rules: Sequence[str]) -> str:
+    """Blocks (i)-(iii) as the families with named actions word them: the ROLE line, each valid
+    action with its meaning (benchmark.vocabulary), then the RULES."""
+    lines = [
+        f"ROLE: {role}",
+        "",
+        "VALID ACTIONS:",
+        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
+        "",
+        "RULES:",
+        *rules,
+    ]
+    return "\n".join(lines)
 
 
 def package_families() -> list[str]:

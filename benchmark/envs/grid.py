@@ -12,8 +12,7 @@ from typing import Any
 
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Episode, Memory, NavView
-from benchmark.envs.family import Family
-from benchmark.vocabulary import ACTION_MEANING
+from benchmark.envs.family import Family, system_block
 
 GRID_WORLDS = {
     "fourrooms": "FourRooms: a 19x19 grid cut into four rooms that are joined by one-cell gaps "
@@ -102,17 +101,11 @@ def grid_system(
 def navigation_system(world: str, actions: Sequence[str], rules: Sequence[str]) -> str:
     """Blocks (i)-(iii) as every MiniGrid family words them: the ROLE sentence ending in `world`
     (the world, the goal, the view), the valid actions and `rules` (block (iii))."""
-    lines = [
-        "ROLE: You are the navigation consultant of a reinforcement-learning agent in the "
-        f"MiniGrid world {world}",
-        "",
-        "VALID ACTIONS:",
-        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
-        "",
-        "RULES:",
-        *rules,
-    ]
-    return "\n".join(lines)
+    role = (
+        "You are the navigation consultant of a reinforcement-learning agent in the MiniGrid "
+        f"world {world}"
+    )
+    return system_block(role, actions, rules)
 
 
 def family_rules(rationale: bool, rules: Sequence[str]) -> list[str]:
@@ -525,20 +518,47 @@ class GridFamily(Family):
             "7x7 window in front of it and must reach the goal 'G'."
         )
 
-    def belief_claims(self, episode):
-        return belief_claims(episode)
+    # the module's functions of the same arguments are the methods (no forwarding wrappers)
+    belief_claims = staticmethod(belief_claims)
+    belief_steps = staticmethod(belief_steps)
+    reason = staticmethod(reason)
+    brace_teacher = staticmethod(brace_teacher)
+    brace_rules = staticmethod(brace_rules)
 
-    def belief_steps(self, episode, since, limit):
-        return belief_steps(episode, since, limit)
 
-    def reason(self, episode, action):
-        return reason(episode, action)
+class ObjectiveFamily(GridFamily):
+    """A MiniGrid family with its own objective on the grid's view and features (Memory,
+    KeyCorridor): its system block, examples and belief TASK differ only in their text, so they
+    are declared as data and worded here once."""
 
-    def brace_teacher(self, truth):
-        return brace_teacher(truth)
+    feedback = None  # the feedback paper's text is about reaching 'G'
+    gym_id = ""  # the environment a prompt names for a task without a gym id
+    world = ""  # the ROLE sentence after '<environment>: ' (the world, the goal, the view)
+    rules: tuple[str, ...] = ()  # the family's rules of block (iii)
+    autopilot_rule = ("", "")  # the last rule with the PPO suggestion shown, and without it
+    example_lines: tuple[str, ...] = ()
+    belief = ""  # the TASK paragraph of the belief prompts
 
-    def brace_rules(self):
-        return brace_rules()
+    def system(self, task, actions, level, rationale, autopilot):
+        rules = [*self.rules, self.autopilot_rule[0 if autopilot else 1]]
+        world = f"{gym_name(task, self.gym_id)}: {self.world}"
+        return navigation_system(world, actions, family_rules(rationale, rules))
+
+    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
+        def grid_at(at_level: str) -> str:
+            return grid_state(view, memory, actions, at_level, autopilot, map_radius, planner_hint)
+
+        return self.objective_state(grid_at, view, memory, level)
+
+    def objective_state(self, grid_at, view: NavView, memory: Memory, level: str) -> str:
+        """Block (iv): the grid family's (`grid_at(level)`) with the objective's lines."""
+        raise NotImplementedError(f"family {self.name!r} has no objective state lines")
+
+    def examples(self, task, actions, level):
+        return "\n".join(["EXAMPLES:", *self.example_lines])
+
+    def belief_task(self, task):
+        return self.belief
 
 
 FAMILY = GridFamily()

@@ -20,7 +20,7 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner, State
-from benchmark.envs.grid import GridFamily, family_rules, grid_state, gym_name, navigation_system
+from benchmark.envs.grid import ObjectiveFamily
 from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
@@ -122,55 +122,45 @@ def ball_lines(view: NavView, memory: Memory) -> list[str]:
     ]
 
 
-class KeyCorridorFamily(GridFamily):
+class KeyCorridorFamily(ObjectiveFamily):
     """MiniGrid KeyCorridor: the grid family's view and features, the ball as the goal, the key,
     the locked door and the one-object hand."""
 
     name = "keycorridor"
     kinds = ("keycorridor",)
-    feedback = None  # the feedback paper's text is about reaching 'G'
+    gym_id = "MiniGrid-KeyCorridor"
+    world = (
+        "a corridor of small rooms; a ball 'b' lies behind a locked door 'L', the key 'k' that "
+        "opens it lies in another room. The episode is won by picking the ball up. The agent "
+        "sees only a 7x7 window in front of it. Pick the single next action that brings it "
+        "closest to holding the ball."
+    )
+    rules = (
+        "- TOGGLE opens a closed door 'D'; a locked door 'L' opens only with the key in hand.",
+        "- The agent holds one object: DROP the key on a free cell '.' before PICKUP of 'b'.",
+        "- FORWARD cannot enter '#', 'k', 'b' or a closed/locked door.",
+    )
+    autopilot_rule = (
+        "- Follow autopilot when it matches the subtask.",
+        "- Explore rooms through their doors until the key and the ball are seen.",
+    )
+    example_lines = (
+        "facing 'D' (closed door)                      -> TOGGLE",
+        "facing 'k', nothing in hand                   -> PICKUP",
+        "key in hand, facing 'L'                       -> TOGGLE",
+        "key in hand, door open, free cell '.' ahead   -> DROP",
+        "facing 'b', nothing in hand                   -> PICKUP",
+    )
+    belief = (
+        "TASK: MiniGrid KeyCorridor. A ball lies behind a locked door; the key lies in "
+        "another room. The agent must pick the ball up, dropping the key first. It sees a "
+        "7x7 window in front of it."
+    )
 
-    def system(self, task, actions, level, rationale, autopilot):
-        world = (
-            f"{gym_name(task, 'MiniGrid-KeyCorridor')}: a corridor of small rooms; a ball 'b' "
-            "lies behind a locked door 'L', the key 'k' that opens it lies in another room. The "
-            "episode is won by picking the ball up. The agent sees only a 7x7 window in front of "
-            "it. Pick the single next action that brings it closest to holding the ball."
-        )
-        rules = [
-            "- TOGGLE opens a closed door 'D'; a locked door 'L' opens only with the key in hand.",
-            "- The agent holds one object: DROP the key on a free cell '.' before PICKUP of 'b'.",
-            "- FORWARD cannot enter '#', 'k', 'b' or a closed/locked door.",
-            "- Follow autopilot when it matches the subtask."
-            if autopilot
-            else "- Explore rooms through their doors until the key and the ball are seen.",
-        ]
-        return navigation_system(world, actions, family_rules(rationale, rules))
-
-    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
-        text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)
-        lines = text.split("\n")
+    def objective_state(self, grid_at, view, memory, level):
+        lines = grid_at(level).split("\n")
         at = next(i for i, line in enumerate(lines) if line.startswith("STATE:")) + 1
         return "\n".join([*lines[:at], *ball_lines(view, memory), *lines[at:]])
-
-    def examples(self, task, actions, level):
-        return "\n".join(
-            [
-                "EXAMPLES:",
-                "facing 'D' (closed door)                      -> TOGGLE",
-                "facing 'k', nothing in hand                   -> PICKUP",
-                "key in hand, facing 'L'                       -> TOGGLE",
-                "key in hand, door open, free cell '.' ahead   -> DROP",
-                "facing 'b', nothing in hand                   -> PICKUP",
-            ]
-        )
-
-    def belief_task(self, task):
-        return (
-            "TASK: MiniGrid KeyCorridor. A ball lies behind a locked door; the key lies in "
-            "another room. The agent must pick the ball up, dropping the key first. It sees a "
-            "7x7 window in front of it."
-        )
 
     def reason(self, episode, action):
         view = episode.view()

@@ -19,14 +19,7 @@ from minigrid.minigrid_env import MiniGridEnv
 from benchmark.envs import navfeatures as nf
 from benchmark.envs.base import Memory, NavView
 from benchmark.envs.expert import GridPlanner
-from benchmark.envs.grid import (
-    GridFamily,
-    belief_claims,
-    family_rules,
-    grid_state,
-    gym_name,
-    navigation_system,
-)
+from benchmark.envs.grid import ObjectiveFamily, belief_claims
 from benchmark.envs.minigrid_nav import MiniGridEpisode, MiniGridTask
 
 
@@ -103,59 +96,47 @@ def cue_lines(view: NavView, memory: Memory) -> list[str]:
     return lines
 
 
-class MemoryFamily(GridFamily):
+class MemoryFamily(ObjectiveFamily):
     """MiniGrid Memory: the grid family's view and features, plus the cue the agent must
     remember (stateful levels) and the Memory rules."""
 
     name = "memory"
     kinds = ("memory",)
-    feedback = None  # the feedback paper's text is about reaching 'G'
+    gym_id = "MiniGrid-Memory"
+    world = (
+        "the agent starts in a small room that holds a cue object (a key 'k' or a ball 'b'); a "
+        "corridor leads east to a junction with one object at its north end and one at its "
+        "south end. Stepping next to the object of the same kind as the cue wins; next to the "
+        "other object loses. The agent sees only a 7x7 window in front of it. Pick the single "
+        "next action that brings it closest to the matching object."
+    )
+    rules = (
+        "- Remember the cue. At the junction turn toward the end whose object matches it.",
+        "- FORWARD cannot enter '#', 'k' or 'b'.",
+    )
+    autopilot_rule = (
+        "- Follow autopilot when it agrees with the cue.",
+        "- If the cue was never seen, look back into the start room first.",
+    )
+    example_lines = (
+        "cue not seen yet, in the start room                -> TURN_LEFT",
+        "cue=key, at the junction, the key is north (left)  -> TURN_LEFT",
+        "ahead=clear along the corridor                     -> FORWARD",
+    )
+    belief = (
+        "TASK: MiniGrid Memory. A cue object (key or ball) lies in the start room; at the end "
+        "of the corridor the agent must step next to the object of the same kind. The agent "
+        "sees a 7x7 window in front of it."
+    )
 
-    def system(self, task, actions, level, rationale, autopilot):
-        world = (
-            f"{gym_name(task, 'MiniGrid-Memory')}: the agent starts in a small room that "
-            "holds a cue object (a key 'k' or a ball 'b'); a corridor leads east to a junction "
-            "with one object at its north end and one at its south end. Stepping next to the "
-            "object of the same kind as the cue wins; next to the other object loses. The agent "
-            "sees only a 7x7 window in front of it. Pick the single next action that brings it "
-            "closest to the matching object."
-        )
-        rules = [
-            "- Remember the cue. At the junction turn toward the end whose object matches it.",
-            "- FORWARD cannot enter '#', 'k' or 'b'.",
-            "- Follow autopilot when it agrees with the cue."
-            if autopilot
-            else "- If the cue was never seen, look back into the start room first.",
-        ]
-        return navigation_system(world, actions, family_rules(rationale, rules))
-
-    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
-        text = grid_state(view, memory, actions, level, autopilot, map_radius, planner_hint)
+    def objective_state(self, grid_at, view, memory, level):
+        text = grid_at(level)
         if level in ("basic", "enriched"):
             return text
         # the cue after the episodic memory, before the known map: each level extends the last
-        memory_part = grid_state(
-            view, memory, actions, "stateful_min", autopilot, map_radius, planner_hint
-        )
+        memory_part = grid_at("stateful_min")
         map_part = text[len(memory_part) :]
         return "\n".join([memory_part, *cue_lines(view, memory)]) + map_part
-
-    def examples(self, task, actions, level):
-        return "\n".join(
-            [
-                "EXAMPLES:",
-                "cue not seen yet, in the start room                -> TURN_LEFT",
-                "cue=key, at the junction, the key is north (left)  -> TURN_LEFT",
-                "ahead=clear along the corridor                     -> FORWARD",
-            ]
-        )
-
-    def belief_task(self, task):
-        return (
-            "TASK: MiniGrid Memory. A cue object (key or ball) lies in the start room; at the end "
-            "of the corridor the agent must step next to the object of the same kind. The agent "
-            "sees a 7x7 window in front of it."
-        )
 
     def belief_claims(self, episode):
         view, mem = episode.view(), episode.memory

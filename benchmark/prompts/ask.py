@@ -15,12 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import Episode, Task
-from benchmark.envs.family import available_families, family_of, get_family
+from benchmark.consultants.base import Query
+from benchmark.envs.base import Episode
+from benchmark.envs.family import family_of
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
-from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.base import (
+    Consultation,
+    Decision,
+    PromptSession,
+    PromptVariant,
+    act_decoding,
+)
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LEVELS
 
@@ -42,17 +48,6 @@ def history_block(episode: Episode) -> str:
     if not lines:
         return "HISTORY: (no step taken yet)"
     return "HISTORY (oldest first):\n" + "\n".join(f"{t}: {x}" for t, x in enumerate(lines))
-
-
-def check_family(variant: PromptVariant, task: Task, part: str) -> None:
-    """Fail unless the task's env family has the prompts of `part` (ask, belief, feedback)."""
-    fam = family_of(task)
-    if not fam.supports(part):
-        families = [f for f in available_families() if get_family(f).supports(part)]
-        raise ValueError(
-            f"prompt variant {variant.name!r} does not support env {getattr(task, 'name', task)!r} "
-            f"(family {fam.name!r}); supported families: {families}"
-        )
 
 
 class AskPrompt(PromptVariant):
@@ -97,22 +92,11 @@ class AskPrompt(PromptVariant):
         if not isinstance(history, bool):
             raise ValueError(f"prompt.history must be true or false, got {history!r}")
         self.history = history
-        sample = sampling_fields(sampling)
-        self.decoding = (
-            Decoding(
-                max_new_tokens=int(rationale_max_new_tokens),
-                enable_thinking=True,
-                thinking_budget=int(thinking_budget),
-                **sample,
-            )
-            if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
+        # the history's lines are the family's belief-prompt step lines
+        self.parts = ("ask", "belief") if history else ("ask",)
+        self.decoding = act_decoding(
+            self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
-
-    def check(self, task: Task) -> None:
-        check_family(self, task, "ask")
-        if self.history:  # its lines are the family's belief-prompt step lines
-            check_family(self, task, "belief")
 
     def session(self, episode: Episode, with_expert: bool) -> AskSession:
         return AskSession(self, episode, with_expert)

@@ -10,12 +10,13 @@ lockstep, so every round is one batched consultant call."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.base import Answer, Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
-from benchmark.envs.family import family_of
+from benchmark.envs.family import available_families, family_of, get_family
 
 # yield list[Query] -> receive list[Answer] -> ... -> return Decision
 Consultation = Generator[list[Query], list[Answer], "Decision"]
@@ -36,6 +37,26 @@ class Decision:
     # None for other prompts. The step records score it against the true state.
     belief: list[str] | None = None
     belief_updated: bool | None = None
+
+
+def act_decoding(
+    rationale: bool,
+    max_new_tokens: int,
+    rationale_max_new_tokens: int,
+    thinking_budget: int,
+    sampling: Mapping[str, Any] | None,
+) -> Decoding:
+    """How a query for the action decodes: a short answer, or with the rationale a longer one
+    after a thinking budget; `sampling`: the SLM's sampling settings (`slm.decoding`)."""
+    sample = sampling_fields(sampling)
+    if rationale:
+        return Decoding(
+            max_new_tokens=int(rationale_max_new_tokens),
+            enable_thinking=True,
+            thinking_budget=int(thinking_budget),
+            **sample,
+        )
+    return Decoding(max_new_tokens=int(max_new_tokens), **sample)
 
 
 class PromptSession(abc.ABC):
@@ -61,13 +82,28 @@ class PromptVariant(abc.ABC):
     # True when episodes must run one after another in seed order (state carried across episodes)
     sequential_episodes: bool = False
 
-    @abc.abstractmethod
+    parts: tuple[str, ...] = ()  # the env family's prompt parts it words its prompts from
+
     def check(self, task: Task) -> None:
-        """Raise ValueError naming the variant and the supported envs when `task` is unsupported."""
+        """Raise ValueError naming the variant and the supported envs when `task` is unsupported
+        (its family lacks one of the `parts`)."""
+        for part in self.parts:
+            check_family(self, task, part)
 
     @abc.abstractmethod
     def session(self, episode: Episode, with_expert: bool) -> PromptSession:
         """A fresh session; `with_expert` asks it to fill Query.expert (for the oracle)."""
+
+
+def check_family(variant: PromptVariant, task: Task, part: str) -> None:
+    """Fail unless the task's env family has the prompts of `part` (ask, belief, feedback)."""
+    fam = family_of(task)
+    if not fam.supports(part):
+        families = [f for f in available_families() if get_family(f).supports(part)]
+        raise ValueError(
+            f"prompt variant {variant.name!r} does not support env {getattr(task, 'name', task)!r} "
+            f"(family {fam.name!r}); supported families: {families}"
+        )
 
 
 def consult_all(

@@ -16,11 +16,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import Episode, Task
+from benchmark.envs.base import Episode
 from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
-from benchmark.prompts.ask import check_family, render_line
-from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.ask import render_line
+from benchmark.prompts.base import (
+    Consultation,
+    Decision,
+    PromptSession,
+    PromptVariant,
+    act_decoding,
+)
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LABELS, strip_thinking
 
@@ -104,6 +110,8 @@ def observations_since(episode: Episode, since: int, limit: int = 20) -> str:
 class BeliefPrompt(PromptVariant):
     """Two-round belief-state prompting, for the env families that declare belief claims."""
 
+    parts = ("belief",)
+
     def __init__(
         self,
         name: str,
@@ -121,14 +129,9 @@ class BeliefPrompt(PromptVariant):
         self.max_claims = int(max_claims)
         sample = sampling_fields(sampling)
         self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens), **sample)
-        self.act_decoding = (
-            Decoding(int(rationale_max_new_tokens), True, int(thinking_budget), **sample)
-            if self.rationale
-            else Decoding(max_new_tokens=int(max_new_tokens), **sample)
+        self.act_decoding = act_decoding(
+            self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
-
-    def check(self, task: Task) -> None:
-        check_family(self, task, "belief")
 
     def session(self, episode: Episode, with_expert: bool) -> BeliefSession:
         return BeliefSession(self, episode, with_expert)

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Decoding, Query, sampling_fields
-from benchmark.envs.base import Episode, Task
-from benchmark.prompts.ask import check_family
+from benchmark.envs.base import Episode
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
 from benchmark.prompts.parse import json_field, parse_action, parse_plan, parse_reason
 
@@ -44,6 +43,8 @@ DISPLAY = {
 
 class FeedbackPrompt(PromptVariant):
     """One feedback-paper strategy, selected by its flags."""
+
+    parts = ("feedback",)
 
     def __init__(
         self,
@@ -81,9 +82,6 @@ class FeedbackPrompt(PromptVariant):
         )
         # PF across episodes: the last summary of the previous episode
         self.carried_policy: str | None = None
-
-    def check(self, task: Task) -> None:
-        check_family(self, task, "feedback")
 
     def session(self, episode: Episode, with_expert: bool) -> FeedbackSession:
         return FeedbackSession(self, episode, with_expert)

@@ -21,11 +21,12 @@ from benchmark.report.model import (
     Cell,
     Layout,
     Sweep,
-    checkpoint_order,
+    add_cell_row,
+    cell_table,
     env_label,
-    method_label,
-    method_order,
+    step_numbers,
     unique_cells,
+    varying_label,
 )
 from benchmark.report.render import DASH, Table, fmt
 
@@ -69,10 +70,7 @@ def load_steps(sweep: Sweep) -> dict[str, list[dict]]:
 
 def quality(c: Cell, records: list[dict] | None) -> dict[str, Any] | None:
     """The cell's gate_* fields: its summary's, else computed from its step records."""
-    s = c.summary or {}
-    if f"{gq.PREFIX}judged" in s:
-        return s
-    return gq.gate_quality(records) if records is not None else None
+    return step_numbers(c, records, (f"{gq.PREFIX}judged",), gq.gate_quality)
 
 
 def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
@@ -81,27 +79,14 @@ def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
     cells = unique_cells(
         [c for c in sweep.ok if c.job in steps or f"{gq.PREFIX}judged" in (c.summary or {})]
     )
-    return sorted(
-        cells,
-        key=lambda c: (
-            sweep.envs().index(c.env),
-            method_order(c),
-            checkpoint_order(c.checkpoint),
-            c.policy_seed or 0,
-        ),
-    )
+    return sorted(cells, key=sweep.cell_order)
 
 
 def _label(c: Cell, lay: Layout) -> str:
     """The cell's method, with its checkpoint and policy seed where the shown cells differ in
     them (`Layout.of_cells`; cells that differ only in a training seed would otherwise share a
     title)."""
-    label = method_label(c)
-    if lay.checkpoint and c.checkpoint is not None:
-        label += f" @{c.checkpoint_name or c.checkpoint}"
-    if lay.policy_seed and c.policy_seed is not None:
-        label += f" s{c.policy_seed}"
-    return label
+    return varying_label(c, lay, ("checkpoint", "policy_seed"))
 
 
 def _value(q: dict, rate: str, scale: float = 1) -> str:
@@ -122,12 +107,11 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
     if not cells:
         return None
     lay = Layout.of_cells(cells)
-    table = Table(
+    table = cell_table(
         TABLE,
         "Gate quality against the expert (test seeds, pooled over steps, 95% bootstrap CI over "
         "episodes)",
-        ["job", "env", "method"],
-        [("", ["checkpoint", "tau", "judged steps", "IR", *COLUMNS])],
+        ["checkpoint", "tau", "judged steps", "IR", *COLUMNS],
         notes=[
             "A step is judged when PPO acted and the expert has an answer; PPO is wrong when its "
             "action is not in the expert's set of optimal actions. precision = wrong among "
@@ -145,17 +129,17 @@ def gate_quality_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | No
             continue
         judged = q.get(f"{gq.PREFIX}judged") or 0
         queried = q.get(f"{gq.PREFIX}queried") or 0
-        table.rows.append(
-            (
-                [c.job, env_label(c.env), _label(c, lay)],
-                [
-                    str(c.checkpoint_name or c.checkpoint or DASH),
-                    DASH if c.tau is None else f"{c.tau:.3f}",
-                    f"{judged:,}",
-                    f"{queried / judged:.3f}" if judged else DASH,
-                    *(_value(q, rate, scale) for rate, scale in COLUMNS.values()),
-                ],
-            )
+        add_cell_row(
+            table,
+            c,
+            _label(c, lay),
+            [
+                str(c.checkpoint_name or c.checkpoint or DASH),
+                DASH if c.tau is None else f"{c.tau:.3f}",
+                f"{judged:,}",
+                f"{queried / judged:.3f}" if judged else DASH,
+                *(_value(q, rate, scale) for rate, scale in COLUMNS.values()),
+            ],
         )
     return table
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.analysis.belief import belief_metrics, context_by_step
-from benchmark.report.model import Cell, Sweep, env_label, method_label, method_order
+from benchmark.report.model import (
+    Cell,
+    Sweep,
+    add_cell_row,
+    cell_table,
+    env_label,
+    method_label,
+    method_order,
+    step_numbers,
+)
 from benchmark.report.render import DASH, Table, fmt
 
 TABLE = "belief"
@@ -20,15 +29,18 @@ LABEL_COLUMNS = ("confirmed", "almost certain", "probable", "possible", "unlikel
 
 def metrics(c: Cell, records: list[dict] | None) -> dict:
     """The cell's context/belief fields: its summary's, else computed from its step records."""
-    s = c.summary or {}
-    if "context_tokens_mean" in s or "belief_steps" in s:
-        return s
-    return belief_metrics(records) if records is not None else {}
+    keys = ("context_tokens_mean", "belief_steps")
+    return step_numbers(c, records, keys, belief_metrics) or {}
 
 
-def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[Cell]:
-    cells = [c for c in sweep.ok if metrics(c, steps.get(c.job))]
-    return sorted(cells, key=lambda c: (sweep.envs().index(c.env), method_order(c), c.job))
+def _cells(sweep: Sweep, steps: dict[str, list[dict]]) -> list[tuple[Cell, dict]]:
+    """The cells with context/belief numbers, each with its numbers (computed once)."""
+    numbered = [(c, metrics(c, steps.get(c.job))) for c in sweep.ok]
+    envs = sweep.envs()
+    return sorted(
+        ((c, m) for c, m in numbered if m),
+        key=lambda cm: (envs.index(cm[0].env), method_order(cm[0]), cm[0].job),
+    )
 
 
 def _ci(m: dict, key: str, digits: int = 3) -> str:
@@ -44,23 +56,17 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
     cells = _cells(sweep, steps)
     if not cells:
         return None
-    table = Table(
+    table = cell_table(
         TABLE,
         "Context length and belief quality (test seeds, 95% bootstrap CI over episodes)",
-        ["job", "env", "method"],
         [
-            (
-                "",
-                [
-                    "context tokens",
-                    "first -> last",
-                    "belief correct",
-                    "update fail",
-                    "ECE",
-                    *(f"true|{lb}" for lb in LABEL_COLUMNS),
-                ],
-            )
-        ],  # fmt: skip
+            "context tokens",
+            "first -> last",
+            "belief correct",
+            "update fail",
+            "ECE",
+            *(f"true|{lb}" for lb in LABEL_COLUMNS),
+        ],
         notes=[
             "context tokens: the longest prompt of a queried step (per-episode mean); first -> "
             "last: its first and last queried step. belief correct: mean verdict of the held "
@@ -71,27 +77,26 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             "doubtful 0.1); ECE: their n-weighted mean gap."
         ],
     )
-    for c in cells:
-        m = metrics(c, steps.get(c.job))
+    for c, m in cells:
         cal = m.get("belief_calibration") or {}
         first, last = m.get("context_tokens_first_mean"), m.get("context_tokens_last_mean")
-        table.rows.append(
-            (
-                [c.job, env_label(c.env), method_label(c)],
-                [
-                    _ci(m, "context_tokens", 0),
-                    DASH if first is None else f"{first:.0f} -> {last:.0f}",
-                    _ci(m, "belief_correctness"),
-                    DASH
-                    if m.get("belief_update_failure_rate") is None
-                    else f"{m['belief_update_failure_rate']:.3f}",
-                    DASH if m.get("belief_ece") is None else f"{m['belief_ece']:.3f}",
-                    *(
-                        f"{cal[lb]['share_true']:.2f} ({cal[lb]['n']})" if lb in cal else DASH
-                        for lb in LABEL_COLUMNS
-                    ),
-                ],
-            )
+        add_cell_row(
+            table,
+            c,
+            method_label(c),
+            [
+                _ci(m, "context_tokens", 0),
+                DASH if first is None else f"{first:.0f} -> {last:.0f}",
+                _ci(m, "belief_correctness"),
+                DASH
+                if m.get("belief_update_failure_rate") is None
+                else f"{m['belief_update_failure_rate']:.3f}",
+                DASH if m.get("belief_ece") is None else f"{m['belief_ece']:.3f}",
+                *(
+                    f"{cal[lb]['share_true']:.2f} ({cal[lb]['n']})" if lb in cal else DASH
+                    for lb in LABEL_COLUMNS
+                ),
+            ],
         )
     return table
 

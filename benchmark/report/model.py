@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from omegaconf import DictConfig
 from benchmark.labels import is_number, method_label, number_text, prompt_label, slm_label  # noqa: F401
 from benchmark.policy.names import order as checkpoint_order
 from benchmark.policy.names import threshold_of
-from benchmark.report.render import DASH
+from benchmark.report.render import DASH, Table
 
 OK, FAILED, MISSING = "ok", "failed", "missing"
 ENV_ORDER = (  # the papers' order; envs not listed follow alphabetically
@@ -150,6 +151,15 @@ class Sweep:
         known = [e for e in ENV_ORDER if e in names]
         return known + sorted(names - set(known))
 
+    def cell_order(self, c: Cell) -> tuple:
+        """The order of the per-cell tables: env, method, checkpoint, policy seed."""
+        return (
+            self.envs().index(c.env),
+            method_order(c),
+            checkpoint_order(c.checkpoint),
+            c.policy_seed or 0,
+        )
+
     def metric_of(self, env: str) -> str:
         for c in self.cells:
             if c.env == env and c.metric:
@@ -182,14 +192,45 @@ def env_kind(env: str | None) -> str | None:
     return _env_conf(env).get("kind") if env else None
 
 
+# what a label adds for a Layout dimension that varies: (the cell's value, its text)
+LABEL_PARTS = {
+    "tau_grid": (lambda c: c.tau_setting, lambda c: f" τ={number_text(c.tau_setting)}"),
+    "mc_samples": (lambda c: c.mc_samples, lambda c: f" N={c.mc_samples}"),
+    "checkpoint": (lambda c: c.checkpoint, lambda c: f" @{c.checkpoint_name or c.checkpoint}"),
+    "policy_seed": (lambda c: c.policy_seed, lambda c: f" s{c.policy_seed}"),
+}
+
+
+def varying_label(c: Cell, lay: Layout, dims: tuple[str, ...]) -> str:
+    """The method, with the cell's value of each of `dims` (LABEL_PARTS) the cells vary in."""
+    parts = (LABEL_PARTS[d] for d in dims if getattr(lay, d))
+    return method_label(c) + "".join(text(c) for value, text in parts if value(c) is not None)
+
+
 def row_label(c: Cell, lay: Layout) -> str:
     """The method, with tau and the MC sample count where the sweep varies them."""
-    label = method_label(c)
-    if lay.tau_grid and c.tau_setting is not None:
-        label += f" τ={number_text(c.tau_setting)}"
-    if lay.mc_samples and c.mc_samples is not None:
-        label += f" N={c.mc_samples}"
-    return label
+    return varying_label(c, lay, ("tau_grid", "mc_samples"))
+
+
+def cell_table(name: str, title: str, columns: list[str], notes: Iterable[str] = ()) -> Table:
+    """A table of one row per cell (`add_cell_row`): job, env and the cell's label, then
+    `columns`."""
+    return Table(name, title, ["job", "env", "method"], [("", columns)], notes=list(notes))
+
+
+def add_cell_row(table: Table, c: Cell, label: str, values: list[str]) -> None:
+    table.rows.append(([c.job, env_label(c.env), label], values))
+
+
+def step_numbers(
+    c: Cell, records: list[dict] | None, keys: tuple[str, ...], compute: Callable[[list], dict]
+) -> dict | None:
+    """A cell's numbers of a step-record section: its summary when it holds them (any of
+    `keys`), else `compute(records)` (summaries older than the section lack them), else None."""
+    s = c.summary or {}
+    if any(k in s for k in keys):
+        return s
+    return compute(records) if records is not None else None
 
 
 def checkpoint_tick(name: str) -> str:

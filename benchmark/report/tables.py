@@ -21,6 +21,8 @@ from benchmark.report.model import (
     Layout,
     Row,
     Sweep,
+    add_cell_row,
+    cell_table,
     checkpoint_order,
     env_kind,
     env_label,
@@ -295,64 +297,46 @@ def tau_source(summary: dict, tuned: bool) -> str:
 def details_table(sweep: Sweep, lay: Layout) -> Table | None:
     """Per cell: the threshold used, each rate both ways (per-episode mean and pooled), and
     what it cost."""
-    cells = sorted(
-        sweep.ok,
-        key=lambda c: (
-            sweep.envs().index(c.env),
-            method_order(c),
-            checkpoint_order(c.checkpoint),
-            c.policy_seed or 0,
-        ),
-    )
+    cells = sorted(sweep.ok, key=sweep.cell_order)
     if not cells:
         return None
-    table = Table(
+    table = cell_table(
         "details",
         "Per cell: threshold, rates (mean over episodes and pooled) and cost",
-        ["job", "env", "method"],
         [
-            (
-                "",
-                [
-                    "checkpoint",
-                    "policy seed",
-                    "tau",
-                    "episodes",
-                    *(
-                        f"{RATES[r][0]} ({way})"
-                        for r in RATES
-                        for way in ("episode mean", "pooled")
-                    ),
-                    "queries",
-                    "prompt tokens",
-                    "generated tokens",
-                    "consultant s",
-                    "wall s",
-                    "cache hits",
-                ],
-            )
+            "checkpoint",
+            "policy seed",
+            "tau",
+            "episodes",
+            *(f"{RATES[r][0]} ({way})" for r in RATES for way in ("episode mean", "pooled")),
+            "queries",
+            "prompt tokens",
+            "generated tokens",
+            "consultant s",
+            "wall s",
+            "cache hits",
         ],
     )
     for c in cells:
         s = c.summary or {}
         hit_share = cache_hit_share(s)
-        table.rows.append(
-            (
-                [c.job, env_label(c.env), row_label(c, lay)],
-                [
-                    str(c.checkpoint_name or c.checkpoint or DASH),
-                    DASH if c.policy_seed is None else str(c.policy_seed),
-                    DASH if c.tau is None else f"{c.tau:.3f}" + tau_source(s, bool(c.trials)),
-                    str(s.get("n_episodes", DASH)),
-                    *(fmt(c.value(r + way)) for r in RATES for way in ("", "_pooled")),
-                    f"{s.get('queries_total', 0):,.0f}",
-                    f"{s.get('prompt_tokens_total', 0):,.0f}",
-                    f"{s.get('generated_tokens_total', 0):,.0f}",
-                    f"{s.get('consultant_seconds_total', 0):.1f}",
-                    f"{s.get('wall_seconds', 0):.1f}",
-                    DASH if hit_share is None else f"{hit_share:.0%}",
-                ],
-            )
+        add_cell_row(
+            table,
+            c,
+            row_label(c, lay),
+            [
+                str(c.checkpoint_name or c.checkpoint or DASH),
+                DASH if c.policy_seed is None else str(c.policy_seed),
+                DASH if c.tau is None else f"{c.tau:.3f}" + tau_source(s, bool(c.trials)),
+                str(s.get("n_episodes", DASH)),
+                *(fmt(c.value(r + way)) for r in RATES for way in ("", "_pooled")),
+                f"{s.get('queries_total', 0):,.0f}",
+                f"{s.get('prompt_tokens_total', 0):,.0f}",
+                f"{s.get('generated_tokens_total', 0):,.0f}",
+                f"{s.get('consultant_seconds_total', 0):.1f}",
+                f"{s.get('wall_seconds', 0):.1f}",
+                DASH if hit_share is None else f"{hit_share:.0%}",
+            ],
         )
     return table
 
