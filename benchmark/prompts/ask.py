@@ -24,6 +24,8 @@ from benchmark.prompts.base import Consultation, Decision, PromptSession, Prompt
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LEVELS
 
+STYLES = ("appendix", "released")
+
 
 def render_line(rationale: bool):
     """The answer writer for the oracle/dice consultants, in this variant's output format."""
@@ -71,13 +73,16 @@ class AskPrompt(PromptVariant):
         sampling: Mapping[str, Any] | None = None,
         planner_hint: str = "frontier",
         history: bool = False,
+        style: str = "appendix",
     ):
         """`sampling`: the SLM's sampling settings (`slm.decoding`: temperature, top_p, top_k,
         seed), part of every query's Decoding; None = greedy. `planner_hint`: what the stateful
         levels' `Planner hint:` searches for (seen_target | frontier | none, navfeatures).
         `history`: add the raw history, one line per step since the episode began (the env
         family's step lines: action -> position, or bet -> outcome), never summarised, so the
-        context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history)."""
+        context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history).
+        `style`: `appendix`, the paper's six-block template (above), or `released`, the released
+        code's prompts, parser and answer limits (protocol=official, benchmark.prompts.released)."""
         if level not in LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(LEVELS)}")
         if int(map_radius) < 1:
@@ -97,6 +102,9 @@ class AskPrompt(PromptVariant):
         if not isinstance(history, bool):
             raise ValueError(f"prompt.history must be true or false, got {history!r}")
         self.history = history
+        if style not in STYLES:
+            raise ValueError(f"prompt.style={style!r} is unknown: allowed {list(STYLES)}")
+        self.style = style
         sample = sampling_fields(sampling)
         self.decoding = (
             Decoding(
@@ -110,6 +118,8 @@ class AskPrompt(PromptVariant):
         )
 
     def check(self, task: Task) -> None:
+        if self.style == "released":
+            raise ValueError("prompt.style=released is not available yet")
         check_family(self, task, "ask")
         if self.history:  # its lines are the family's belief-prompt step lines
             check_family(self, task, "belief")
