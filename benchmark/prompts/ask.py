@@ -21,21 +21,12 @@ from benchmark.envs.family import available_families, family_of, get_family
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
 from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.blocks import render_line
 from benchmark.prompts.parse import parse_action, parse_reason
+from benchmark.prompts.released import ReleasedSession, check_released
 from benchmark.vocabulary import LEVELS
 
 STYLES = ("appendix", "released")
-
-
-def render_line(rationale: bool):
-    """The answer writer for the oracle/dice consultants, in this variant's output format."""
-
-    def render(action_name: str, reason: str) -> str:
-        if rationale:
-            return f"Reason: {reason.strip() or 'best option'}\nAction: {action_name}"
-        return action_name
-
-    return render
 
 
 def history_block(episode: Episode) -> str:
@@ -106,6 +97,7 @@ class AskPrompt(PromptVariant):
             raise ValueError(f"prompt.style={style!r} is unknown: allowed {list(STYLES)}")
         self.style = style
         sample = sampling_fields(sampling)
+        self.sample = sample
         self.decoding = (
             Decoding(
                 max_new_tokens=int(rationale_max_new_tokens),
@@ -119,12 +111,14 @@ class AskPrompt(PromptVariant):
 
     def check(self, task: Task) -> None:
         if self.style == "released":
-            raise ValueError("prompt.style=released is not available yet")
+            return check_released(self, task)
         check_family(self, task, "ask")
         if self.history:  # its lines are the family's belief-prompt step lines
             check_family(self, task, "belief")
 
-    def session(self, episode: Episode, with_expert: bool) -> AskSession:
+    def session(self, episode: Episode, with_expert: bool) -> PromptSession:
+        if self.style == "released":
+            return ReleasedSession(self, episode, with_expert)
         return AskSession(self, episode, with_expert)
 
 
