@@ -20,12 +20,15 @@ KEYS = {
     "mc_samples": ("gate.mc_samples", "gate"),
     "decoding_source": ("slm.decoding.source", "slm"),
     "repetition_penalty": ("slm.decoding.repetition_penalty", "slm"),
+    "slm_dtype": ("slm.backend.dtype", "slm"),
     "clip_tau": ("tuning.clip_tau", "tuning"),
     "n_trials": ("tuning.n_trials", "tuning"),
     "tau_range": ("gate.tau_range", "gate"),
 }
 # protocol fields holding one value per env name (an env without one keeps the config's own)
 PER_ENV = {"tau_range"}
+# protocol fields only some configs read: the field -> (config key, value it must hold there)
+APPLIES = {"slm_dtype": ("slm.backend._target_", "benchmark.consultants.hf.HFConsultant")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
 
@@ -41,6 +44,8 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     expected: dict[str, Any] = {}
     env = OmegaConf.select(cfg, "env.name", default=None)
     for field, (key, part) in KEYS.items():
+        if field in APPLIES and OmegaConf.select(cfg, APPLIES[field][0]) != APPLIES[field][1]:
+            continue  # e.g. the tiny model's dtype: no hub model, the field does not apply
         if field in node and (used is None or part in used):
             if field not in PER_ENV:
                 expected[key] = node[field]

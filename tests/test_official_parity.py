@@ -455,3 +455,18 @@ def test_tau_search_space_and_trials_match(released, env, monkeypatch):
     assert not cfg.tuning.clip_tau  # searched as written
     assert (low, high) == (trial.space[1], trial.space[2])
     assert int(cfg.tuning.n_trials) == n_trials
+
+
+@pytest.mark.parametrize("slm", ["qwen3.5-2b", "qwen3.5-4b", "qwen2.5-1.5b"])
+def test_consultant_settings_match(released, slm):
+    """The model each SLM tag names, the dtype its slm_cfg_for loads it in, greedy decoding and
+    their generate()'s repetition penalty (1.1 where no config sets one)."""
+    tag = {"qwen2.5-1.5b": "1.5b"}.get(slm, slm)
+    for mod in (released.eval_ppo_slm, released.door_key_eval, released.higher_lower_eval):
+        cfg = official_cfg("fourrooms", f"slm={slm}")
+        model = mod.QWEN_MODELS[tag]
+        theirs = mod.slm_cfg_for(model)
+        assert cfg.slm.backend.model == model
+        assert cfg.slm.backend.dtype == theirs["dtype"]
+        assert cfg.slm.decoding.temperature == 0  # generate(do_sample=False)
+        assert "repetition_penalty" not in theirs and cfg.slm.decoding.repetition_penalty == 1.1

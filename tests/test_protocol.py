@@ -424,6 +424,9 @@ def test_every_protocol_value_reaches_its_config_key(name):
                 one = compose("+experiment=table1", f"env={env}", "method=ask", f"protocol={name}")
                 want = values[field][env] if env in values[field] else [0.1, 2.0]
                 assert list(OmegaConf.select(one, key)) == list(want), (name, env)
+        elif field == "slm_dtype":  # Hugging Face hub models only
+            hub = compose("+experiment=table1", "slm=qwen3.5-2b", f"protocol={name}")
+            assert OmegaConf.select(hub, key) == values[field], name
         else:
             assert OmegaConf.select(job, key) == values[field], (name, field, key)
         checked.add(field)
