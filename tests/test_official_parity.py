@@ -22,8 +22,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from benchmark.config import compose
-from benchmark.consultants.base import Answer
+from benchmark.consultants.base import Answer, Consultant
 from benchmark.envs import make_task
+from benchmark.evaluate import Evaluator
 from benchmark.gates import GateSettings
 from benchmark.uncertainty import mc_dropout
 
@@ -470,3 +471,158 @@ def test_consultant_settings_match(released, slm):
         assert cfg.slm.backend.dtype == theirs["dtype"]
         assert cfg.slm.decoding.temperature == 0  # generate(do_sample=False)
         assert "repetition_penalty" not in theirs and cfg.slm.decoding.repetition_penalty == 1.1
+
+
+class Scripted:
+    """The answer texts of both loops' consultant, in call order: the SLM is not what is compared
+    here, the loop around it is (parsing, the fallback, the env steps)."""
+
+    def __init__(self, texts: list[str]):
+        self.texts, self.calls = texts, 0
+
+    def next(self) -> str:
+        text = self.texts[self.calls % len(self.texts)]
+        self.calls += 1
+        return text
+
+
+class OurScripted(Consultant):
+    def __init__(self, texts: list[str]):
+        self.script = Scripted(texts)
+
+    def identity(self) -> str:
+        return "scripted"
+
+    def answer(self, queries):
+        return [Answer(self.script.next()) for _ in queries]
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("rationale", [False, True])
+def test_slm_only_loop_matches(released, env, rationale, monkeypatch):
+    """SLM-only, one test episode, both loops answered by the same script of valid and invalid
+    texts: the same actions, reward, length and invalid count (their eval_slm_only runs with
+    its SLM and env classes swapped for the script and a recording env)."""
+    texts = ANSWERS[env]
+    theirs_script, taken = Scripted(texts), []
+    mod, env_cls, name = {
+        "fourrooms": (
+            released.eval_ppo_slm,
+            released.ask_envs_fourrooms.FourRoomsEnv,
+            "FourRoomsEnv",
+        ),
+        "doorkey8": (released.door_key_eval, released.door_key_env.DoorKeyEnv, "DoorKeyEnv"),
+        "higherlower": (
+            released.higher_lower_eval,
+            released.higher_lower_env.HigherLowerEnv,
+            "HigherLowerEnv",
+        ),
+    }[env]
+
+    class Recording(env_cls):
+        def step(self, action):
+            taken.append(int(action))
+            return super().step(action)
+
+    def load_slm(_cfg):
+        return SimpleNamespace(
+            generate=lambda prompt, decoding: SimpleNamespace(text=theirs_script.next())
+        )
+
+    monkeypatch.setattr(mod, name, Recording)
+    monkeypatch.setattr(mod, "load_slm", load_slm)
+    slm_cfg = {"provider": "hf", "model": "scripted"}
+    style = {"prompt_style": "stateful", "prompt_rationale": rationale}
+    args = (slm_cfg, 8, 1, 100) if env == "doorkey8" else (slm_cfg, 1, 100)
+    _, (log,) = mod.eval_slm_only(*args, **style)
+
+    cfg = official_cfg(env, "method=slm_only", "prompt=stateful", f"prompt.rationale={rationale}")
+    task = make_task(cfg.env)
+    ours_taken = []
+    evaluator = Evaluator(
+        task=task,
+        gate=GateSettings.from_config(cfg.gate).build(),
+        consultant=OurScripted(texts),
+        prompt=instantiate(cfg.prompt),
+    )
+    (row,) = evaluator.run([100], mode="sequential", on_step=lambda e: ours_taken.append(e.action))
+    assert ours_taken == taken
+    assert row["length"] == len(taken) and row["reward"] == pytest.approx(log["reward"])
+    assert row["invalid"] / row["queries"] == pytest.approx(log["invalid_action_rate"])
+    print(f"\n{env}: {len(taken)} SLM-only steps compared")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_ask_loop_matches(released, env, monkeypatch):
+    """ASK+, one test episode in both loops: the same PPO weights, the same dropout masks (ours
+    drawn by the evaluator's mask stream, replayed into their dropout layers), the same scripted
+    answers at the gated steps: the same actions, queries, overwrites and reward."""
+    from benchmark.evaluate import MaskStream
+
+    tau = {"fourrooms": 0.9, "doorkey8": 1.8, "higherlower": 0.9}[env]  # both ask and skip
+    cfg = official_cfg(env, "method=ask_plus", f"gate.tau={tau}")
+    task = make_task(cfg.env)
+    policy = our_policy(cfg, task)
+    model, _ = their_model(released, env, task, policy)
+    stream, current, calls = MaskStream(100), {}, [0]
+
+    def hook(k):
+        def apply(module, inp, _out):
+            if not module.training:  # predict(): dropout off, as nn.Dropout in eval mode
+                return None
+            if k == 0 and calls[0] % MC_SAMPLES == 0:  # a new step: its masks
+                current["masks"] = stream.next(policy, MC_SAMPLES)
+            i = calls[0] % MC_SAMPLES
+            if k == len(drops) - 1:
+                calls[0] += 1
+            return inp[0] * current["masks"][k][0, i]
+
+        return apply
+
+    drops = [m for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Dropout)]
+    for k, d in enumerate(drops):
+        d.register_forward_hook(hook(k))
+    texts, taken = ANSWERS[env], []
+    script = Scripted(texts)
+    mod, env_cls, name = {
+        "fourrooms": (
+            released.eval_ppo_slm,
+            released.ask_envs_fourrooms.FourRoomsEnv,
+            "FourRoomsEnv",
+        ),
+        "doorkey8": (released.door_key_eval, released.door_key_env.DoorKeyEnv, "DoorKeyEnv"),
+        "higherlower": (
+            released.higher_lower_eval,
+            released.higher_lower_env.HigherLowerEnv,
+            "HigherLowerEnv",
+        ),
+    }[env]
+
+    class Recording(env_cls):
+        def step(self, action):
+            taken.append(int(action))
+            return super().step(action)
+
+    monkeypatch.setattr(mod, name, Recording)
+    slm = SimpleNamespace(generate=lambda prompt, decoding: SimpleNamespace(text=script.next()))
+    style = {"prompt_style": "stateful", "prompt_rationale": True}
+    n = (1, 100, MC_SAMPLES)
+    args = (model, slm, 8, tau, *n) if env == "doorkey8" else (model, slm, tau, *n)
+    _, (log,) = mod.eval_ask(*args, **style)
+
+    ours_taken = []
+    evaluator = Evaluator(
+        task=task,
+        gate=GateSettings.from_config(cfg.gate).build(),
+        policy=policy,
+        consultant=OurScripted(texts),
+        prompt=instantiate(cfg.prompt),
+        mc_samples=MC_SAMPLES,
+    )
+    (row,) = evaluator.run([100], mode="sequential", on_step=lambda e: ours_taken.append(e.action))
+    assert ours_taken == taken
+    assert 0 < row["queries"] < row["length"]  # the gate both asked and let PPO act
+    assert row["queries"] / row["length"] == pytest.approx(log["IR"])
+    assert row["overwrites"] / row["length"] == pytest.approx(log["OR"])
+    assert row["reward"] == pytest.approx(log["reward"])
+    print(f"\n{env}: {len(taken)} ASK steps compared, {row['queries']} queries")
