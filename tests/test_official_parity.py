@@ -626,3 +626,37 @@ def test_ask_loop_matches(released, env, monkeypatch):
     assert row["overwrites"] / row["length"] == pytest.approx(log["OR"])
     assert row["reward"] == pytest.approx(log["reward"])
     print(f"\n{env}: {len(taken)} ASK steps compared, {row['queries']} queries")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_generation_matches(released, env, tmp_path, monkeypatch):
+    """The same prompts answered by the released HuggingFaceSLM and by the suite's hf backend,
+    both loading the suite's tiny Qwen3-architecture model from its local folder (float32 on
+    CPU; their torch.compile left out): chat template, thinking off, greedy decoding with the
+    repetition penalty, answer length, decoding of the answer: the texts must be identical."""
+    from benchmark.consultants import make_consultant
+
+    cfg = official_cfg(
+        env, "method=slm_only", "prompt=stateful", "slm.cache=false", f"paths.root={tmp_path}"
+    )
+    consultant = make_consultant(cfg.slm, cfg.paths)
+    model_dir = str(cfg.slm.backend.path)
+    assert "qwen3" in Path(model_dir).name  # their _is_qwen3x: thinking off through the template
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)
+    from ask.slm.model import HuggingFaceSLM
+
+    theirs = HuggingFaceSLM(model_dir, device="cpu", dtype="float32", thinking=False)
+    variants, task = variants_for(released, env)
+    pair = Pair(released, env, 100, task, variants)
+    compared = 0
+    for step in range(6):
+        for (level, rationale), session in pair.sessions.items():
+            query, _ = consult(session, step % len(task.action_names))
+            want = theirs.generate(
+                pair.their_prompt(level, rationale, step % len(task.action_names)),
+                their_decoding(released, env, rationale),
+            ).text
+            assert consultant.answer([query])[0].text == want, (level, rationale, step)
+            compared += 1
+        pair.step(play_action(pair, np.random.default_rng(step)))
+    print(f"\n{env}: {compared} answers compared")

@@ -35,7 +35,9 @@ class ReleasedSession(PromptSession):
         limit = (
             self.text.rationale_max_new_tokens if variant.rationale else self.text.max_new_tokens
         )
-        self.decoding = Decoding(max_new_tokens=limit, enable_thinking=False, **variant.sample)
+        self.decoding = Decoding(
+            max_new_tokens=limit, enable_thinking=False, answer_text="released", **variant.sample
+        )
 
     def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
         ep, v = self.episode, self.v
