@@ -1,8 +1,9 @@
 """protocol=official against the authors' released code (github jrzmnt/ask-pomdp), run side by
 side on the same states: the prompts it sends, the actions it parses from the same answers, the
-MC-dropout entropy and gate decision with the same weights and dropout masks, and the tau search
-space and trial count of its Optuna objective. A differential test: the released code is
-imported from a checkout and run here, never copied into the suite.
+MC-dropout entropy and gate decision with the same weights and dropout masks, the tau search
+space and trial count of its Optuna objective, its SLM settings, whole SLM-only and ASK+ episodes
+of its eval loops, and its answers from the same (tiny, local) model. A differential test: the
+released code is imported from a checkout and run here, never copied into the suite.
 
 ASK_POMDP_SRC=<checkout> pytest -m slow tests/test_official_parity.py  (docs/protocol.md)"""
 
