@@ -47,7 +47,7 @@ IDENTITY_VERSION = 3
 # before they existed: at that value they stay out of the identity, so those cells keep their
 # hash (another value is a different cell). The protocols (conf/protocol) set them.
 LEGACY_VALUES = {
-    "prompt": {"planner_hint": "frontier"},
+    "prompt": {"planner_hint": "frontier", "style": "appendix"},
     "tuning": {"clip_tau": True},
 }
 EXECUTION_KEYS = {

@@ -169,6 +169,8 @@ class Evaluator:
         row["invalid"] += 1
         if ppo is not None:
             return int(ppo)  # ASK: keep the PPO action
+        if decision.fallback is not None:  # the prompt's own (prompt.style=released)
+            return int(decision.fallback)
         return fallback_action(self.seed, ep)
 
 

@@ -32,8 +32,16 @@ V2_KEYS = {
     "eval": ("step_records", "workers"),
     "tuning": ("scope", "shared", "clip_tau", *OBJECTIVE_KEYS),  # v1 knew only the reward objective
     "slm": ("decoding",),
-    "prompt": ("autopilot", "sampling", "planner_hint"),
-    "policy": ("source", "revision", "recipe", "resume_every_steps", "env_workers"),
+    "prompt": ("autopilot", "sampling", "planner_hint", "style"),
+    "policy": (
+        "source",
+        "revision",
+        "recipe",
+        "resume_every_steps",
+        "env_workers",
+        "dropout_placement",
+        "image_scale",
+    ),
 }
 V1_CODE = {"evaluation": 1, "prompts": 1, "parser": 1}  # the code every v1 cell was computed with
 

@@ -15,13 +15,20 @@ PROTOCOLS = ("paper", "official", "suite")
 # protocol field -> (the config key that reads it, the cell config part that must be in use)
 KEYS = {
     "policy_recipe": ("policy.recipe", "policy"),
+    "prompt_style": ("prompt.style", "prompt"),
     "planner_hint": ("prompt.planner_hint", "prompt"),
     "mc_samples": ("gate.mc_samples", "gate"),
     "decoding_source": ("slm.decoding.source", "slm"),
     "repetition_penalty": ("slm.decoding.repetition_penalty", "slm"),
+    "slm_dtype": ("slm.backend.dtype", "slm"),
     "clip_tau": ("tuning.clip_tau", "tuning"),
     "n_trials": ("tuning.n_trials", "tuning"),
+    "tau_range": ("gate.tau_range", "gate"),
 }
+# protocol fields holding one value per env name (an env without one keeps the config's own)
+PER_ENV = {"tau_range"}
+# protocol fields only some configs read: the field -> (config key, value it must hold there)
+APPLIES = {"slm_dtype": ("slm.backend._target_", "benchmark.consultants.hf.HFConsultant")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
 
@@ -35,9 +42,15 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     if not isinstance(node, DictConfig):
         return None
     expected: dict[str, Any] = {}
+    env = OmegaConf.select(cfg, "env.name", default=None)
     for field, (key, part) in KEYS.items():
+        if field in APPLIES and OmegaConf.select(cfg, APPLIES[field][0]) != APPLIES[field][1]:
+            continue  # e.g. the tiny model's dtype: no hub model, the field does not apply
         if field in node and (used is None or part in used):
-            expected[key] = node[field]
+            if field not in PER_ENV:
+                expected[key] = node[field]
+            elif env in node[field]:
+                expected[key] = node[field][env]
     table = PRESET_TUNING.get(str(cfg.get("experiment_name")))
     if table in node and (used is None or "tuning" in used):
         for sub, value in node[table].items():

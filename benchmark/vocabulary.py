@@ -124,3 +124,10 @@ def split_claim(claim: str) -> tuple[str, str]:
     if not m or m[2] not in LABELS:
         raise ValueError(f"not a parsed belief claim: {claim!r} (want '- <claim> [<label>]')")
     return m[1], m[2]
+
+
+def released_answer(text: str) -> str:
+    """The released code's answer text (src/ask/slm/model.py, protocol=official): `text`
+    stripped and, where a `</think>` appears, only what follows the first one, stripped."""
+    text = text.strip()
+    return text.split(THINK_END, 1)[-1].strip() if THINK_END in text else text

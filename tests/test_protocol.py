@@ -30,6 +30,7 @@ EXPECTED = {
         "policy.total_timesteps": 2_000_000,
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "seen_target",
+        "prompt.style": "appendix",
         "slm.decoding.source": "config",
         "slm.decoding.repetition_penalty": 1.0,
         "gate.mc_samples": 30,
@@ -42,6 +43,7 @@ EXPECTED = {
         "policy.total_timesteps": 2_000_000,
         "policy.lr_schedule": "constant",
         "prompt.planner_hint": "seen_target",
+        "prompt.style": "released",
         "slm.decoding.source": "config",
         "slm.decoding.repetition_penalty": 1.1,
         "gate.mc_samples": 30,
@@ -54,6 +56,7 @@ EXPECTED = {
         "policy.total_timesteps": 3_000_000,
         "policy.lr_schedule": "linear",
         "prompt.planner_hint": "frontier",
+        "prompt.style": "appendix",
         "slm.decoding.source": "config",
         "slm.decoding.repetition_penalty": 1.0,
         "gate.mc_samples": 50,
@@ -63,7 +66,13 @@ EXPECTED = {
 }
 # keys a preset sets on purpose (its own subject), which the protocol must not undo
 PRESET_OWN = {
-    "demo": {"policy.checkpoint", "policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
+    "demo": {
+        "policy.checkpoint",
+        "policy.total_timesteps",
+        "gate.mc_samples",
+        "gate.tau_range",
+        "tuning.n_trials",
+    },
     "smoke": {"policy.total_timesteps", "gate.mc_samples", "tuning.n_trials"},
     # their own policy configs (ppo_cnn, ppo_lstm), which have no recipe key
     # ... and Ollama's sampling values, whatever the protocol (slm.decoding.source=config)
@@ -404,13 +413,22 @@ def test_every_protocol_value_reaches_its_config_key(name):
     that key (no field skipped): the table rows are what jobs run."""
     from omegaconf import OmegaConf
 
-    from benchmark.protocol import KEYS, PRESET_TUNING
+    from benchmark.protocol import KEYS, PER_ENV, PRESET_TUNING
 
     values = OmegaConf.load(REPO / "conf" / "protocol" / f"{name}.yaml")
     job = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", f"protocol={name}")
     checked = set()
     for field, (key, _) in KEYS.items():
-        assert OmegaConf.select(job, key) == values[field], (name, field, key)
+        if field in PER_ENV:  # one value per env; an env without one: conf/gate's [0.1, 2.0]
+            for env in ("fourrooms", "doorkey8", "higherlower"):
+                one = compose("+experiment=table1", f"env={env}", "method=ask", f"protocol={name}")
+                want = values[field][env] if env in values[field] else [0.1, 2.0]
+                assert list(OmegaConf.select(one, key)) == list(want), (name, env)
+        elif field == "slm_dtype":  # Hugging Face hub models only
+            hub = compose("+experiment=table1", "slm=qwen3.5-2b", f"protocol={name}")
+            assert OmegaConf.select(hub, key) == values[field], name
+        else:
+            assert OmegaConf.select(job, key) == values[field], (name, field, key)
         checked.add(field)
     for preset, field in PRESET_TUNING.items():
         cfg = compose(f"+experiment={preset}", "env=fourrooms", f"protocol={name}")

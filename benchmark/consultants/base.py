@@ -21,6 +21,7 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
 DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source", "repetition_penalty")
 MODES = ("generate", "choices")  # Decoding.mode
 SOURCES = ("config", "model")  # Decoding.source
+ANSWER_TEXTS = ("suite", "released")  # Decoding.answer_text
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,11 @@ class Decoding:
     # `repetition_penalty`): the logit of every token already in the prompt or the answer is
     # divided by it (multiplied where negative) before the next token is chosen; 1.0 = off
     repetition_penalty: float = 1.0
+    # how a backend turns generated tokens into the answer text: "suite" drops every thinking
+    # block (closed, unterminated, or closed by the prompt); "released" is the released code's
+    # (src/ask/slm/model.py): the decoded text, stripped, and only what follows a first
+    # `</think>` if one appears (protocol=official, benchmark.prompts.released)
+    answer_text: str = "suite"
 
     def __post_init__(self) -> None:
         if isinstance(self.repetition_penalty, bool) or not (
@@ -65,6 +71,8 @@ class Decoding:
             )
         if self.mode not in MODES:
             raise ValueError(f"slm.decoding.mode={self.mode!r} is not one of {list(MODES)}")
+        if self.answer_text not in ANSWER_TEXTS:
+            raise ValueError(f"answer_text={self.answer_text!r} is not one of {list(ANSWER_TEXTS)}")
         if self.source not in SOURCES:
             raise ValueError(f"slm.decoding.source={self.source!r} is not one of {list(SOURCES)}")
         if self.mode == "choices" and self.source == "model":

@@ -41,7 +41,12 @@ SAMPLING_ONLY = ("top_p", "top_k", "seed")
 def decoding_key(decoding: Decoding) -> dict:
     """The decoding fields that enter the key: all of them, less SAMPLING_ONLY when greedy."""
     data = dataclasses.asdict(decoding)
-    defaults = (("mode", "generate"), ("source", "config"), ("repetition_penalty", 1.0))
+    defaults = (
+        ("mode", "generate"),
+        ("source", "config"),
+        ("repetition_penalty", 1.0),
+        ("answer_text", "suite"),
+    )
     for name, default in defaults:
         if data[name] == default:  # the default: keys made before the field existed still hit
             data.pop(name)

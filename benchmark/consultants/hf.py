@@ -53,7 +53,7 @@ from benchmark.consultants.prefix import (
     prefix_reuse_mode,
 )
 from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS, row_sampler
-from benchmark.vocabulary import THINK_END, THINK_START
+from benchmark.vocabulary import THINK_END, THINK_START, released_answer
 from benchmark.vocabulary import strip_thinking as split_thinking
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -393,7 +393,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             for i, ids in zip(todo, phase2, strict=True):
                 new[i] += list(ids[: allowance[i]])
         return [
-            Generation(prompts[i], new[i], thinking[i], self._answer_text(prompts[i], new[i]))
+            Generation(prompts[i], new[i], thinking[i], self._answer_text(prompts[i], new[i], d))
             for i in range(n)
         ]
 
@@ -404,8 +404,10 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         last_start = _rindex(ids, self.think_start)
         return last_start >= 0 and last_start > _rindex(ids, self.think_end)
 
-    def _answer_text(self, prompt: list[int], new: list[int]) -> str:
+    def _answer_text(self, prompt: list[int], new: list[int], d: Decoding | None = None) -> str:
         ids = [t for t in new if t not in self.eos_ids]
+        if d is not None and d.answer_text == "released":
+            return released_answer(self.tokenizer.decode(ids, skip_special_tokens=True))
         if self.think_start is not None:
             end = _rindex(ids, self.think_end)
             if end >= 0:

@@ -64,6 +64,7 @@ from benchmark.consultants.base import Answer, Consultant, Query, query_seed, sc
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.retry import Retryable, with_retries
+from benchmark.vocabulary import released_answer
 
 CHOICES_NO_PENALTY = (
     "slm.decoding.mode=choices with the openai backend scores the server's prompt "
@@ -230,10 +231,15 @@ class OpenAIConsultant(Consultant):
         return body
 
     def _one(self, q: Query) -> Answer:
-        return self._post(f"{self.base_url}/chat/completions", self._body(q), self._parse)
+        released = q.decoding.answer_text == "released"
+        return self._post(
+            f"{self.base_url}/chat/completions",
+            self._body(q),
+            lambda r: self._parse(r, released),
+        )
 
     @staticmethod
-    def _parse(r: Any) -> Answer:
+    def _parse(r: Any, released: bool = False) -> Answer:
         """An HTTP 200 reply -> Answer; raises Retryable when it is not an answer (module doc)."""
         try:
             data = r.json()
@@ -256,7 +262,7 @@ class OpenAIConsultant(Consultant):
             ) from exc
         if content is not None and not isinstance(content, str):
             raise Retryable(f"HTTP 200 with a non-text message.content: {content!r:.200}")
-        text = strip_thinking(content or "")
+        text = released_answer(content or "") if released else strip_thinking(content or "")
         if text:
             return Answer(text, prompt_tokens, generated_tokens)
         if finish == "length":  # the model ran out of tokens: its outcome, not a fault

@@ -195,6 +195,14 @@ class CardsFamily(Family):
     def examples(self, task, actions, level):
         return cards_examples(level)
 
+    def released(self, task):
+        from benchmark.envs.released_cards import cards_text
+
+        # the released env: one deck, HIGHER and LOWER in POPGym's order
+        if getattr(task, "num_decks", None) == 1 and task.action_names == ("HIGHER", "LOWER"):
+            return cards_text()
+        return None
+
     def belief_task(self, task):
         return (
             "TASK: HigherLower card game. One shuffled 52-card deck (ranks A low ... K high) is "

@@ -18,7 +18,8 @@ import functools
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,24 @@ ENTRY_POINT_GROUP = "benchmark.families"  # how a family in another installed pa
 # hash; it is declared so that names and the docs say where it matters.
 FAMILY_PROMPT_KEYS = {"planner_hint": "frontier", "map_radius": 5}
 IDENTITY_FAMILY_KEYS = ("planner_hint",)  # dropped from an identity where the family reads none
+
+
+@dataclass(frozen=True)
+class ReleasedText:
+    """The authors' released code's prompts for one env (protocol=official, prompt.style=released,
+    benchmark.prompts.released): its prompt levels, the tokens its parser tries in order (token,
+    action name), the action its SLM-only loop takes on an unparseable answer, its answer
+    lengths (it never thinks), the per-episode state its stateful prompts read (`start`: made at
+    the episode's start, kept up to date on every step) and the prompt itself:
+    `prompt(episode, state, level, rationale, autopilot name or None, map_radius, history)`."""
+
+    levels: tuple[str, ...]
+    tokens: tuple[tuple[str, str], ...]
+    fallback: str
+    max_new_tokens: int
+    rationale_max_new_tokens: int
+    start: Callable[[Episode], Any]
+    prompt: Callable[..., str]
 
 
 class Family:
@@ -93,6 +112,10 @@ class Family:
     def examples(self, task: Task, actions: tuple[str, ...], level: str) -> str:
         """Block (v): the one-shot examples."""
         raise NotImplementedError(f"family {self.name!r} has no ASK examples")
+
+    def released(self, task: Task) -> ReleasedText | None:
+        """The released code's prompts for `task` (protocol=official); None where it has none."""
+        return None
 
     # -- belief state (benchmark.prompts.belief) ----------------------------------------------
 

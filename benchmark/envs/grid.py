@@ -512,6 +512,16 @@ class GridFamily(Family):
     def examples(self, task, actions, level):
         return grid_examples(is_doorkey(task), level)
 
+    def released(self, task):
+        from benchmark.envs.released_doorkey import doorkey_text
+        from benchmark.envs.released_grid import fourrooms_text
+
+        if is_doorkey(task) and getattr(task, "gym_id", "") == "MiniGrid-DoorKey-8x8-v0":
+            return doorkey_text()
+        if getattr(task, "gym_id", "") == "MiniGrid-FourRooms-v0":
+            return fourrooms_text()
+        return None  # the released code has prompts for FourRooms and DoorKey-8x8 only
+
     def belief_task(self, task):
         return (
             f"TASK: MiniGrid navigation in {world_sentence(task)}. The agent sees a "

@@ -179,6 +179,9 @@ class MiniGridEpisode(Episode):
         self.truncated = False
         self.last_reward = 0.0
         self._planner = self.planner_class(self.sim, [ACTION_INDEX[a] for a in self.action_names])
+        # called with the action's name after every step: per-episode state kept elsewhere (the
+        # released code's prompt memory, benchmark.envs.released_grid)
+        self.watchers: list = []
         self._remember_position()
         self._observe()
 
@@ -197,6 +200,8 @@ class MiniGridEpisode(Episode):
         self.memory.rewards.append(reward)
         self._remember_position()
         self._observe()
+        for watch in self.watchers:
+            watch(self.action_names[a])
         return reward, self.done
 
     def _remember_position(self) -> None:

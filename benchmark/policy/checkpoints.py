@@ -47,12 +47,22 @@ UNHASHED_POLICY_KEYS = (
 )
 
 
+# policy keys added after checkpoints were cached, at the value those checkpoints were trained
+# with: left out of the hash there, so they keep it (the official recipe sets other values)
+LEGACY_POLICY_VALUES = {"dropout_placement": "after_activation", "image_scale": None}
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt or does not fit the task."""
 
 
 def _payload(cfg: DictConfig) -> dict[str, Any]:
-    policy = {k: v for k, v in as_dict(cfg.policy).items() if k not in UNHASHED_POLICY_KEYS}
+    policy = {
+        k: v
+        for k, v in as_dict(cfg.policy).items()
+        if k not in UNHASHED_POLICY_KEYS
+        and not (k in LEGACY_POLICY_VALUES and v == LEGACY_POLICY_VALUES[k])
+    }
     return {
         "env": {
             "task": OmegaConf.to_container(cfg.env.task, resolve=True),

@@ -26,6 +26,34 @@ from benchmark.envs.minigrid_nav import IMAGE_SCALE, VIEW
 EXTRACTORS = ("flat", "minigrid_cnn")
 ALGORITHMS = ("ppo", "recurrent_ppo")
 IMAGE_NORMALIZATIONS = ("sb3", "per_channel")
+# where the dropout of each hidden layer sits: after its activation (the suite's and the paper
+# protocol's) or between the Linear and its activation (the released code's DropoutMlpExtractor)
+DROPOUT_PLACEMENTS = ("after_activation", "before_activation")
+
+
+class RawImageScale(BaseFeaturesExtractor):
+    """SB3's flatten for the flat MiniGrid image, fed to the MLP as the raw MiniGrid indices
+    divided by `divisor` in every channel: the released code's observation (its FourRooms and
+    DoorKey wrappers divide the uint8 image by 10), rebuilt exactly from the suite's per-channel
+    scaled observation, so one task serves both. In the network, not the env: a checkpoint
+    carries its own input scaling (policy_kwargs), and the policy digest names it."""
+
+    def __init__(self, observation_space: gym.spaces.Box, divisor: float = 10.0) -> None:
+        n = int(np.prod(observation_space.shape))
+        if n != VIEW * VIEW * len(IMAGE_SCALE):
+            raise ValueError(
+                f"policy.image_scale needs the flat {VIEW}x{VIEW}x{len(IMAGE_SCALE)} MiniGrid "
+                f"image, got observation shape {observation_space.shape}: set it to null"
+            )
+        super().__init__(observation_space, n)
+        self.divisor = float(divisor)
+        scale = torch.as_tensor(IMAGE_SCALE, dtype=torch.float32)
+        self.register_buffer("scale", scale, persistent=False)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        x = observations.reshape(observations.shape[0], -1, len(IMAGE_SCALE))
+        raw = torch.round(x * self.scale)  # the MiniGrid indices, exactly
+        return (raw / self.divisor).reshape(observations.shape[0], -1)
 
 
 class MinigridFeaturesExtractor(BaseFeaturesExtractor):
@@ -83,7 +111,20 @@ def policy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     `dropout` and, with `extractor: minigrid_cnn`, the CNN features extractor (`features_dim`,
     `image_normalization`). Configs without `extractor` (ppo_dropout) get SB3's flatten."""
     kwargs: dict[str, Any] = {"net_arch": cfg["net_arch"], "dropout": float(cfg["dropout"])}
+    placement = cfg.get("dropout_placement", DROPOUT_PLACEMENTS[0])
+    if placement not in DROPOUT_PLACEMENTS:
+        raise ValueError(f"policy.dropout_placement={placement!r}: allowed {DROPOUT_PLACEMENTS}")
+    if placement != DROPOUT_PLACEMENTS[0]:  # the default stays out: checkpoints keep their digest
+        kwargs["dropout_placement"] = placement
     extractor = cfg.get("extractor", "flat")
+    image_scale = cfg.get("image_scale")
+    if image_scale is not None:
+        if extractor != "flat" or isinstance(image_scale, bool) or not image_scale > 0:
+            raise ValueError(
+                f"policy.image_scale={image_scale!r}: a number > 0 with the flat extractor, or null"
+            )
+        kwargs["features_extractor_class"] = RawImageScale
+        kwargs["features_extractor_kwargs"] = {"divisor": float(image_scale)}
     if extractor not in EXTRACTORS:
         raise ValueError(f"policy.extractor={extractor!r}: allowed {EXTRACTORS}")
     if extractor == "minigrid_cnn":
@@ -120,14 +161,16 @@ class DropoutMlpExtractor(nn.Module):
         activation_fn: type[nn.Module],
         dropout: float,
         device: torch.device | str = "cpu",
+        placement: str = "after_activation",
     ) -> None:
         super().__init__()
         if isinstance(net_arch, dict):
             pi_dims, vf_dims = list(net_arch.get("pi", [])), list(net_arch.get("vf", []))
         else:
             pi_dims = vf_dims = list(net_arch)
-        self.policy_net = _mlp(feature_dim, pi_dims, activation_fn, dropout).to(device)
-        self.value_net = _mlp(feature_dim, vf_dims, activation_fn, dropout).to(device)
+        mlp = (feature_dim, activation_fn, dropout, placement)
+        self.policy_net = _mlp(pi_dims, *mlp).to(device)
+        self.value_net = _mlp(vf_dims, *mlp).to(device)
         self.latent_dim_pi = pi_dims[-1] if pi_dims else feature_dim
         self.latent_dim_vf = vf_dims[-1] if vf_dims else feature_dim
 
@@ -141,10 +184,18 @@ class DropoutMlpExtractor(nn.Module):
         return self.value_net(features)
 
 
-def _mlp(in_dim: int, dims: list[int], activation_fn: type[nn.Module], p: float) -> nn.Sequential:
+def _mlp(
+    dims: list[int], in_dim: int, activation_fn: type[nn.Module], p: float, placement: str
+) -> nn.Sequential:
+    """Linear, activation, dropout per hidden layer; `before_activation`: Linear, dropout,
+    activation. The Linears keep their indices (0, 3, ...) either way, so weights load across."""
     layers: list[nn.Module] = []
     for dim in dims:
-        layers += [nn.Linear(in_dim, dim), activation_fn(), nn.Dropout(p)]
+        pair = [activation_fn(), nn.Dropout(p)]
+        layers += [
+            nn.Linear(in_dim, dim),
+            *(pair if placement == "after_activation" else pair[::-1]),
+        ]
         in_dim = dim
     return nn.Sequential(*layers)
 
@@ -156,10 +207,21 @@ class MCDropoutHead:
     `dropout` is part of the constructor parameters, so save / load rebuild the same network.
     SB3 switches dropout on for gradient updates and off for rollouts and `predict`."""
 
-    def __init__(self, *args: Any, dropout: float = 0.2, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        dropout: float = 0.2,
+        dropout_placement: str = DROPOUT_PLACEMENTS[0],
+        **kwargs: Any,
+    ) -> None:
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout={dropout!r} must be in [0, 1)")
+        if dropout_placement not in DROPOUT_PLACEMENTS:
+            raise ValueError(
+                f"dropout_placement={dropout_placement!r}: allowed {DROPOUT_PLACEMENTS}"
+            )
         self.dropout = float(dropout)
+        self.dropout_placement = dropout_placement
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
@@ -169,11 +231,14 @@ class MCDropoutHead:
             activation_fn=self.activation_fn,
             dropout=self.dropout,
             device=self.device,
+            placement=self.dropout_placement,
         )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data["dropout"] = self.dropout
+        if self.dropout_placement != DROPOUT_PLACEMENTS[0]:
+            data["dropout_placement"] = self.dropout_placement
         return data
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from benchmark.consultants.base import Query
-from benchmark.envs.base import Episode
+from benchmark.consultants.base import Query, sampling_fields
+from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import family_of
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
@@ -27,19 +27,12 @@ from benchmark.prompts.base import (
     PromptVariant,
     act_decoding,
 )
+from benchmark.prompts.blocks import render_line
 from benchmark.prompts.parse import parse_action, parse_reason
+from benchmark.prompts.released import ReleasedSession, check_released
 from benchmark.vocabulary import LEVELS
 
-
-def render_line(rationale: bool):
-    """The answer writer for the oracle/dice consultants, in this variant's output format."""
-
-    def render(action_name: str, reason: str) -> str:
-        if rationale:
-            return f"Reason: {reason.strip() or 'best option'}\nAction: {action_name}"
-        return action_name
-
-    return render
+STYLES = ("appendix", "released")
 
 
 def history_block(episode: Episode) -> str:
@@ -66,13 +59,16 @@ class AskPrompt(PromptVariant):
         sampling: Mapping[str, Any] | None = None,
         planner_hint: str = "frontier",
         history: bool = False,
+        style: str = "appendix",
     ):
         """`sampling`: the SLM's sampling settings (`slm.decoding`: temperature, top_p, top_k,
         seed), part of every query's Decoding; None = greedy. `planner_hint`: what the stateful
         levels' `Planner hint:` searches for (seen_target | frontier | none, navfeatures).
         `history`: add the raw history, one line per step since the episode began (the env
         family's step lines: action -> position, or bet -> outcome), never summarised, so the
-        context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history)."""
+        context grows with the episode (Agent-BRACE's raw-history baseline, prompt=history).
+        `style`: `appendix`, the paper's six-block template (above), or `released`, the released
+        code's prompts, parser and answer limits (protocol=official, benchmark.prompts.released)."""
         if level not in LEVELS:
             raise ValueError(f"unknown ASK level {level!r}; allowed: {list(LEVELS)}")
         if int(map_radius) < 1:
@@ -92,13 +88,24 @@ class AskPrompt(PromptVariant):
         if not isinstance(history, bool):
             raise ValueError(f"prompt.history must be true or false, got {history!r}")
         self.history = history
+        if style not in STYLES:
+            raise ValueError(f"prompt.style={style!r} is unknown: allowed {list(STYLES)}")
+        self.style = style
         # the history's lines are the family's belief-prompt step lines
         self.parts = ("ask", "belief") if history else ("ask",)
+        self.sample = sampling_fields(sampling)
         self.decoding = act_decoding(
             self.rationale, max_new_tokens, rationale_max_new_tokens, thinking_budget, sampling
         )
 
-    def session(self, episode: Episode, with_expert: bool) -> AskSession:
+    def check(self, task: Task) -> None:
+        if self.style == "released":
+            return check_released(self, task)
+        return super().check(task)
+
+    def session(self, episode: Episode, with_expert: bool) -> PromptSession:
+        if self.style == "released":
+            return ReleasedSession(self, episode, with_expert)
         return AskSession(self, episode, with_expert)
 
 

@@ -37,6 +37,9 @@ class Decision:
     # None for other prompts. The step records score it against the true state.
     belief: list[str] | None = None
     belief_updated: bool | None = None
+    # the action SLM-only takes on an invalid answer where the prompt says so (the released
+    # code's: FORWARD, HIGHER); None: the evaluator's seeded random valid action
+    fallback: int | None = None
 
 
 def act_decoding(

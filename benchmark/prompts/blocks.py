@@ -26,3 +26,14 @@ def output_format(actions: Sequence[str], rationale: bool) -> str:
     if rationale:
         return f"OUTPUT FORMAT:\nReason: <short>\nAction: {or_list(actions)}"
     return f"OUTPUT FORMAT: exactly one token: {or_list(actions)}"
+
+
+def render_line(rationale: bool):
+    """The answer writer for the oracle/dice consultants, in the ASK output format."""
+
+    def render(action_name: str, reason: str) -> str:
+        if rationale:
+            return f"Reason: {reason.strip() or 'best option'}\nAction: {action_name}"
+        return action_name
+
+    return render

@@ -252,3 +252,22 @@ def parse_reason(text: str | None) -> str:
     reason = m.group(1)
     cut = re.search(r"\baction\b\s*\**\s*[:=]", reason, re.IGNORECASE)
     return (reason[: cut.start()] if cut else reason).strip(" *`")
+
+
+def parse_released(text: str, tokens: Sequence[tuple[str, str]], rationale: bool) -> str | None:
+    """The released code's parser (protocol=official): with rationale, the first `Action:` line
+    whose tail contains a token; otherwise (or failing that) the first token of `tokens`, in
+    their order, found anywhere in the upper-cased answer. Returns the action name or None."""
+
+    def first(upper: str) -> str | None:
+        return next((name for token, name in tokens if token in upper), None)
+
+    t = text.strip()
+    if rationale:
+        for line in t.splitlines():
+            s = line.strip()
+            if s.upper().startswith("ACTION:"):
+                hit = first(s.split(":", 1)[-1].strip().upper())
+                if hit is not None:
+                    return hit
+    return first(t.upper())
