@@ -28,6 +28,9 @@ SMALL_POLICY = [
     "policy.eval_episodes=5",
     "policy.progress_bar=false",
 ]
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per test process: 2 processes of
+    # 2 threads on 2 cores spin against each other (a tiny training ran 10x slower)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("BENCHMARK_REPO", str(REPO))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -110,10 +113,21 @@ def shared_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("outputs")
 
 
+def run_scratch(tmp_path_factory) -> Path:
+    """A folder shared by this run's test processes (pytest-xdist's workers: the parent of their
+    base temps) and by nothing else; the base temp itself in a single-process run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
-def trained_root(shared_root) -> Path:
-    """`shared_root` with the small Empty-Random-5x5 PPO checkpoint trained."""
+def trained_root(shared_root, tmp_path_factory) -> Path:
+    """`shared_root` with the small Empty-Random-5x5 PPO checkpoint trained: once per run, in a
+    folder the run's worker processes share (the first to get there trains, benchmark.policy
+    trains a checkpoint once across processes), then copied into this worker's root."""
     from benchmark.policy import ensure
 
-    ensure(compose_cfg(shared_root, "env=empty5x5_random", *SMALL_POLICY))
+    built = run_scratch(tmp_path_factory) / "trained-policy"
+    ensure(compose_cfg(built, "env=empty5x5_random", *SMALL_POLICY))
+    shutil.copytree(built / "checkpoints", shared_root / "checkpoints", dirs_exist_ok=True)
     return shared_root

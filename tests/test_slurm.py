@@ -16,9 +16,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+
+from tests.conftest import run_scratch
 
 # not timed here (no SLURM on the dev machine): the timeout covers each test's own subprocess
 # limits (up to 120 + 600 + 900 s) plus bringing the cluster up
@@ -38,7 +42,13 @@ SMALL = [
 
 @pytest.fixture(scope="module")
 def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Bring the cluster up (unless it already is), yield the env to reach it, bring it down."""
+    """Bring the cluster up (unless it already is), yield the env to reach it, bring it down;
+    one test module at a time uses it (pytest-xdist runs modules side by side)."""
+    with FileLock(str(run_scratch(tmp_path_factory) / "local-slurm.lock")):
+        yield from _cluster()
+
+
+def _cluster() -> Iterator[dict[str, str]]:
     state = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/local-slurm"))
     pidfile = state / "run" / "slurmctld.pid"
     already_up = pidfile.exists() and _alive(int(pidfile.read_text() or 0))
