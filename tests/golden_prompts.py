@@ -22,7 +22,7 @@ RECORD_COMMAND = "make golden (PYTHONPATH=$PWD .venv/bin/python -m tests.golden_
 AUTOPILOT_CASES = [
     (env, ap) for env in ("fourrooms", "doorkey8", "higherlower") for ap in (True, False)
 ]
-PPO_ACTION = {"higherlower": "LOWER"}  # the suggestion shown (TURN_LEFT elsewhere)
+PPO_ACTION = {"higherlower": "LOWER", "repeatprevious_easy": "SPADES"}  # (TURN_LEFT elsewhere)
 
 
 def prompt_text(env: str, prompt: str, rationale: bool) -> str:
