@@ -188,6 +188,7 @@ class RecordingTask:
 
 def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
     cfg = job_cfg(tmp_path).policy
+    cfg.env_workers = 1  # the recording wrapper counts resets in this process
     rec = RecordingTask(task)
     rows: list[dict] = []
     final = train(rec, cfg, tmp_path / "run", log_fn=rows.append)
