@@ -8,7 +8,7 @@ import copy
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,20 +96,15 @@ def policy_checkpoint(
         return None
 
 
-def model_identity(
-    slm_cfg: Any, make: bool = False, digests: Path | None = None, legacy: bool = False
-) -> str | None:
+def model_identity(slm_cfg: Any, make: bool = False, digests: Path | None = None) -> str | None:
     """The weights identity of the consultant a config names, without loading it. A model made
     on first use raises `ModelNotBuilt` while it is not there, unless `make` says to make it.
-    `digests`: the results store's digest cache; `legacy`: the identity of IDENTITY_VERSION 2
-    (benchmark.migrate)."""
+    `digests`: the results store's digest cache."""
     backend = OmegaConf.to_container(slm_cfg.backend, resolve=True)
     target = get_class(backend.pop("_target_"))
     if make:
         target.make_weights(**backend)
     extra: dict[str, Any] = {"digests": str(digests)} if digests else {}
-    if legacy:
-        extra["legacy"] = True
     return target.weights_identity(**backend, **extra)
 
 
@@ -119,29 +114,24 @@ def locate_inputs(
     checkpoint: Path | None,
     train: bool = False,
     unbuilt: str | None = None,
-    legacy: bool = False,
 ) -> CellSpec | None:
     """The spec with its inputs' content identity; None when an input it needs does not exist
     yet: a checkpoint (its own, or that of the cell whose study supplies its tau) or a model
     made on first use. Nothing is trained or built unless `train` says so (the job, after
     building the cell's objects); `python -m benchmark.plan` never does. `unbuilt` stands in
-    for the identity of a model not built yet (the plan's estimates; never a stored hash).
-    `legacy`: the spec of IDENTITY_VERSION 2, whose cell a job may adopt (benchmark.migrate)."""
+    for the identity of a model not built yet (the plan's estimates; never a stored hash)."""
     from benchmark.policy.checkpoints import policy_digest
 
     digests = Store.of(cfg.paths).digests_dir()
-    if legacy:
-        spec = replace(spec, version=2, inputs={})
     inputs: dict[str, Any] = {}
     if spec.uses_policy:
         if checkpoint is None:
             return None
         inputs["checkpoint_sha256"] = cached_digest(checkpoint, digests)
-        if not legacy:
-            inputs["policy_weights"] = policy_digest(checkpoint, digests)
+        inputs["policy_weights"] = policy_digest(checkpoint, digests)
     if spec.uses_consultant:
         try:
-            inputs["model"] = model_identity(cfg.slm, train, digests, legacy)
+            inputs["model"] = model_identity(cfg.slm, train, digests)
         except ModelNotBuilt:
             if unbuilt is None:
                 return None
@@ -153,7 +143,7 @@ def locate_inputs(
             return located.with_inputs(tau_study=located.tuning_key())
         task, splits, source_spec = prepare(source)
         source_ckpt = policy_checkpoint(source, task, splits, train=train)
-        source_spec = locate_inputs(source_spec, source, source_ckpt, train, unbuilt, legacy)
+        source_spec = locate_inputs(source_spec, source, source_ckpt, train, unbuilt)
         if source_spec is None:
             return None
         located = located.with_inputs(tau_study=source_spec.tuning_key())

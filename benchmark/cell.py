@@ -46,7 +46,7 @@ IDENTITY_VERSION = 3
 # Keys added after IDENTITY_VERSION 2, at the value that reproduces what every cell computed
 # before they existed: at that value they stay out of the identity, so those cells keep their
 # hash (another value is a different cell). The protocols (conf/protocol) set them.
-LEGACY_VALUES = {
+ADDED_KEY_DEFAULTS = {
     "prompt": {"planner_hint": "frontier", "style": "appendix"},
     "tuning": {"clip_tau": True},
 }
@@ -101,7 +101,6 @@ class CellSpec:
     config: dict[str, Any]  # the resolved config parts the cell uses (paths included)
     gate: GateSettings
     inputs: dict[str, Any] = field(default_factory=dict)  # content digests, once known
-    version: int = IDENTITY_VERSION  # an older one only to find cells to migrate (migrate.py)
 
     # ------------------------------------------------------------------------- construction
     @classmethod
@@ -149,7 +148,7 @@ class CellSpec:
         and the key of the study that supplies a tuned tau (its own, or a shared one's)."""
         needed = set()
         if self.uses_policy:
-            needed.add("policy_weights" if self.version >= 3 else "checkpoint_sha256")
+            needed.add("policy_weights")
         if self.uses_consultant:
             needed.add("model")
         if self.tunes_tau:
@@ -164,17 +163,15 @@ class CellSpec:
         if missing:
             raise RuntimeError(f"cell identity needs {sorted(missing)} first (with_inputs)")
         out = {
-            k: _drop_legacy(k, _drop(v, EXECUTION_KEYS.get(k, ()))) for k, v in self.config.items()
+            k: _drop_added_defaults(k, _drop(v, EXECUTION_KEYS.get(k, ())))
+            for k, v in self.config.items()
         }
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "prompt" in out:  # the family-dependent keys its texts do not read
             unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
             out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
-        if "policy" in out:  # the weights by content; the recipe that made them is in them
-            if self.version >= 3:  # the tensors and what loads them (policy_digest)
-                out["policy"] = {"weights": self.inputs["policy_weights"]}
-            else:
-                out["policy"] = {"checkpoint_sha256": self.inputs["checkpoint_sha256"]}
+        if "policy" in out:  # the tensors and what loads them (policy_digest), not the recipe
+            out["policy"] = {"weights": self.inputs["policy_weights"]}
         if "slm" in out:
             backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
@@ -188,7 +185,7 @@ class CellSpec:
         if "tuning" in out:
             out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
-            "identity_version": self.version,
+            "identity_version": IDENTITY_VERSION,
             "code": code_versions(self.uses_consultant),
             **out,
         }
@@ -283,12 +280,12 @@ def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
     return get_family(str(env["family"])).prompt_keys(str(prompt["level"]))
 
 
-def _drop_legacy(node: str, value: Any) -> Any:
-    """`value` (the config node `node`) without the LEGACY_VALUES keys that hold their legacy value."""
-    legacy = LEGACY_VALUES.get(node)
-    if not legacy or not isinstance(value, dict):
+def _drop_added_defaults(node: str, value: Any) -> Any:
+    """`value` (the config node `node`) without the ADDED_KEY_DEFAULTS keys at that value."""
+    defaults = ADDED_KEY_DEFAULTS.get(node)
+    if not defaults or not isinstance(value, dict):
         return value
-    return {k: v for k, v in value.items() if not (k in legacy and v == legacy[k])}
+    return {k: v for k, v in value.items() if not (k in defaults and v == defaults[k])}
 
 
 # decoding keys added after the cells they would re-key, at the value those cells used

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, open_dict
 
-from benchmark import protocol, results, workers
+from benchmark import migrate, protocol, results, workers
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
 from benchmark.analysis.belief import belief_metrics
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
@@ -38,11 +38,12 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
     try:
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
         name = spec.name
+        migrate.before_job(cfg, spec, splits)  # checkpoints of an earlier release's names
         if cfg.get("train_only"):
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
         checkpoint = policy_checkpoint(cfg, task, splits, train=False)
         located = locate_inputs(spec, cfg, checkpoint)
-        if located is not None and (done := _reuse(located, cfg, job_dir, checkpoint)) is not None:
+        if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
             _log_reused(cfg, located, done)
             _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
             return done
@@ -55,7 +56,7 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
             with Store.of(cfg.paths).computing(spec.hash, name):  # one job per cell at a time
-                done = _reuse(spec, cfg, job_dir, evaluation.checkpoint_path, evaluation)
+                done = _reuse(spec, cfg, job_dir, evaluation)
                 if done is not None:  # computed meanwhile
                     tracker.finish(0)
                     _show(cfg, done, cell_dir, job_dir, multirun)
@@ -109,17 +110,15 @@ def _reuse(
     spec: CellSpec,
     cfg: DictConfig,
     job_dir: Path,
-    checkpoint: Path | None,
     evaluation: Evaluation | None = None,
 ) -> dict | None:
     """The summary of the complete cell `spec`, published into the job dir; None if absent. A
-    complete cell of an older identity is adopted once when provably the same (migrate.py).
-    With eval.step_records=true, a complete cell without step records gets them first."""
-    from benchmark.migrate import adopt_legacy_cell, adopt_v2_cell
-
+    complete cell of an earlier release's identity is adopted once when provably the same
+    (benchmark.migrate). With eval.step_records=true, a complete cell without step records gets
+    them first."""
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
-    if done is None and (adopt_v2_cell(spec, cfg, checkpoint) or adopt_legacy_cell(spec, cfg)):
+    if done is None and migrate.adopt_cell(spec, cfg):
         done = results.complete_cell(cell_dir)
     if done is None:
         return None

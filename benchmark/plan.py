@@ -11,7 +11,8 @@ that are the same cell (PPO-only swept over consultants it never asks) are liste
 
 Status (`<paths.root>/cells/<hash>/`, the hash from `build.prepare` + `build.locate_inputs`):
 - complete: summary.json and episodes.jsonl complete and consistent (`results.complete_cell`),
-  or a complete v1 cell that a job would adopt as this one (`benchmark.migrate`);
+  or a complete cell of an earlier release's identity (v2) that a job would adopt as this one
+  (`benchmark.migrate`; cells of identity v1 are no longer read: a warning names them);
 - failed: error.json (its first line shown); a rerun computes it again;
 - pending: not computed yet ("policy not trained" when its PPO checkpoint does not exist yet,
   "model not built yet" when its consultant's model does not: its hash is not known yet); a
@@ -51,7 +52,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import benchmark  # noqa: F401 - registers the config resolvers
-from benchmark import results
+from benchmark import migrate, results
 from benchmark.config import session, sweep_jobs
 from benchmark.plan_data import COMPLETE, FAILED, INVALID, NOT_BUILT, PENDING, CellPlan, Plan
 from benchmark.plan_estimate import Throughput, bench_throughputs, cell_work, find_reference
@@ -79,6 +80,8 @@ def plan_sweep(
     base, jobs = sweep_jobs(overrides)
     root = Path(str(base.paths.root))
     stored = stored_cells(root)
+    if note := migrate.retired_cells(stored):
+        log.warning("%s", note)
     measured = bench_throughputs(Path(str(base.paths.bench)), bench)
     plan = Plan(experiment=str(base.experiment_name), root=str(root), jobs=len(jobs))
     seen: dict[str, CellPlan] = {}
@@ -153,8 +156,8 @@ def plan_cell(
         error = results.read_json(cell_dir / "error.json")
         if results.complete_cell(cell_dir) is not None:
             cell.status = COMPLETE
-        elif (legacy := _legacy(located, cfg, checkpoint)) is not None:
-            cell.status, cell.note = COMPLETE, legacy
+        elif (adoptable := migrate.adoptable(located, cfg)) is not None:
+            cell.status, cell.note = COMPLETE, adoptable
         elif isinstance(error, dict):
             cell.status, cell.note = FAILED, _first_line(error)
         else:
@@ -222,7 +225,7 @@ def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
         return "policy of the shared tuning cell not trained"
     ckpt_dir = checkpoint_dir(cfg, splits)
     if not ckpt_dir.is_dir():
-        return "policy not trained"
+        return migrate.checkpoint_note(cfg, splits) or "policy not trained"
     name = str(cfg.policy.checkpoint)
     recorded = manifest(ckpt_dir)
     redo = "a job sets the directory aside and trains again"
@@ -249,30 +252,6 @@ def _model_not_built(cfg: DictConfig) -> str | None:
     except ModelNotBuilt as exc:
         return f"{NOT_BUILT}: {exc}"
     return None
-
-
-def _legacy(spec: Any, cfg: DictConfig, checkpoint: Path | None) -> str | None:
-    """A complete cell of an older identity a job would adopt (benchmark.migrate), read-only."""
-    from benchmark.build import locate_inputs
-    from benchmark.cell import digest
-    from benchmark.migrate import changed_inputs, model_changed, v1_cell_config
-
-    store = Store.of(cfg.paths)
-    if spec.dir(cfg.paths.root).exists():
-        return None
-    try:
-        v2 = locate_inputs(spec, cfg, checkpoint, legacy=True)
-    except Exception:  # noqa: BLE001 - no old identity: nothing to adopt
-        v2 = None
-    if v2 is not None and v2.hash != spec.hash:
-        old_dir = store.cell_dir(v2.hash)
-        if results.complete_cell(old_dir) is not None and not model_changed(cfg, old_dir):
-            return f"v2 cell {old_dir.name}, adopted as this one when the sweep runs"
-    old_dir = store.cell_dir(digest(v1_cell_config(cfg)))
-    done = results.complete_cell(old_dir)
-    if done is None or changed_inputs(spec, cfg, old_dir, done[0]):
-        return None
-    return f"v1 cell {old_dir.name}, adopted as this one when the sweep runs"
 
 
 # ----------------------------------------------------------------------------- stored cells

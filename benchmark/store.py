@@ -125,30 +125,34 @@ def set_aside(target: Path, tag: str = "corrupt") -> Path:
     return aside
 
 
+def target_lock(target: Path) -> Any:
+    """The file lock `<target>.lock` under which `target` is built once (`build_once`), or an
+    artifact of an earlier release is moved into its place (benchmark.migrate)."""
+    from filelock import FileLock
+
+    return FileLock(str(target) + ".lock")
+
+
 def build_once(
     target: Path,
     make: Callable[[Path], None],
     complete: Callable[[Path], bool],
     *,
-    adopt: Callable[[], bool] | None = None,
     aside: str = "corrupt",
     finish: Callable[[Path], None] | None = None,
 ) -> bool:
     """Make the directory `target` once across processes: `make(work)` fills a private work
     directory, which is renamed into place whole; `complete(dir)` says whether a directory is
-    usable. Under the lock, `adopt()` may first bring an older artifact into place; an unusable
-    `target` is set aside (`.<name>.<aside>-<time>`), never deleted. The work directory is
-    removed when `make` fails, and those of killed processes are removed by the next build of
-    the same target. `finish(target)` runs after the rename, still under the lock (a marker
+    usable. Under the lock (`target_lock`), an unusable `target` is set aside
+    (`.<name>.<aside>-<time>`), never deleted. The work directory is removed when `make` fails,
+    and those of killed processes are removed by the next build of the same target. `finish(target)` runs after the rename, still under the lock (a marker
     written last). Returns whether this call built it."""
-    from filelock import FileLock
-
     target = Path(target)
     if complete(target):
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if complete(target) or (adopt is not None and adopt()):
+    with target_lock(target):
+        if complete(target):
             return False
         clean_stale_work(target)
         if target.exists():
@@ -295,9 +299,9 @@ class StoredCell:
 
     @property
     def checkpoint_sha256(self) -> str | None:
-        """The SHA-256 of the checkpoint file it evaluated (in its identity before v3)."""
-        found = (self.inputs or {}).get("checkpoint_sha256")
-        return found or ((self.identity or {}).get("policy") or {}).get("checkpoint_sha256")
+        """The SHA-256 of the checkpoint file it evaluated (a cell of an earlier release's
+        identity has it once a job adopted it: benchmark.migrate)."""
+        return (self.inputs or {}).get("checkpoint_sha256")
 
     def read(self) -> tuple[dict, list[dict]] | None:
         return complete_cell(self.dir)

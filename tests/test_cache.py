@@ -393,36 +393,21 @@ def make_cached(cache_dir: Path, name: str = "old", **slm):
     return make_consultant(cfg, OmegaConf.create({"cache": str(cache_dir)}))
 
 
-def test_existing_sqlite_cache_is_migrated_on_first_use_and_left_unchanged(tmp_path) -> None:
+def test_a_sqlite_cache_of_an_earlier_layout_is_not_read_and_left_unchanged(tmp_path) -> None:
+    """The SQLite cache is a retired layout (benchmark.migrate warns a job that would have used
+    it): the store never reads, changes or sets it aside; its answers are asked again."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    legacy = cache / "responses.sqlite"
-    conn = old_cache(legacy, {f"m{i}": f"old answer {i}" for i in range(30)})
-    assert (cache / "responses.sqlite-wal").stat().st_size > 0  # rows in the WAL only
-    before = {p.name: p.read_bytes() for p in (legacy, cache / "responses.sqlite-wal")}
+    old = cache / "responses.sqlite"
+    conn = old_cache(old, {f"m{i}": f"old answer {i}" for i in range(3)})
+    before = {p.name: p.read_bytes() for p in (old, cache / "responses.sqlite-wal")}
     c = make_cached(cache)
-    assert isinstance(c, CachedConsultant)
-    out = c.answer([q(f"m{i}") for i in range(30)])
-    assert [a.text for a in out] == [f"old answer {i}" for i in range(30)]
-    assert all(a.cached for a in out) and c.inner.seen == []
-    assert (out[0].prompt_tokens, out[0].generated_tokens) == (11, 3)
+    out = c.answer([q(f"m{i}") for i in range(3)])
+    assert [a.text for a in out] == [f"old:m{i}" for i in range(3)] and not out[0].cached
     c.close()
-    assert {p.name: p.read_bytes() for p in (legacy, cache / "responses.sqlite-wal")} == before
-    indexes = sorted(p.name for p in (cache / "responses").glob("index-*"))
-    again = make_cached(cache)  # the file did not change: not migrated again
-    assert again.answer([q("m3")])[0].text == "old answer 3"
-    assert sorted(p.name for p in (cache / "responses").glob("index-*")) == indexes
-    again.close()
-    # a job of the code before writes to it: the next store folds it in again
-    conn.execute(
-        "INSERT INTO responses VALUES (?, 'old', 'written later', 1, 1, 0.1, 0, 0)",
-        (cache_key("old", q("late")),),
-    )
-    third = make_cached(cache)
-    assert third.answer([q("late"), q("m0")])[0].text == "written later"
-    assert third.inner.seen == [] and third.stats()["hits"] == 2
+    assert {p.name: p.read_bytes() for p in (old, cache / "responses.sqlite-wal")} == before
+    assert "responses" in {p.name for p in cache.iterdir()} and not list(cache.glob("*corrupt*"))
     conn.close()
-    third.close()
 
 
 def test_cache_false_is_the_bare_backend(tmp_path) -> None:
@@ -506,18 +491,6 @@ def test_corrupt_index_is_set_aside_and_readers_move_on(tmp_path, caplog, where)
     assert a.get_many([key(0, 0)])[key(0, 0)].text == text_of(0, 0)  # a follows
     for s in (a, b, c, writer):
         s.close()
-
-
-def test_corrupt_sqlite_cache_is_set_aside(tmp_path, caplog) -> None:
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "responses.sqlite").write_bytes(b"\0garbage" * 1000)
-    with caplog.at_level(logging.WARNING, logger="benchmark.consultants.cache_files"):
-        c = make_cached(cache, name="new")
-    assert [p.name.split(".corrupt-")[0] for p in cache.glob("*.corrupt-*")] == ["responses.sqlite"]
-    assert any("responses.sqlite" in r.getMessage() for r in caplog.records)
-    assert c.answer([q("x")])[0].text == "new:x" and c.answer([q("x")])[0].cached
-    c.close()
 
 
 def test_shard_bytes_are_checked() -> None:

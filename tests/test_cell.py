@@ -1,25 +1,19 @@
 """Cell identity: what enters a cell's hash (inputs by content, code versions, splits) and what
-never does (paths, execution settings); the one-time adoption of v1 cells."""
+never does (paths, execution settings)."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
-import pytest
-
-from benchmark import results
 from benchmark.build import locate_inputs, prepare
-from benchmark.cell import CellSpec, digest
+from benchmark.cell import CellSpec
 from benchmark.config import compose
-from benchmark.job import run_job
-from benchmark.migrate import V1_CODE, v1_cell_config
 from benchmark.policy.checkpoints import config_hash
 from benchmark.prompts import PROMPT_VERSION
 from benchmark.seeds import DEFAULT_SPLITS, Splits
-from tests.conftest import SMALL_POLICY, compose_cfg
+from tests.conftest import compose_cfg
 
 GOLDEN = Path(__file__).parent / "golden"
 SLM_ONLY = ["env=empty5x5_random", "gate=always", "prompt=basic", "eval.n_episodes=2"]
@@ -111,112 +105,6 @@ def test_prompt_version_follows_the_golden_files():
         )
 
 
-TINY_JOB = [*SLM_ONLY, "slm=tiny"]
-PPO_JOB = ["env=empty5x5_random", *SMALL_POLICY, "gate=never", "eval.n_episodes=3"]
-
-
-def _v1_cell(root: Path, over: list[str]) -> tuple[Path, dict]:
-    """Run a cell, then turn it into the v1 cell an older release would have written."""
-    run_job(compose_cfg(root, *over), root / "j1", multirun=False)
-    summary = results.read_json(root / "j1" / "summary.json")
-    v1_dir = root / "cells" / digest(v1_cell_config(compose_cfg(root, *over)))
-    os.replace(root / "cells" / summary["cell_hash"], v1_dir)
-    return v1_dir, summary
-
-
-def _rerun(root: Path, over: list[str]) -> dict:
-    return run_job(compose_cfg(root, *over), root / "j2", multirun=False)
-
-
-def _later(path: Path, than: Path) -> None:
-    """Mark `path` as rewritten after `than` was written."""
-    t = than.stat().st_mtime + 10
-    os.utime(path, (t, t))
-
-
-@pytest.mark.slow
-def test_v1_cell_is_adopted_once_when_its_inputs_are_unchanged(trained_root):
-    v1_dir, before = _v1_cell(trained_root, PPO_JOB)
-    episodes = (v1_dir / "episodes.jsonl").read_bytes()
-    again = _rerun(trained_root, PPO_JOB)
-    assert not v1_dir.exists()
-    assert again["wall_seconds"] == before["wall_seconds"]  # reused, not recomputed
-    assert again["cell_hash"] == before["cell_hash"]
-    v2_dir = trained_root / "cells" / again["cell_hash"]
-    assert (v2_dir / "episodes.jsonl").read_bytes() == episodes
-    assert results.read_json(v2_dir / "cell.json")["migrated_from"]["hash"] == v1_dir.name
-    # and once only: the next run finds the v2 cell
-    assert _rerun(trained_root, PPO_JOB)["wall_seconds"] == before["wall_seconds"]
-
-
-@pytest.mark.slow
-def test_v1_cell_whose_checkpoint_was_rewritten_since_is_not_reused(trained_root, tmp_path):
-    root = tmp_path / "root"
-    shutil.copytree(trained_root / "checkpoints", root / "checkpoints")
-    v1_dir, before = _v1_cell(root, PPO_JOB)
-    _later(Path(before["checkpoint_path"]), v1_dir / "summary.json")
-    again = _rerun(root, PPO_JOB)
-    assert v1_dir.exists()  # left in place, never deleted
-    assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
-
-
-@pytest.mark.slow
-def test_v1_cell_whose_model_changed_since_is_not_reused(tmp_path, monkeypatch):
-    import benchmark.prompts
-
-    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", V1_CODE["prompts"])
-    v1_dir, before = _v1_cell(tmp_path, TINY_JOB)
-    model_dir = Path(compose_cfg(tmp_path, *TINY_JOB).slm.backend.path)
-    _later(model_dir / "config.json", v1_dir / "summary.json")
-    again = _rerun(tmp_path, TINY_JOB)
-    assert v1_dir.exists()  # left in place, never deleted
-    assert again["wall_seconds"] != before["wall_seconds"]  # computed anew
-
-
-@pytest.mark.slow
-def test_v1_cell_of_older_prompt_code_is_not_reused(tmp_path, monkeypatch):
-    import benchmark.prompts
-
-    monkeypatch.setattr(benchmark.prompts, "PROMPT_VERSION", V1_CODE["prompts"] + 1)
-    v1_dir, before = _v1_cell(tmp_path, TINY_JOB)
-    again = _rerun(tmp_path, TINY_JOB)
-    assert v1_dir.exists()  # left in place: its prompts were an older version
-    assert again["wall_seconds"] != before["wall_seconds"]
-
-
-# v1 hashes computed by the v1 code (b674162, benchmark.job.cell_config) for the same overrides
-# under paths.root=/tmp/v1root: keys added to the configs since must be left out of the v1 hash,
-# or old results roots could never be adopted
-V1_HASHES = {
-    "37b6c5ba9bc3": ["gate=never", "env=fourrooms"],
-    "062d76768e96": ["gate=entropy", "env=doorkey8", "slm=tiny", "prompt=basic"],
-    "a83ec9dff83d": [
-        "gate=always",
-        "env=higherlower",
-        "slm=oracle",
-        "prompt=stateful",
-        "prompt.rationale=true",
-    ],
-    "0a7eec7447be": [
-        "+experiment=table3",
-        "env=fourrooms",
-        "method=ask_plus",
-        "policy.checkpoint=t2",
-        "slm=qwen3.5-2b",
-    ],
-}
-
-
-@pytest.mark.parametrize("v1_hash", sorted(V1_HASHES))
-def test_v1_hash_of_a_config_is_the_one_v1_computed(v1_hash):
-    from benchmark.build import normalize_checkpoint
-
-    # v1 cells were computed with what is now the suite's protocol
-    cfg = compose_cfg(Path("/tmp/v1root"), "protocol=suite", *V1_HASHES[v1_hash])
-    normalize_checkpoint(cfg)
-    assert digest(v1_cell_config(cfg)) == v1_hash
-
-
 def _hint_cell(env: str, hint: str, *extra: str) -> CellSpec:
     cfg = compose(
         ["+experiment=hint_ablation", f"env={env}", "method=ask_plus", "slm=tiny",
@@ -237,7 +125,7 @@ def test_identity_holds_the_prompt_keys_the_family_reads():
         cells = [_hint_cell(env, h) for h in hints]
         assert len({c.hash for c in cells}) == 3, env
         assert len({c.name for c in cells}) == 3, [c.name for c in cells]
-        # frontier, the hint of the cells computed before the key existed, is left out (LEGACY_VALUES)
+        # frontier, the hint of the cells computed before the key existed, is left out (ADDED_KEY_DEFAULTS)
         held = [c.identity["prompt"].get("planner_hint") for c in cells]
         assert held == ["seen_target", None, "none"]
     cards = [_hint_cell("higherlower", h) for h in hints]

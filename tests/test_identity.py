@@ -17,10 +17,11 @@ import pytest
 
 from benchmark import results
 from benchmark.build import locate_inputs, prepare
-from benchmark.cell import IDENTITY_VERSION
-from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
+from benchmark.cell import IDENTITY_VERSION, digest
+from benchmark.consultants.fingerprint import local_fingerprint
 from benchmark.consultants.hf import HFConsultant
 from benchmark.job import run_job
+from benchmark.migrate import v2_fingerprint, v2_hash, v2_identity, v2_model
 from benchmark.policy.checkpoints import policy_digest
 from benchmark.store import cached_digest, file_sha256
 from tests.conftest import SMALL_POLICY, compose_cfg
@@ -46,9 +47,9 @@ def test_a_change_in_the_middle_of_a_weight_file_is_a_new_identity(tmp_path):
     model = _model(tmp_path / "m")
     digests = tmp_path / "root" / "digests"
     before = HFConsultant.weights_identity(path=str(model), digests=str(digests))
-    legacy = legacy_fingerprint(model)
+    old = v2_fingerprint(model)
     _rewrite_middle(model / "model.safetensors")
-    assert legacy_fingerprint(model) == legacy  # the fault: the old fingerprint saw nothing
+    assert v2_fingerprint(model) == old  # the fault: the old fingerprint saw nothing
     after = HFConsultant.weights_identity(path=str(model), digests=str(digests))
     assert after != before  # re-hashed: the file's mtime (and size, inode) are in the key
     assert after == "hf-local:" + local_fingerprint(model)  # without the cache, the same
@@ -67,7 +68,50 @@ def test_small_models_keep_their_identity(tmp_path):
     """Files of at most 2 MB were covered whole by the first and last MB: the tiny models'
     identities (and every slm=tiny cell) are unchanged."""
     model = _model(tmp_path / "m", size=2 * MB)
-    assert local_fingerprint(model) == legacy_fingerprint(model)
+    assert local_fingerprint(model) == v2_fingerprint(model)
+
+
+# v2 hashes (and the tuned cell's study) as the code of identity v2 computed them
+# (CellSpec(version=2), benchmark 0.1.0 at commit 7a2be44) for these configs and the inputs below:
+# a job finds a v2 cell only while benchmark.migrate derives the same from the v3 identity (a
+# change of config or code version that moves one makes every v2 cell of it stale: say so)
+V2_HASHES = {
+    "5637644fd7e1": ["gate=never", "env=fourrooms"],
+    "ab544a084136": ["gate=entropy", "env=doorkey8", "slm=tiny", "prompt=basic", "gate.tau=0.5"],
+    "3452738671bc": ["gate=entropy", "env=fourrooms", "slm=qwen3.5-2b", "prompt=stateful"],
+    "1c03fd3bbea8": [
+        "gate=always",
+        "env=higherlower",
+        "slm=oracle",
+        "prompt=stateful",
+        "prompt.rationale=true",
+    ],
+}
+V2_STUDY = {"3452738671bc": "3d9211c17202"}
+
+
+@pytest.mark.parametrize("old_hash", sorted(V2_HASHES))
+def test_v2_identity_of_a_cell_is_the_one_v2_computed(old_hash):
+    from benchmark.build import normalize_checkpoint
+    from benchmark.cell import tuning_key
+
+    cfg = compose_cfg(Path("/tmp/v2root"), *V2_HASHES[old_hash])
+    normalize_checkpoint(cfg)
+    spec = prepare(cfg)[2]
+    inputs = {}
+    if spec.uses_policy:
+        inputs.update(checkpoint_sha256="c" * 64, policy_weights="w" * 64)
+    if spec.uses_consultant:
+        inputs["model"] = "hf-local:new"
+    if spec.tunes_tau:
+        inputs["tau_study"] = "v3 study"
+    spec = spec.with_inputs(**inputs)
+    model = "hf-local:old" if spec.uses_consultant else None  # its v2 fingerprint
+    study = tuning_key(v2_identity(spec, model, None)) if spec.tunes_tau else None
+    assert study == V2_STUDY.get(old_hash)
+    identity = v2_identity(spec, model, study)
+    assert identity["identity_version"] == 2 and digest(identity) == old_hash
+    assert spec.hash != old_hash
 
 
 def test_digest_is_cached_by_path_size_mtime_and_inode(tmp_path):
@@ -126,8 +170,7 @@ def test_identical_weights_name_the_same_cell(trained_root, tmp_path):
     for zip_path in (ckpt, again):
         cfg = compose_cfg(tmp_path / "root", "env=empty5x5_random", f"policy.path={zip_path}")
         spec = locate_inputs(prepare(cfg)[2], cfg, zip_path)
-        old = locate_inputs(prepare(cfg)[2], cfg, zip_path, legacy=True)
-        cells.append((spec.hash, old.hash))
+        cells.append((spec.hash, v2_hash(spec, cfg)[0]))
     assert cells[0][0] == cells[1][0]  # same weights, same cell
     assert cells[0][1] != cells[1][1]  # identity v2 told them apart
 
@@ -180,12 +223,15 @@ def _write_as_v2(cfg, job_dir: Path) -> None:
     task, splits, spec = prepare(cfg)
     checkpoint = ensure(cfg, task, splits=splits) if spec.uses_policy else None
     new = locate_inputs(spec, cfg, checkpoint)
-    old = locate_inputs(spec, cfg, checkpoint, legacy=True)
+    old_hash, study = v2_hash(new, cfg)
+    model = v2_model(cfg, new.inputs.get("model"))
+    record = {"name": new.name, "identity": v2_identity(new, model, study), "config": new.config}
     root = Path(cfg.paths.root)
-    os.rename(new.dir(root), old.dir(root))
-    results.write_json(old.dir(root) / "cell.json", old.record())
-    results.write_json(old.dir(root) / "summary.json", dict(summary, cell_hash=old.hash))
+    old_dir = root / "cells" / old_hash
+    os.rename(new.dir(root), old_dir)
+    results.write_json(old_dir / "cell.json", record)
+    results.write_json(old_dir / "summary.json", dict(summary, cell_hash=old_hash))
     name = "gate=never" if not spec.uses_consultant else "tiny"
-    shutil.copy(old.dir(root) / "episodes.jsonl", job_dir / f"{name}.jsonl")
-    (job_dir / f"{name}.json").write_text(json.dumps(old.hash))
+    shutil.copy(old_dir / "episodes.jsonl", job_dir / f"{name}.jsonl")
+    (job_dir / f"{name}.json").write_text(json.dumps(old_hash))
     shutil.rmtree(job_dir / "tmp")

@@ -19,15 +19,13 @@ __all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
     """Instantiate `slm.backend` and, when `slm.cache` is true, wrap it in the response cache in
     `<paths.cache>/responses/` (capped by the cache's own setting, its settings.json, so that
-    no job evicts another's entries: `slm.cache_max_entries` only warns when it differs; a
-    `<paths.cache>/responses.sqlite` of earlier versions is migrated into it on first use).
+    no job evicts another's entries: `slm.cache_max_entries` only warns when it differs).
     Backends that declare `cacheable = False` (dice, oracle: cheaper than a lookup) are never
     wrapped."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from benchmark.consultants.cache import CachedConsultant
-    from benchmark.consultants.cache_compaction import LEGACY_NAME
     from benchmark.consultants.cache_store import SETTINGS
     from benchmark.store import Store
 
@@ -47,7 +45,7 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
         )
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
         store = Store.of(paths_cfg)
-        cached = CachedConsultant(backend, store.responses_dir(), legacy=store.cache / LEGACY_NAME)
+        cached = CachedConsultant(backend, store.responses_dir())
         asked = slm_cfg.get("cache_max_entries")
         if asked is not None and asked != cached.store.max_entries:
             log.warning(

@@ -1,5 +1,5 @@
 """Compaction of the response cache (a mixin of ResponseStore): folding shards into the next index
-generation, evicting down to the cap, and the migration of an SQLite cache of earlier versions.
+generation and evicting down to the cap.
 
 Compaction: a process that sees more than `max_entries` entries or more than `max_shards` shards
 builds generation N+1 from index N and the shards it read, and publishes it with link(2) to
@@ -17,12 +17,7 @@ reader sees exceed the cap by at most what was published since the last one. The
 cache's own setting, in its `settings.json` (`{"max_entries": N}`; absent: the default), set with
 `python -m benchmark.consultants.cache <dir> --max-entries N`: every process sharing the cache
 evicts by the same cap, so one job's setting can never evict the entries of the others (a job's
-`slm.cache_max_entries` only warns when it differs).
-
-An existing SQLite cache (`<paths.cache>/responses.sqlite`, written before this layout) is
-migrated on first use: the first store that sees it folds its rows into a new index, reading the
-file read-only and never changing it (a downgrade still finds it), and records the file's size and
-time so that it is folded again only if an old version of the code writes to it later."""
+`slm.cache_max_entries` only warns when it differs)."""
 
 from __future__ import annotations
 
@@ -49,14 +44,13 @@ from benchmark.consultants.cache_files import (
 )
 
 TMP_STALE_SECONDS = 3600.0  # a temp file this much older than a new index is a killed writer's
-LEGACY_NAME = "responses.sqlite"
 log = logging.getLogger(__name__)
 _CLAIM = "compact.claim"
 
 
 class Compaction:
     """Compaction for ResponseStore (a mixin); the host holds the store's state (`directory`,
-    `legacy`, `max_entries`, `max_shards`, `claim_stale_seconds`, the index in use, the shards
+    `max_entries`, `max_shards`, `claim_stale_seconds`, the index in use, the shards
     read and this process's unpublished answers) and provides `_refresh`, `_publish`,
     `_drop_index` and `_touch`."""
 
@@ -66,57 +60,8 @@ class Compaction:
         return self._index_rows + len(self._rows) + len(self._pending)
 
     def _maybe_compact(self) -> None:
-        over = self._seen() > self.max_entries or len(self._loaded) > self.max_shards
-        if over or self._legacy_pending():
+        if self._seen() > self.max_entries or len(self._loaded) > self.max_shards:
             self._compact()
-
-    def _legacy_signature(self) -> str:
-        """Identity, size and time of the SQLite cache file and its WAL ('' when there is none):
-        what changes when the code before writes to it."""
-        if self.legacy is None:
-            return ""
-        parts = []
-        for path in (self.legacy, self.legacy.with_name(self.legacy.name + "-wal")):
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                if path == self.legacy:
-                    return ""
-                continue
-            parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
-        return "/".join(parts)
-
-    def _legacy_pending(self) -> bool:
-        sig = self._legacy_signature()
-        return bool(sig) and sig != self._legacy_done
-
-    def _read_legacy(self) -> list[tuple]:
-        """Every row of the SQLite cache, read-only (its WAL included); [] when unreadable (with
-        a warning; a corrupt file is set aside)."""
-        assert self.legacy is not None
-        for params in ({"mode": "ro"}, {"mode": "ro", "immutable": "1"}):
-            try:
-                conn = sqlite3.connect(sqlite_uri(self.legacy, **params), uri=True, timeout=30)
-                try:
-                    return conn.execute(f"SELECT {COLUMNS} FROM responses").fetchall()
-                finally:
-                    conn.close()
-            except sqlite3.Error as exc:
-                if is_corrupt(exc):
-                    for suffix in ("-wal", "-shm"):
-                        side = self.legacy.with_name(self.legacy.name + suffix)
-                        if side.exists():
-                            set_aside(side, "belongs to a corrupt database")
-                    set_aside(self.legacy, exc)
-                    return []
-                error = exc  # read-only access to a WAL database may need its -shm: try immutable
-        log.warning(
-            "response cache: cannot read the SQLite cache %s (%s); not migrated (tried again "
-            "when it changes)",
-            self.legacy,
-            error,
-        )
-        return []
 
     def _claim(self) -> bool:
         """Create `compact.claim` (O_EXCL); False while another process holds it. A claim that
@@ -158,17 +103,6 @@ class Compaction:
                 path.unlink()
         except FileNotFoundError:
             pass
-
-    def _migrate(self) -> None:
-        """First use of a SQLite cache of the code before: fold it into an index before the
-        first lookup, or wait while another process does (a claim older than
-        claim_stale_seconds is broken, so this waits that long at most)."""
-        deadline = time.monotonic() + self.claim_stale_seconds + 5.0
-        while self._legacy_pending() and not self._compact():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            self._refresh()
 
     def _index_path(self, gen: int) -> Path:
         return self.directory / f"index-{gen:012d}.sqlite"
@@ -224,9 +158,8 @@ class Compaction:
             self._unclaim()
 
     def _build_index(self, tmp: Path, gen: int, folded: list[str]) -> None:
-        """Index N (if any) + the shards read + this process's unpublished answers and hits (+ a
-        SQLite cache not yet migrated), less the least recently used entries over the cap,
-        written to `tmp` and fsynced."""
+        """Index N (if any) + the shards read + this process's unpublished answers and hits, less
+        the least recently used entries over the cap, written to `tmp` and fsynced."""
         mem = sqlite3.connect("file::memory:", uri=True)
         try:
             mem.executescript(INDEX_SCHEMA)
@@ -238,12 +171,6 @@ class Compaction:
                 mem.execute(f"INSERT INTO responses SELECT {COLUMNS} FROM old.responses")
                 mem.commit()
                 mem.execute("DETACH DATABASE old")
-            legacy = self._legacy_signature()
-            if legacy and legacy != self._legacy_done:
-                mem.executemany(UPSERT, self._read_legacy())
-                legacy = self._legacy_signature() and legacy  # set aside: nothing to record
-            else:
-                legacy = self._legacy_done if legacy else ""
             rows = {**self._rows}
             for key, row in self._pending.items():
                 merge_row(rows, key, row)
@@ -271,7 +198,6 @@ class Compaction:
                 "rows": str(count),
                 "created": str(time.time()),
                 "writer": f"{socket.gethostname()} {os.getpid()}",
-                "legacy": legacy,
             }
             mem.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
             mem.executemany("INSERT INTO folded VALUES (?)", ((n,) for n in folded))

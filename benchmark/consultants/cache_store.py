@@ -82,31 +82,23 @@ def set_cache_cap(directory: str | os.PathLike, max_entries: int) -> None:
 
 class ResponseStore(Compaction):
     """The cache's files in `directory` (see the module docstring), safe for concurrent processes
-    on one or many hosts. `legacy`: an SQLite cache of the code before, migrated on first use.
-    `max_entries`: None for the cache's own cap (`cache_cap`); a number caps what this store
-    compacts to, evicting any process's entries (tests, tools).
-
-    A path that names an existing file is taken for such a SQLite cache (`responses.sqlite`): the
-    store then lives beside it, in the directory of the same name without the suffix."""
+    on one or many hosts. `max_entries`: None for the cache's own cap (`cache_cap`); a number
+    caps what this store compacts to, evicting any process's entries (tests, tools)."""
 
     def __init__(
         self,
         directory: str | os.PathLike,
         max_entries: int | None = None,
         *,
-        legacy: str | os.PathLike | None = None,
         publish_seconds: float = DEFAULT_PUBLISH_SECONDS,
         max_shards: int = DEFAULT_MAX_SHARDS,
         claim_stale_seconds: float = DEFAULT_CLAIM_STALE_SECONDS,
     ) -> None:
         directory = Path(directory)
-        if directory.is_file():  # an SQLite cache of the code before
-            legacy, directory = directory, directory.with_name(directory.stem)
         if max_entries is None:
             max_entries = cache_cap(directory)
         _check_cap(max_entries, "response cache")
         self.directory = directory
-        self.legacy = Path(legacy) if legacy is not None else None
         self.max_entries = int(max_entries)
         self.publish_seconds = float(publish_seconds)
         self.max_shards = int(max_shards)
@@ -121,7 +113,6 @@ class ResponseStore(Compaction):
         self._index_id: tuple[int, int, int] | None = None  # (generation, st_dev, st_ino)
         self._index_rows = 0
         self._folded: frozenset[str] = frozenset()
-        self._legacy_done = ""  # signature of the SQLite cache folded into the index
         # published shards the index does not hold
         self._loaded: set[str] = set()
         self._foreign: set[str] = set()  # shards of a newer format: not read, never deleted
@@ -146,7 +137,6 @@ class ResponseStore(Compaction):
         self._claim_ino: int | None = None
         with self._lock:
             self._refresh()
-            self._migrate()
             self._maybe_compact()
 
     # ------------------------------------------------------------------------------ reading
@@ -225,7 +215,6 @@ class ResponseStore(Compaction):
             self._drop_index()
             self._index, self._index_id, self._folded = conn, ident, folded
             self._index_rows = int(meta["rows"])
-            self._legacy_done = meta.get("legacy", "")
             self._loaded, self._rows, self._seen_touches = set(), {}, {}
             return True
         if self._index is not None:  # every index is gone (set aside): start from nothing
@@ -271,7 +260,7 @@ class ResponseStore(Compaction):
             except sqlite3.Error:
                 pass
         self._index, self._index_id, self._index_rows = None, None, 0
-        self._folded, self._legacy_done = frozenset(), ""
+        self._folded = frozenset()
 
     def _index_lookup(self, keys: list[str]) -> dict[str, Row]:
         """Rows of the index for `keys`. A read error (an index deleted under a reader on NFS,

@@ -20,7 +20,6 @@ def resolve_source(
     path: str | None,
     revision: str | None,
     digests: str | None = None,
-    legacy: bool = False,
 ) -> tuple[str, bool, str]:
     """(what to pass to from_pretrained, local_files_only, identity)."""
     if path is not None:
@@ -32,8 +31,7 @@ def resolve_source(
             )
         if not (p / "config.json").is_file():
             raise ConsultantError(f"slm.backend.path={str(path)!r} has no config.json")
-        fingerprint = legacy_fingerprint(p) if legacy else local_fingerprint(p, digests)
-        return str(p), True, "hf-local:" + fingerprint
+        return str(p), True, "hf-local:" + local_fingerprint(p, digests)
     if not model:
         raise ConsultantError("the hf backend needs slm.backend.model (hub id) or slm.backend.path")
     from huggingface_hub import try_to_load_from_cache
@@ -91,26 +89,4 @@ def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None)
                     h.update(fh.read(_MB))
             else:
                 h.update(b"sha256:" + cached_digest(f, digests).encode())
-    return h.hexdigest()[:16]
-
-
-def legacy_fingerprint(directory: Path) -> str:
-    """The fingerprint of IDENTITY_VERSION 2 (every config-like file, finetune.json included,
-    and of each weight file only its size and first and last MB), for the migration of cells
-    named by it (benchmark.migrate). Not an identity: a change in the middle of a large weight
-    file goes unseen."""
-    h = hashlib.sha256()
-    for f in sorted(directory.iterdir()):
-        if not f.is_file():
-            continue
-        if f.suffix in CONFIG_SUFFIXES and f.stat().st_size < 64 * _MB:
-            h.update(json.dumps([f.name, f.stat().st_size]).encode())
-            h.update(f.read_bytes())
-        elif f.suffix in WEIGHT_SUFFIXES:
-            size = f.stat().st_size
-            h.update(json.dumps([f.name, size]).encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(_MB))
-                fh.seek(max(0, size - _MB))
-                h.update(fh.read(_MB))
     return h.hexdigest()[:16]

@@ -155,11 +155,9 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         path: str | None = None,
         revision: str | None = None,
         digests: str | None = None,
-        legacy: bool = False,
         **_: object,
     ) -> str | None:
-        """`legacy`: the identity cells of IDENTITY_VERSION 2 recorded (benchmark.migrate)."""
-        return resolve_source(model, path, revision, digests, legacy)[2]
+        return resolve_source(model, path, revision, digests)[2]
 
     # ----------------------------------------------------------------------------- setup
     def _setup_tokens(self) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
-from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
+from benchmark.consultants.fingerprint import local_fingerprint
 from benchmark.consultants.hf import HFConsultant
 from benchmark.finetune.store import Recipe, ensure, find, plain
 
@@ -53,8 +53,6 @@ class FinetunedConsultant(HFConsultant):
         recipe = _recipe(dict(backend_args))
         digests = backend_args.get("digests") or recipe.digests()
         model_dir = find(recipe, digests)
-        if backend_args.get("legacy"):
-            return "hf-local:" + legacy_fingerprint(model_dir)
         return "hf-local:" + local_fingerprint(model_dir, digests)
 
     @classmethod

@@ -200,12 +200,15 @@ class Recipe:
 
     def policy_checkpoint(self, task: Any, train: bool = True) -> Path | None:
         """The PPO checkpoint whose states it learns from (None: not trained, and `train` is
-        False)."""
+        False). Before training, a directory of an earlier release's name is adopted."""
         from benchmark.build import policy_checkpoint
+        from benchmark.migrate import adopt_checkpoint_dir
 
         if not self.locations.get("policy"):
             raise ValueError("slm.backend.path.policy is missing: the PPO whose states are used")
         splits = Splits.from_config(self.splits)
+        if train:
+            adopt_checkpoint_dir(self.job_config(), splits)
         return policy_checkpoint(self.job_config(), task, splits, train=train)
 
     # ------------------------------------------------------------------------- key
@@ -259,8 +262,9 @@ def plain(value: Any) -> Any:
 # ----------------------------------------------------------------------------- the cache
 def intact(model_dir: Path, digests: Path | None = None) -> bool:
     """Complete (marker written last) and its files still those the marker fingerprinted (a
-    marker of earlier releases holds the legacy fingerprint: checked as it was made)."""
-    from benchmark.consultants.fingerprint import legacy_fingerprint, local_fingerprint
+    marker of an earlier release: benchmark.migrate)."""
+    from benchmark.consultants.fingerprint import local_fingerprint
+    from benchmark.migrate import old_marker_holds
 
     try:
         marker = json.loads((model_dir / MARKER).read_text())
@@ -268,7 +272,7 @@ def intact(model_dir: Path, digests: Path | None = None) -> bool:
         return False
     if marker.get("fingerprint_version") == FINGERPRINT_VERSION:
         return marker.get("fingerprint") == local_fingerprint(model_dir, digests)
-    return marker.get("fingerprint") == legacy_fingerprint(model_dir)
+    return old_marker_holds(model_dir, marker)
 
 
 def find(recipe: Recipe, digests: Path | None = None) -> Path:

@@ -49,19 +49,21 @@ UNHASHED_POLICY_KEYS = (
 
 # policy keys added after checkpoints were cached, at the value those checkpoints were trained
 # with: left out of the hash there, so they keep it (the official recipe sets other values)
-LEGACY_POLICY_VALUES = {"dropout_placement": "after_activation", "image_scale": None}
+ADDED_POLICY_KEY_DEFAULTS = {"dropout_placement": "after_activation", "image_scale": None}
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt or does not fit the task."""
 
 
-def _payload(cfg: DictConfig) -> dict[str, Any]:
+def recipe_payload(cfg: DictConfig) -> dict[str, Any]:
+    """What of the env and policy configs shapes the trained weights (a key added later stays out
+    at the value that trains what every checkpoint before it trained)."""
     policy = {
         k: v
         for k, v in as_dict(cfg.policy).items()
         if k not in UNHASHED_POLICY_KEYS
-        and not (k in LEGACY_POLICY_VALUES and v == LEGACY_POLICY_VALUES[k])
+        and not (k in ADDED_POLICY_KEY_DEFAULTS and v == ADDED_POLICY_KEY_DEFAULTS[k])
     }
     return {
         "env": {
@@ -73,7 +75,7 @@ def _payload(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def _short_hash(payload: dict[str, Any]) -> str:
+def short_hash(payload: dict[str, Any]) -> str:
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -82,50 +84,15 @@ def config_hash(cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> str:
     """Short sha256 of the env task, net_arch, thresholds, the policy config (minus keys that do
     not shape the weights), the validation split that picks `best` and the thresholds, and the
     training code's version."""
-    payload = _payload(cfg)
+    payload = recipe_payload(cfg)
     payload["validation"] = splits.bounds("validation")
     payload["training_version"] = TRAINING_VERSION
-    return _short_hash(payload)
-
-
-def legacy_config_hash(cfg: DictConfig) -> str:
-    """The hash of results roots written before splits and the training version entered it."""
-    return _short_hash(_payload(cfg))
+    return short_hash(payload)
 
 
 def checkpoint_dir(cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
     """`<paths.checkpoints>/<env.name>-<hash>` (benchmark.store)."""
     return Store.of(cfg.paths).checkpoint_dir(str(cfg.env.name), config_hash(cfg, splits))
-
-
-def _adopt_legacy(cfg: DictConfig, ckpt_dir: Path, splits: Splits) -> bool:
-    """Move a complete checkpoint directory of the old layout (hash without splits and training
-    version) to its new name, once. Only with the default splits: the old hash did not record
-    which validation seeds picked `best`, and the default ones are all the presets ever used."""
-    old = Store.of(cfg.paths).checkpoint_dir(str(cfg.env.name), legacy_config_hash(cfg))
-    if old == ckpt_dir or not intact(old):
-        return False
-    if splits != DEFAULT_SPLITS:
-        log.warning(
-            "%s was trained before checkpoint identities recorded the validation split; this job "
-            "uses splits.validation=%s, so it is not reused: training %s",
-            old,
-            splits.bounds("validation"),
-            ckpt_dir.name,
-        )
-        return False
-    try:
-        os.rename(old, ckpt_dir)
-    except OSError:  # another host adopted it first (the lock may not reach it)
-        return intact(ckpt_dir)
-    log.warning(
-        "checkpoint directory %s renamed to %s (identity v2: validation split and training "
-        "version %d now enter the hash; the weights are unchanged)",
-        old.name,
-        ckpt_dir.name,
-        TRAINING_VERSION,
-    )
-    return True
 
 
 def file_name(name: str) -> str:
@@ -204,7 +171,7 @@ def ensure_dir(
         )
 
     # trained in a private directory and published whole with one rename (benchmark.store)
-    trained = build_once(ckpt_dir, make, intact, adopt=lambda: _adopt_legacy(cfg, ckpt_dir, splits))
+    trained = build_once(ckpt_dir, make, intact)
     resume.remove(resume.state_path(ckpt_dir))  # complete: its resumable state is done
     return ckpt_dir, trained
 
