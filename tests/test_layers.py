@@ -84,10 +84,20 @@ def documented_api() -> set[tuple[str, str]]:
     return {(m[1], m[2]) for line in section.splitlines() if (m := API_ROW.match(line))}
 
 
+def is_module(name: str) -> bool:
+    """Whether `benchmark.x.y` names a module or package (else a name inside one)."""
+    path = PACKAGE.parent / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def core_names(source: str, where: str, package: str, wings: set[str]) -> list[tuple]:
     """((module, name), 'where:line') for each core name `source` uses: `from benchmark.x import
     y`, and `x.y` after `from benchmark import x` (a module); `package` resolves relative
     imports; imports of a wing are left out. `import benchmark.x` is reported as name '*'."""
+
+    def in_wing(module: str) -> bool:
+        return module.split(".")[1:2] != [] and module.split(".")[1] in wings
+
     tree = ast.parse(source, where)
     found, aliases = [], {}
     for node in ast.walk(tree):
@@ -95,23 +105,20 @@ def core_names(source: str, where: str, package: str, wings: set[str]) -> list[t
             found += [
                 ((a.name, "*"), f"{where}:{node.lineno}")
                 for a in node.names
-                if a.name.split(".")[0] == "benchmark"
+                if a.name.split(".")[0] == "benchmark" and not in_wing(a.name)
             ]
         if not isinstance(node, ast.ImportFrom):
             continue
-        base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+        parts = package.split(".")
+        base = parts[: len(parts) - node.level + 1] if node.level else []
         module = ".".join([*base, *([node.module] if node.module else [])])
         if module.split(".")[0] != "benchmark":
             continue
         for alias in node.names:
             full = f"{module}.{alias.name}"
-            is_module = (PACKAGE.parent / full.replace(".", "/")).with_suffix(".py").is_file() or (
-                PACKAGE.parent / full.replace(".", "/") / "__init__.py"
-            ).is_file()
-            target = full if is_module else module
-            if target.split(".")[1:2] and target.split(".")[1] in wings:
+            if in_wing(full if is_module(full) else module):
                 continue
-            if is_module:
+            if is_module(full):
                 aliases[alias.asname or alias.name] = full
             else:
                 found.append(((module, alias.name), f"{where}:{node.lineno}"))
@@ -165,6 +172,7 @@ def test_the_api_check_reads_from_imports_module_attributes_and_relative_imports
         "from . import other\n"
         "config.compose([])\nseeds.TRAIN_SEED_MIN\nlm.load(1)\n"
         "import benchmark.store\n"
+        "import benchmark.finetune.lm\n"
     )
     got = core_names(source, "benchmark/bench/x.py", "benchmark.bench", {"finetune", "bench"})
     assert sorted(got) == [
