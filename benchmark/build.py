@@ -24,6 +24,7 @@ from benchmark.gates import TAU_AUTO, EntropyGate
 from benchmark.policy import names
 from benchmark.seeds import TUNING_SPLIT, Splits
 from benchmark.store import Store, cached_digest
+from benchmark.uncertainty import mc_dropout
 from benchmark.validate import validate
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ class Evaluation:
     checkpoint_path: Path | None = None
     gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
     gate_info: dict | None = None  # what building them found (benchmark.learned: `degenerate`)
+    mc_dropout_fn: Callable[..., Any] = mc_dropout  # Evaluator.mc_dropout_fn
 
     def gate(self, **gate_args: Any) -> Any:
         """The gate, with `gate_args` replacing settings decided at run time (tuned tau, p)."""
@@ -198,6 +200,7 @@ class Evaluation:
             prompt=self.prompt,
             mc_samples=gate.mc_samples or 0,
             seed=int(self.cfg.seed),
+            mc_dropout_fn=self.mc_dropout_fn,
         )
 
     def run(

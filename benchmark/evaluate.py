@@ -55,6 +55,10 @@ class Evaluator:
     prompt: PromptVariant | None = None
     mc_samples: int = 50
     seed: int = 0
+    # the MC-dropout estimator the gate's uncertainty comes from (the bench times the authors'
+    # N-pass reference, uncertainty.mc_dropout_sequential, in its place: the same masks, the
+    # same entropies)
+    mc_dropout_fn: Callable[..., Any] = mc_dropout
 
     def run(
         self,
@@ -146,7 +150,7 @@ class Evaluator:
         state = stack_states(self.policy, states)
         if self.gate.needs_uncertainty:
             masks = episode_masks(self.policy, streams, self.mc_samples)
-            unc = mc_dropout(self.policy, obs, self.mc_samples, masks=masks, state=state)
+            unc = self.mc_dropout_fn(self.policy, obs, self.mc_samples, masks=masks, state=state)
             return unc, split_states(unc.state, n)
         actions, state = policy_step(self.policy, obs, state)
         return actions.tolist(), split_states(state, n)

@@ -12,6 +12,7 @@ import pytest
 
 from benchmark.brace import joint, rollout
 from benchmark.brace.train import brace_prompt, task_for
+from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
 
 
@@ -257,7 +258,7 @@ def test_a_joint_update_raises_a_rewarded_completion_and_lowers_a_punished_one(t
     from benchmark.consultants.tiny import build_tiny
 
     path = build_tiny(tmp_path / "tiny", 0)
-    _, tok = joint.load(path)
+    _, tok = lm.load(path)
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "The goal is ahead. Answer with one action."}],
         add_generation_prompt=True,
@@ -279,7 +280,7 @@ def test_a_joint_update_raises_a_rewarded_completion_and_lowers_a_punished_one(t
 
     change = {}
     for advantage in (1.0, -1.0):
-        model, tok = joint.load(path)  # a fresh copy for each sign
+        model, tok = lm.load(path)  # a fresh copy for each sign
         before = mean_logp(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
         losses = joint.policy_gradient_step(

@@ -210,6 +210,28 @@ def test_loss_is_on_the_answer_tokens_only(tmp_path):
         encode(tok, e, max_length=10)
 
 
+def test_examples_are_encoded_as_the_hf_backend_encodes_the_query(tmp_path):
+    """Fine-tuning trains on the very prompt ids a cell sends: each example's prompt (labels
+    -100) equals the hf backend's encoding of its query, plain and in thinking mode."""
+    from benchmark.consultants.base import Query
+    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants.tiny import build_tiny
+
+    consultant = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), dtype="float32")
+    task = make_task("empty5x5_random")
+    splits = Splits()
+    try:
+        for rationale in (False, True):
+            e = ds.collect(task, basic_prompt(rationale), untrained_policy(task),
+                           dataset_seeds(1, 0, splits), splits=splits, autopilot=("ppo",))[0]  # fmt: skip
+            row = encode(consultant.tokenizer, e, max_length=4096)
+            n_prompt = sum(label == IGNORE for label in row["labels"])
+            query = Query(e.messages, e.actions, lambda a, r: a, e.decoding)
+            assert row["input_ids"][:n_prompt] == consultant.encode(query)
+    finally:
+        consultant.close()
+
+
 # ----------------------------------------------------------------------------- recipe and key
 def finetuned_cfg(root: Path, *overrides: str):
     return compose_cfg(

@@ -4,7 +4,8 @@ can time it side by side with the suite's paths on the same model, prompts and e
 
 What it does per decision, as the released code does: one episode at a time; the gate's
 uncertainty from N separate dropout passes (`mc_dropout_sequential`, the reference the suite's
-batched MC dropout is tested against: the same masks, so the same entropies and gate decisions);
+batched MC dropout is tested against: the same masks, so the same entropies and gate decisions;
+set as the evaluation's `mc_dropout_fn`);
 and for each query the chat template rendered to text, tokenized, and
 `model.generate(max_new_tokens=10, return_dict_in_generate=True, output_scores=True)` under
 `no_grad`, batch 1, no prefix reuse, the reply decoded. Two things are the suite's, so that both
@@ -14,10 +15,7 @@ greedy decoding (the released code takes the checkpoint's generation_config)."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import time
-from collections.abc import Iterator
 from typing import Any
 
 AUTHORS_MAX_NEW_TOKENS = 10  # the released code's DECODING["max_tokens"] without rationale
@@ -31,7 +29,7 @@ class AuthorsConsultant:
         self.inner, self.max_new_tokens = inner, int(max_new_tokens)
 
     def answer(self, queries: list) -> list:
-        from benchmark.consultants.base import Answer
+        from benchmark.consultants import Answer
 
         return [Answer(*self._one(q)) for q in queries]
 
@@ -39,16 +37,12 @@ class AuthorsConsultant:
         import torch
 
         t0 = time.perf_counter()
+        from benchmark.consultants.hf import chat_prompt
+
         tok, model = self.inner.tokenizer, self.inner.model
-        text = tok.apply_chat_template(
-            query.messages,
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=query.decoding.enable_thinking,
-        )
+        text = chat_prompt(tok, query.messages, query.decoding.enable_thinking)
         inputs = tok([text], return_tensors="pt").to(model.device)
-        gc = copy.deepcopy(self.inner._base_gc)  # greedy, the backend's stop and pad tokens
-        gc.update(
+        gc = self.inner.greedy_config(  # greedy, the backend's stop and pad tokens
             max_new_tokens=self.max_new_tokens, return_dict_in_generate=True, output_scores=True
         )
         with torch.no_grad():
@@ -60,17 +54,3 @@ class AuthorsConsultant:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-@contextlib.contextmanager
-def n_pass_gate() -> Iterator[None]:
-    """The evaluator's MC dropout as N separate passes (the released code's way) while inside."""
-    from benchmark import evaluate
-    from benchmark.uncertainty import mc_dropout_sequential
-
-    batched = evaluate.mc_dropout
-    evaluate.mc_dropout = mc_dropout_sequential
-    try:
-        yield
-    finally:
-        evaluate.mc_dropout = batched

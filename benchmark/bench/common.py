@@ -169,7 +169,7 @@ def format_table(checks: list[Check]) -> str:
 
 def write_report(bench_dir: Path, data: dict[str, Any], suffix: str = "") -> Path:
     """`<paths.bench>/<timestamp><suffix>.json`, written atomically."""
-    from benchmark.results import write_json
+    from benchmark.store import write_json_atomic
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = Path(bench_dir) / f"{stamp}{suffix}.json"
@@ -177,7 +177,7 @@ def write_report(bench_dir: Path, data: dict[str, Any], suffix: str = "") -> Pat
     while path.exists():
         path = Path(bench_dir) / f"{stamp}{suffix}-{n}.json"
         n += 1
-    write_json(path, data)
+    write_json_atomic(path, data)
     return path
 
 

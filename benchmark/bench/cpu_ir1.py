@@ -5,14 +5,13 @@ prefill) and the best ratio it allows (docs/choices.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from typing import Any
 
 import numpy as np
 import torch
 
-from benchmark.bench.authors import AuthorsConsultant, n_pass_gate
+from benchmark.bench.authors import AuthorsConsultant
 from benchmark.bench.common import time_interleaved
 from benchmark.bench.cpu_evaluation import TimedRun, every, query_split, timed_run
 from benchmark.bench.cpu_settings import IR1_PAPER_MAX_STEPS, TARGETS
@@ -115,6 +114,7 @@ class Ir1Section:
         with the floor (`query_costs`), whose ratio to a path's cost is the best any exact path
         could reach against it (the cap; docs/choices.md)."""
         from benchmark.build import build, prepare
+        from benchmark.uncertainty import mc_dropout_sequential
 
         z = self.sizes
         if z.ir1_max_steps < IR1_PAPER_MAX_STEPS:
@@ -148,8 +148,9 @@ class Ir1Section:
         for k, (key, (mode, cfg)) in enumerate(paths.items()):
             evaluation = build(cfg, prepared=prepared, policy=policy)
             authors = key == "authors"
-            if authors:  # the released code's loop (benchmark.bench.authors)
+            if authors:  # the released code's loop (benchmark.bench.authors): N-pass gate
                 evaluation.consultant = AuthorsConsultant(evaluation.consultant)
+                evaluation.mc_dropout_fn = mc_dropout_sequential
 
             def report(fraction: float, rate: float, k: int = k, key: str = key) -> None:
                 self.within(
@@ -158,15 +159,14 @@ class Ir1Section:
                 )
 
             try:
-                with n_pass_gate() if authors else contextlib.nullcontext():
-                    runs[key] = timed_run(
-                        evaluation,
-                        (seeds := evaluation.test_seeds()),
-                        mode,
-                        0.0,
-                        True,
-                        every(steps, report),
-                    )
+                runs[key] = timed_run(
+                    evaluation,
+                    (seeds := evaluation.test_seeds()),
+                    mode,
+                    0.0,
+                    True,
+                    every(steps, report),
+                )
             finally:
                 evaluation.close()
         default, batch1 = runs["default"], runs["batch1"]

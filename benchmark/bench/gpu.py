@@ -27,7 +27,7 @@ from benchmark.bench.common import (
     run_rates,
     write_report,
 )
-from benchmark.consultants.base import Decoding, Query
+from benchmark.consultants import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.kernels import describe_kernels
 

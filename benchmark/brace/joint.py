@@ -30,7 +30,9 @@ import numpy as np
 
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
 from benchmark.brace.rollout import StepLog, run
-from benchmark.consultants.base import Answer, Consultant, Query
+from benchmark.consultants import Answer, Consultant, Query
+from benchmark.consultants.hf import prompt_ids, stop_ids
+from benchmark.finetune import lm
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
 
@@ -80,15 +82,9 @@ class Sampler(Consultant):
         import torch
 
         model, tok = self.models[role]
-        prompts = [
-            tok.apply_chat_template(
-                q.messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
-            )  # fmt: skip
-            for q in queries
-        ]
-        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = [prompt_ids(tok, q.messages, enable_thinking=False) for q in queries]
         width = max(map(len, ids))
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        pad, eos = lm.pad_id(tok), set(stop_ids(model, tok))  # stops as the hf backend does
         batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=model.device)
         mask = torch.tensor(
             [[0] * (width - len(x)) + [1] * len(x) for x in ids], device=model.device
@@ -99,9 +95,8 @@ class Sampler(Consultant):
                 input_ids=batch, attention_mask=mask, do_sample=self.temperature > 0,
                 temperature=self.temperature or None, top_p=None, top_k=None,
                 max_new_tokens=queries[0].decoding.max_new_tokens, pad_token_id=pad,
-                eos_token_id=sorted(eos_ids(model, tok)),
+                eos_token_id=sorted(eos),
             )  # fmt: skip
-        eos = eos_ids(model, tok)
         answers = []
         for x, row in zip(ids, gen[:, width:].tolist(), strict=True):
             completion = []
@@ -114,24 +109,6 @@ class Sampler(Consultant):
             a.extra = {"prompt_ids": x, "completion_ids": completion, "role": role}  # type: ignore[attr-defined]
             answers.append(a)
         return answers
-
-
-def eos_ids(model: Any, tok: Any) -> set[int]:
-    """The tokens that end an answer (as the hf backend stops on them)."""
-    gen = model.generation_config.eos_token_id
-    ids = set(gen if isinstance(gen, list) else [gen]) | {tok.eos_token_id}
-    end = tok.get_vocab().get("<|im_end|>")
-    return {int(i) for i in ids | {end} if i is not None}
-
-
-def load(model_dir: str | Path) -> tuple[Any, Any]:
-    """(model, tokenizer) of a local model dir, float32, on the GPU when there is one."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(device)
-    return model, AutoTokenizer.from_pretrained(str(model_dir))
 
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
@@ -201,7 +178,7 @@ def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[st
         opt = optimizers[role]
         opt.zero_grad()
         total = 0.0
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        pad = lm.pad_id(tok)
         for k in range(0, len(mine), micro):
             chunk = mine[k : k + micro]
             seqs = [ids["prompt_ids"] + ids["completion_ids"] for ids, _ in chunk]
@@ -256,7 +233,7 @@ def train(
     loaded: dict[str, tuple[Any, Any]] = {}
     for role, d in model_dirs.items():
         same = next((r for r, o in model_dirs.items() if o == d and r in loaded), None)
-        loaded[role] = loaded[same] if same else load(d)
+        loaded[role] = loaded[same] if same else lm.load(d)  # float32, on the GPU if any
     optimizers: dict[str, Any] = {}
     for role in train_roles:
         model = loaded[role][0]
@@ -297,8 +274,5 @@ def train(
         history.append(row)
         log(row)
     for role, d in out_dirs.items():
-        model, tok = loaded[role]
-        Path(d).mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(d, safe_serialization=True)
-        tok.save_pretrained(d)
+        lm.save(*loaded[role], Path(d))
     return {"history": history}

@@ -8,7 +8,7 @@ consultant (slm=finetuned prompt=brace)."""
 from __future__ import annotations
 
 from benchmark.brace.teacher import teacher_claims
-from benchmark.envs.base import Episode
+from benchmark.envs import Episode
 from benchmark.envs.truth import snapshot
 from benchmark.prompts.belief import BeliefPrompt, BeliefSession
 

@@ -21,6 +21,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmark.envs.truth import Truth, Verdict, correctness, verify
 from benchmark.prompts.belief import BELIEF_BLOCK, parse_belief
@@ -127,3 +128,10 @@ def env_reward(outcome: dict[str, float]) -> float:
     if "accuracy" in outcome:
         return float(outcome["accuracy"])
     raise ValueError(f"an outcome without 'success' or 'accuracy': {sorted(outcome)}")
+
+
+def episode_rewards(rows: Sequence[dict[str, Any]]) -> dict[int, float]:
+    """R_env of each episode row the Evaluator returns, by seed."""
+    return {
+        r["seed"]: env_reward({k: r[k] for k in ("success", "accuracy") if k in r}) for r in rows
+    }

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Query
-from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants import Answer, Consultant, ConsultantError, Query
 from benchmark.prompts.belief import BELIEF_ROLE
 
 ROLES = ("belief", "policy")

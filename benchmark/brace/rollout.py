@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.brace.rewards import env_reward
+from benchmark.brace.rewards import episode_rewards
 from benchmark.brace.teacher import teacher_claims
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants import Answer, Consultant, Decoding, Query
 from benchmark.envs.truth import Truth, snapshot
 from benchmark.finetune.dataset import Example
 from benchmark.prompts.belief import BELIEF_ROLE, INITIAL_BELIEF
@@ -127,9 +127,7 @@ def run(
         seed=int(eval_seed),
     )
     rows = evaluator.run(list(seeds), mode="lockstep", on_step=hook)
-    outcome = {
-        r["seed"]: env_reward({k: r[k] for k in ("success", "accuracy") if k in r}) for r in rows
-    }
+    outcome = episode_rewards(rows)
     for s in logs:
         s.success = outcome[s.seed]
     return rows, logs
@@ -141,19 +139,9 @@ def sft_examples(logs: Sequence[StepLog]) -> dict[str, list[Example]]:
     out: dict[str, list[Example]] = {"belief": [], "policy": []}
     for s in logs:
         for t in s.turns:
-            out["belief" if t.role == BELIEF_ROLE else "policy"].append(
-                Example(
-                    messages=t.messages,
-                    answer=t.text,
-                    decoding=t.decoding,
-                    actions=t.actions,
-                    expert=t.expert,
-                    optimal=(),
-                    ppo=None,
-                    seed=s.seed,
-                    step=s.step,
-                )  # fmt: skip
-            )
+            role = "belief" if t.role == BELIEF_ROLE else "policy"
+            out[role].append(Example(t.messages, t.text, t.decoding, t.actions, s.seed, s.step,
+                                     expert=t.expert))  # fmt: skip
     return out
 
 

@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward, env_reward
+from benchmark.brace.rewards import (
+    DEFAULT_WEIGHTS,
+    BeliefReward,
+    BeliefWeights,
+    belief_reward,
+    episode_rewards,
+)
 from benchmark.brace.teacher import teacher_claims
-from benchmark.consultants.base import Answer, Decoding
-from benchmark.envs.base import Task
+from benchmark.consultants import Answer, Decoding
+from benchmark.envs import Task
 from benchmark.envs.truth import Truth, snapshot
 from benchmark.finetune.dataset import Example
 from benchmark.seeds import Splits, check_training_seeds
@@ -45,15 +51,7 @@ class BeliefState:
     def example(self) -> Example:
         """A supervised example for benchmark.finetune.train (the teacher's update as target)."""
         return Example(
-            messages=self.messages,
-            answer=self.answer,
-            decoding=self.decoding,
-            actions=self.actions,
-            expert="",
-            optimal=(),
-            ppo=None,
-            seed=self.seed,
-            step=self.step,
+            self.messages, self.answer, self.decoding, self.actions, self.seed, self.step
         )
 
 
@@ -106,9 +104,7 @@ def collect_states(
 
     evaluator = Evaluator(task=task, gate=NeverGate(), policy=policy, seed=int(eval_seed))
     rows = evaluator.run(list(seeds), mode="lockstep", on_step=hook)
-    outcome = {
-        r["seed"]: env_reward({k: r[k] for k in ("success", "accuracy") if k in r}) for r in rows
-    }
+    outcome = episode_rewards(rows)
     for s in states:
         s.success = outcome[s.seed]
     return states
@@ -132,6 +128,19 @@ def measure(
     }
 
 
+def rewards_at(
+    texts: Sequence[str | None],
+    states: Sequence[BeliefState],
+    weights: BeliefWeights = DEFAULT_WEIGHTS,
+    max_claims: int = 12,
+) -> list[BeliefReward]:
+    """R_belief (with its terms) of each update `texts[i]` made at `states[i]`."""
+    return [
+        belief_reward(t, s.previous, s.truth, s.teacher, s.success, weights, max_claims)
+        for t, s in zip(texts, states, strict=True)
+    ]
+
+
 def score(
     texts: Sequence[str | None],
     states: Sequence[BeliefState],
@@ -144,10 +153,7 @@ def score(
     n = len(states)
     if not n:
         return {"states": 0}
-    rewards = [
-        belief_reward(t, s.previous, s.truth, s.teacher, s.success, weights, max_claims)
-        for t, s in zip(texts, states, strict=True)
-    ]
+    rewards = rewards_at(texts, states, weights, max_claims)
     mean = {
         k: round(sum(getattr(r, k) for r in rewards) / n, 4)
         for k in ("total", "gate", "correctness", "tracking", "diversity", "success")

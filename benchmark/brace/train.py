@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from benchmark.brace import curves, joint, rollout
-from benchmark.brace.rewards import belief_reward
 from benchmark.seeds import Splits
 from benchmark.store import Store
 
@@ -152,13 +151,11 @@ def brace_prompt() -> Any:
 def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
     """A belief model's greedy updates on teacher-forced held-out states: format compliance,
     correctness and R_belief, each with its CI over states."""
+    from benchmark.brace.sft import rewards_at
     from benchmark.finetune.store import answer_all
 
     answers, seconds = answer_all(Path(model_dir), states)
-    rewards = [
-        belief_reward(a.text, s.previous, s.truth, s.teacher, s.success)
-        for a, s in zip(answers, states, strict=True)
-    ]
+    rewards = rewards_at([a.text for a in answers], states)
     return {
         "format": rollout.mean_ci([r.gate for r in rewards]),
         "correctness": rollout.mean_ci([r.correctness for r in rewards]),
@@ -187,7 +184,9 @@ def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequenc
     """The models' greedy rollouts on `seeds`, each update following the model's OWN previous
     belief (what RL trains on, unlike the teacher-forced `held_out`): R_env per episode,
     R_belief, format and correctness per update, with CIs, and per seed for pairing."""
-    models = {role: joint.load(d) for role, d in dirs.items()}
+    from benchmark.finetune import lm
+
+    models = {role: lm.load(d) for role, d in dirs.items()}
     _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
     per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
     raw = {k: [v for r in per_seed for v in r[k]] for k in PER_SEED.values()}

@@ -10,10 +10,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
-from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
 
 log = logging.getLogger(__name__)
-__all__ = ["Answer", "Consultant", "ConsultantError", "Decoding", "Query", "make_consultant"]
+__all__ = [
+    "Answer",
+    "Consultant",
+    "ConsultantError",
+    "Decoding",
+    "ModelNotBuilt",
+    "Query",
+    "make_consultant",
+]
 
 
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:

@@ -162,13 +162,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
     # ----------------------------------------------------------------------------- setup
     def _setup_tokens(self) -> None:
         tok, vocab = self.tokenizer, self.tokenizer.get_vocab()
-        eos: list[int] = []
-        gen_eos = self.model.generation_config.eos_token_id
-        for e in [*(gen_eos if isinstance(gen_eos, list) else [gen_eos]), tok.eos_token_id]:
-            if e is not None and e not in eos:
-                eos.append(int(e))
-        if "<|im_end|>" in vocab and vocab["<|im_end|>"] not in eos:
-            eos.append(vocab["<|im_end|>"])
+        eos = stop_ids(self.model, tok)
         if not eos:
             raise ConsultantError(f"{self.identity}: the tokenizer defines no end-of-text token")
         self.eos_ids = eos
@@ -285,17 +279,18 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
 
     def encode(self, query: Query) -> list[int]:
         """The prompt's token ids under the model's chat template."""
-        return self.tokenizer(
-            self._template(query.messages, query, True), add_special_tokens=False
-        )["input_ids"]
+        return prompt_ids(self.tokenizer, query.messages, query.decoding.enable_thinking)
 
     def _template(self, messages: list[dict[str, str]], query: Query, generation: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages,
-            add_generation_prompt=generation,
-            tokenize=False,
-            enable_thinking=query.decoding.enable_thinking,
-        )
+        return chat_prompt(self.tokenizer, messages, query.decoding.enable_thinking, generation)
+
+    def greedy_config(self, **changes: Any) -> Any:
+        """A copy of the generation config this backend decodes greedily with (its stop and pad
+        tokens, no sampling), with `changes` applied: for callers that run `model.generate`
+        themselves on this backend's model (the bench's rebuilt reference loop)."""
+        gc = copy.deepcopy(self._base_gc)
+        gc.update(**changes)
+        return gc
 
     def prompt(self, query: Query) -> Prompt:
         """The prompt ids, the length of its stable prefix and its sampling seed."""
@@ -489,6 +484,35 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def chat_prompt(
+    tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool, generation: bool = True
+) -> str:
+    """`messages` as the backend renders them: the model's own chat template, the assistant's
+    turn opened (`generation`), the query's thinking mode. Fine-tuning and Agent-BRACE's RL
+    train on exactly this text, so a trained model is asked what it learnt."""
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=generation, tokenize=False, enable_thinking=enable_thinking
+    )
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool) -> list[int]:
+    """The token ids of `chat_prompt` (the template already holds the special tokens)."""
+    text = chat_prompt(tokenizer, messages, enable_thinking)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end an answer: the generation config's eos, the tokenizer's and ChatML's
+    `<|im_end|>`, without repeats, in that order (the first is the pad fallback)."""
+    gen_eos = model.generation_config.eos_token_id
+    ends = [*(gen_eos if isinstance(gen_eos, list) else [gen_eos]), tokenizer.eos_token_id]
+    eos: list[int] = []
+    for e in [*ends, tokenizer.get_vocab().get("<|im_end|>")]:
+        if e is not None and int(e) not in eos:
+            eos.append(int(e))
+    return eos
 
 
 def attention_name() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
+from benchmark.consultants import ConsultantError, ModelNotBuilt
 from benchmark.consultants.fingerprint import local_fingerprint
 from benchmark.consultants.hf import HFConsultant
 from benchmark.finetune.store import Recipe, ensure, find, plain

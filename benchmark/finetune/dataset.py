@@ -23,9 +23,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.consultants.base import Answer, Decoding
-from benchmark.envs.base import Episode, Task
-from benchmark.envs.family import family_of
+from benchmark.consultants import Answer, Decoding
+from benchmark.envs import Episode, Task, family_of
 from benchmark.seeds import Splits, check_training_seeds
 
 # `autopilot` modes: "ppo" = the ASK format (PPO's action shown as the autopilot suggestion),
@@ -41,11 +40,13 @@ class Example:
     answer: str  # the target text, in the variant's output format
     decoding: Decoding  # the query's decoding (thinking mode decides the chat template's tail)
     actions: tuple[str, ...]
-    expert: str  # the expert's action name (the label)
-    optimal: tuple[str, ...]  # every optimal action name (the expert's set; () when unknown)
-    ppo: str | None  # PPO's action name (None: SLM-only format)
     seed: int
     step: int
+    # the labels held-out measurement scores against; a target that is not an action (a belief
+    # update of Agent-BRACE) leaves them empty
+    expert: str = ""  # the expert's action name (the label)
+    optimal: tuple[str, ...] = ()  # every optimal action name (the expert's set; () when unknown)
+    ppo: str | None = None  # PPO's action name (None: SLM-only format)
     # held-out examples only: the consultation, suspended at its query (parse an answer with it)
     pending: Generator | None = field(default=None, repr=False)
 

@@ -40,6 +40,7 @@ from benchmark.finetune.dataset import (
 from benchmark.finetune.settings import settings_mapping
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits, dataset_seeds
+from benchmark.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ def find(recipe: Recipe, digests: Path | None = None) -> Path:
     """The complete fine-tuned model directory of `recipe`, found by its key without making
     anything; `ModelNotBuilt` when it (or what its key needs: the base model, the PPO
     checkpoint) is not made yet."""
-    from benchmark.consultants.errors import ModelNotBuilt
+    from benchmark.consultants import ModelNotBuilt
     from benchmark.store import file_sha256
 
     checkpoint = recipe.policy_checkpoint(recipe.task(), train=False)
@@ -317,7 +318,7 @@ def ensure(recipe: Recipe) -> Path:
 
         fingerprint = local_fingerprint(model_dir, recipe.digests())
         marker = {"fingerprint": fingerprint, "fingerprint_version": FINGERPRINT_VERSION}
-        _write_json(model_dir / MARKER, {**marker, "pid": os.getpid()})
+        write_json_atomic(model_dir / MARKER, {**marker, "pid": os.getpid()})
 
     build_once(target, make, lambda d: intact(d, recipe.digests()), finish=mark)
     return target
@@ -384,7 +385,7 @@ def _make(
         "train": stats,
         "held_out": held,
     }
-    _write_json(out / INFO, info)
+    write_json_atomic(out / INFO, info)
     with (out / DATASET).open("w") as fh:
         for e in examples:
             fh.write(json.dumps(e.record(), sort_keys=True) + "\n")
@@ -435,7 +436,7 @@ def answer_all(model_dir: Path, items: Sequence[Any]) -> tuple[list[Any], float]
     """A model's answers to held-out items (each with `messages`, `actions`, `decoding`), asked
     as a cell asks them through the hf backend, and the seconds they took. The weights' own
     dtype on a GPU, float32 on a CPU (the hf backend's `auto`)."""
-    from benchmark.consultants.base import Query
+    from benchmark.consultants import Query
     from benchmark.consultants.hf import HFConsultant
 
     consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
@@ -505,12 +506,6 @@ def read_info(model_dir: str | Path) -> dict[str, Any] | None:
         return json.loads((Path(model_dir) / INFO).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-
-
-def _write_json(path: Path, data: Any) -> None:
-    from benchmark.results import write_json
-
-    write_json(path, data)
 
 
 def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,13 @@
 """Supervised fine-tuning of a causal LM on (messages, answer) examples with transformers' Trainer.
 
 Each example becomes the prompt exactly as the hf backend encodes it (the model's own chat
-template, `add_generation_prompt=True`, the query's thinking mode; benchmark.consultants.hf) and
+template, `add_generation_prompt=True`, the query's thinking mode: its `chat_prompt`) and
 the answer the model should continue with: `</think>\\n\\n` first when the template leaves a
 thinking block open (the consultant's thinking phase then stops at once), the answer text, the
 end-of-turn token. The prompt and the answer are tokenized apart, as generation sees them, and
 the loss is on the answer tokens only (prompt labels -100). `lora` (PEFT, optional) trains
-adapters and merges them, so the result is always a plain model directory."""
+adapters and merges them, so the result is always a plain model directory. Loading, padding and
+saving are benchmark.finetune.lm's, shared with Agent-BRACE's RL (benchmark.brace.joint)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.consultants.hf import chat_prompt
+from benchmark.finetune import lm
 from benchmark.finetune.dataset import Example
 from benchmark.finetune.settings import settings_mapping
 from benchmark.vocabulary import THINK_END, THINK_START
@@ -69,12 +72,7 @@ def end_of_turn(tokenizer: Any) -> str:
 
 def encode(tokenizer: Any, example: Example, max_length: int) -> dict[str, list[int]]:
     """input_ids and labels of one example (labels -100 on the prompt)."""
-    prompt = tokenizer.apply_chat_template(
-        example.messages,
-        add_generation_prompt=True,
-        tokenize=False,
-        enable_thinking=example.decoding.enable_thinking,
-    )
+    prompt = chat_prompt(tokenizer, example.messages, example.decoding.enable_thinking)
     thinking_open = prompt.rfind(THINK_START) > prompt.rfind(THINK_END)
     target = (THINK_CLOSE if thinking_open else "") + example.answer + end_of_turn(tokenizer)
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -124,19 +122,12 @@ def fine_tune(
     (revision, local_files_only, trust_remote_code). The Trainer's scratch directory is
     `<out_dir>.trainer`. Returns training statistics."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    source = str(base_dir)
-    load = {k: v for k, v in dict(load_kwargs or {}).items() if v is not None}
-    tokenizer = AutoTokenizer.from_pretrained(source, **load)
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.eos_token_id
+    model, tokenizer = lm.load(base_dir, settings.dtype, device=None, **dict(load_kwargs or {}))
     rows = [encode(tokenizer, e, settings.max_length) for e in examples]
     cuda = torch.cuda.is_available()
-    dtype = torch.bfloat16 if settings.dtype == "bfloat16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, use_safetensors=True, **load)
     if settings.lora:
         model = _with_lora(model, settings.lora)
     steps_per_epoch = math.ceil(len(rows) / (settings.batch_size * settings.grad_accum))
@@ -166,7 +157,7 @@ def fine_tune(
         model=model,
         args=args,
         train_dataset=rows,
-        data_collator=_Collator(pad_id),
+        data_collator=_Collator(lm.pad_id(tokenizer)),
     )
     trainer.remove_callback(PrinterCallback)  # its print() of each log: to the log instead
     trainer.add_callback(_LogCallback())
@@ -176,9 +167,7 @@ def fine_tune(
     model = trainer.model
     if settings.lora:
         model = model.merge_and_unload()
-    model.config.use_cache = True
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+    lm.save(model, tokenizer, out_dir)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     tokens = sum(len(r["input_ids"]) for r in rows)
     return {
