@@ -14,7 +14,9 @@ list and show its survivors. The shared settings are pyproject's [tool.mutmut].
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,7 @@ LINKED = ("benchmark", "tests", "conf")
 # module -> the tests that cover it; smallest module first
 MODULES: dict[str, list[str]] = {
     "brace/rewards": ["tests/test_brace.py"],
-    "metrics": ["tests/test_engine_units.py"],
+    "metrics": ["tests/test_engine_units.py", "tests/test_metrics.py"],
     "learned": ["tests/test_learned_gate.py"],
     "gates": ["tests/test_engine_units.py", "tests/test_learned_gate.py"],
     "uncertainty": ["tests/test_uncertainty.py", "tests/test_engine_units.py"],
@@ -74,6 +76,17 @@ def prepare(module: str) -> Path:
         f"pytest_add_cli_args_test_selection = {json.dumps(selection(module))}\n"
     )
     (work / "pyproject.toml").write_text(text.replace(header, header + own, 1))
+    # mutmut reruns the mutants of changed source functions but keeps every other verdict, so
+    # a new or changed test would not count: then the module starts over
+    tests = {a.split("::")[0] for a in selection(module) if a.startswith("tests/")}
+    digest = hashlib.sha256()
+    for name in sorted(tests | {"tests/conftest.py"}):
+        digest.update(name.encode() + (REPO / name).read_bytes())
+    stamp = work / "tests.sha256"
+    if stamp.exists() and stamp.read_text() != digest.hexdigest():
+        print(f"{module}: its tests changed since the last run, all mutants are tested again")
+        shutil.rmtree(work / "mutants", ignore_errors=True)
+    stamp.write_text(digest.hexdigest())
     return work
 
 
