@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install demo test test-fast lint format golden bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install demo test test-fast lint format golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ format: $(VENV_STAMP) ## ruff format + autofix
 
 golden: $(VENV_STAMP) ## re-record the golden prompt files of tests/golden (review the diff; a test run never writes them)
 	PYTHONPATH=$(CURDIR) $(PY) -m tests.golden_prompts record
+
+MODULES ?=
+mutants: $(VENV_STAMP) ## mutation testing (mutmut) of the core arithmetic modules with their fast tests, share killed per module (MODULES="metrics gates"; long, not in CI)
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.mutation $(MODULES)
 
 bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json
 	$(PY) -m benchmark.bench

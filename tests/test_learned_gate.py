@@ -135,6 +135,28 @@ def test_a_classifier_that_cannot_rank_mistakes_is_flagged_degenerate():
     assert degenerate({"judged_steps": 9, "mistakes": 3}) is None
 
 
+def test_a_classifier_without_both_classes_still_scores_every_step():
+    """PPO never wrong, always wrong, or no judged step at all on the training seeds: the
+    classifier is a constant one that the gate can still score with (0, 1, 0), its info has no
+    training AUROC, and it is named degenerate; an AUROC of exactly 0.55 is not."""
+    from benchmark.gates import LearnedGate
+    from benchmark.learned import MIN_TRAINING_AUROC, degenerate, fit
+
+    x = np.linspace(0, 1, 6)[:, None]
+    records = [{"total": float(t)} for t in x[:, 0]]
+    for labels, score in ((np.zeros(6, int), 0.0), (np.ones(6, int), 1.0)):
+        model, info = fit(x, labels)
+        assert info["training_auroc"] is None and info["judged_steps"] == 6
+        assert info["degenerate"] is not None
+        assert LearnedGate(0.5, ["total"], classifier=model).scores(records).tolist() == [score] * 6
+    model, info = fit(np.zeros((0, 1)), np.zeros(0, int))
+    assert (info["judged_steps"], info["mistakes"], info["training_auroc"]) == (0, 0, None)
+    assert "one class only (0 of 0" in info["degenerate"]
+    assert LearnedGate(0.5, ["total"], classifier=model).scores(records).tolist() == [0.0] * 6
+    at_threshold = {"judged_steps": 9, "mistakes": 3, "training_auroc": MIN_TRAINING_AUROC}
+    assert degenerate(at_threshold) is None
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -253,3 +275,89 @@ def test_the_classifier_scores_ppos_mistakes_above_its_good_steps(trained_root):
     good = scores[~np.array(wrong)]
     assert mistakes.mean() > good.mean()
     assert auroc(scores.tolist(), wrong) > 0.8
+
+
+def untrained_ppo(task, path):
+    """A real dropout PPO that has not learned anything, saved where a checkpoint would be: fast
+    to build, and wrong often enough that the classifier has mistakes to learn from."""
+    import torch
+    from stable_baselines3 import PPO
+
+    from benchmark.policy.network import DropoutActorCriticPolicy
+
+    torch.manual_seed(0)
+    model = PPO(
+        DropoutActorCriticPolicy,
+        task.validation_env(),
+        policy_kwargs={"net_arch": [32, 32], "dropout": 0.2},
+        device="cpu",
+        n_steps=64,
+        batch_size=64,
+        seed=0,
+    )
+    model.save(path)
+    return model
+
+
+@pytest.mark.slow  # rollouts and three fits: about 20 s on an idle core
+def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
+    tmp_path, monkeypatch, caplog
+):
+    """gate=learned without the minute of PPO training: an untrained policy's own episodes on
+    training seeds become the classifier's data; its info.json records the identity it is
+    cached under (the checkpoint's bytes, the env, features, episodes, MC samples) and its
+    label counts; the same identity is read back without a rollout, another one is built."""
+    from omegaconf import OmegaConf
+
+    from benchmark.envs import make_task
+    from benchmark.learned import (
+        CLASSIFIER_VERSION,
+        classifier,
+        degenerate,
+        splits_of,
+        training_records,
+    )
+    from benchmark.store import file_sha256
+
+    task = make_task("empty5x5_random")
+    checkpoint = tmp_path / "ppo.zip"
+    policy = untrained_ppo(task, checkpoint)
+    base = ["env=empty5x5_random", "gate=learned", "gate.tau=0.5", "gate.mc_samples=2"]
+    cfg = compose_cfg(tmp_path, *base, "gate.train_episodes=2")
+    seen = rolled_out_seeds(monkeypatch)
+    model, info = classifier(cfg, task, policy, checkpoint)
+    trained_on = list(seen)
+
+    evaluated = set(DEFAULT_SPLITS.ranges["validation"]) | set(DEFAULT_SPLITS.ranges["test"])
+    assert len(seen) == 2 and min(seen) >= TRAIN_SEED_MIN and not set(seen) & evaluated
+    assert info["training_seeds"] == [min(seen), max(seen), 2]
+    assert info["key"] == {
+        "version": CLASSIFIER_VERSION,
+        "checkpoint_sha256": file_sha256(checkpoint),
+        "env": OmegaConf.to_container(cfg.env, resolve=True),
+        "features": ["total", "aleatoric", "epistemic"],
+        "train_episodes": 2,
+        "mc_samples": 2,
+    }
+    # the counts are those of the very records it was trained on: PPO's non-optimal steps
+    seeds, records = training_records(task, policy, info["key"], splits_of(cfg))
+    judged = [r for r in records if r["ppo_optimal"] is not None]
+    assert seeds == trained_on
+    assert info["judged_steps"] == len(judged) > 0
+    assert info["mistakes"] == sum(not r["ppo_optimal"] for r in judged)
+    assert info["degenerate"] == degenerate(info)
+    assert ("is degenerate" in caplog.text) == (info["degenerate"] is not None)
+    x = np.array([[r[f] for f in info["key"]["features"]] for r in judged])
+    scores = model.predict_proba(x)[:, 1]
+    assert ((0 <= scores) & (scores <= 1)).all()
+
+    # built once: the same identity is read back, scores and all, without a rollout
+    seen.clear()
+    again, info_again = classifier(cfg, task, policy, checkpoint)
+    assert seen == [] and info_again == info
+    np.testing.assert_array_equal(again.predict_proba(x), model.predict_proba(x))
+    # another identity (here the number of training episodes) is another classifier
+    other = compose_cfg(tmp_path, *base, "gate.train_episodes=1")
+    _, info_other = classifier(other, task, policy, checkpoint)
+    assert len(seen) == 1 and info_other["training_seeds"][2] == 1
+    assert len(list((tmp_path / "gates").glob("*/classifier.pkl"))) == 2
