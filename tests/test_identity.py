@@ -192,6 +192,11 @@ def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, c
     tiny = compose_cfg(root, *over, "method=slm_only", "slm=tiny", "prompt=basic")
     for cfg in (ppo, tiny):  # the cells as the previous release wrote them
         _write_as_v2(cfg, tmp_path / "v2job")
+    from benchmark.plan import plan_sweep
+    from benchmark.plan_data import COMPLETE
+
+    (planned,) = plan_sweep([f"paths.root={root}", "tracking=none", *over, "gate=never"]).cells
+    assert planned.status == COMPLETE and planned.note.startswith("v2 cell ")  # read-only
     caplog.set_level("WARNING")
     summary = run_job(ppo, tmp_path / "job1", multirun=False)
     spec = locate_inputs(prepare(ppo)[2], ppo, Path(summary["checkpoint_path"]))
