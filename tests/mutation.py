@@ -124,7 +124,7 @@ def table(modules: list[str]) -> str:
     for module in modules:
         c = counts(module)
         if c is None:
-            lines.append(f"| {module} | not run |" + " |" * len(COLUMNS))
+            lines.append(f"| benchmark/{module}.py | not run |" + " |" * len(COLUMNS))
             continue
         share = (c["killed"] + c["timeout"]) / c["mutants"] if c["mutants"] else 0.0
         cells = " | ".join(str(c[k]) for k in COLUMNS)
