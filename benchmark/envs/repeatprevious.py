@@ -22,10 +22,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from popgym.core.deck import DECK_SIZE, SUITS
+from popgym.core.deck import SUITS
 from popgym.envs.repeat_previous import RepeatPrevious
 
 from benchmark.envs.base import Episode, Memory, Task
+from benchmark.envs.deck import DeckEpisode, OneHot, check_actions, check_decks, check_steps
 from benchmark.envs.family import Family
 from benchmark.envs.wrappers import ActionSubset
 
@@ -36,20 +37,6 @@ if [s[0].lower() for s in SUIT_NAMES] != SUITS.tolist():  # the action names fol
     raise ImportError(
         f"POPGym's suits are {SUITS.tolist()}, not {list(SUIT_NAMES)}: update SUIT_NAMES"
     )
-
-
-class OneHotSuit(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """POPGym's Discrete(4) suit -> a one-hot float32 vector for the MLP policy."""
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
-        gym.ObservationWrapper.__init__(self, env)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (N_SUITS,), np.float32)
-
-    def observation(self, observation: Any) -> np.ndarray:
-        out = np.zeros(N_SUITS, dtype=np.float32)
-        out[int(observation)] = 1.0
-        return out
 
 
 @dataclass
@@ -97,33 +84,23 @@ class RepeatPreviousTask(Task):
         max_steps: int | None = None,
         actions: Sequence[str] = SUIT_NAMES,
     ):
-        if int(num_decks) < 1:
-            raise ValueError(f"num_decks must be >= 1, got {num_decks!r}")
-        n_cards = DECK_SIZE * int(num_decks)
+        n_cards = check_decks(num_decks)
         if not 1 <= int(k) < n_cards:
             raise ValueError(f"k must be in 1..{n_cards - 1} for {num_decks} deck(s), got {k!r}")
         answers = n_cards - 1
-        if max_steps is not None and int(max_steps) != answers:
-            raise ValueError(
-                f"max_steps={max_steps} disagrees with num_decks={num_decks}: "
-                f"RepeatPrevious always plays {answers} answers"
-            )
-        if sorted(actions) != sorted(SUIT_NAMES):
-            raise ValueError(
-                f"actions must be a permutation of {list(SUIT_NAMES)}, got {actions!r}"
-            )
+        check_steps("RepeatPrevious", num_decks, max_steps, answers, "answers")
+        self.action_names = check_actions(actions, SUIT_NAMES)
         self.name = name
         self.num_decks = int(num_decks)
         self.k = int(k)
         self.n_cards = n_cards
         self.max_steps = answers
-        self.action_names = tuple(actions)
         self.max_reward = 1.0  # every scored answer right: (n_cards - k) * 1/(n_cards - k)
 
     def make_env(self) -> gym.Env:
         """The policy-facing env: one-hot suit in, a suit (in config order) out."""
         game = RepeatPrevious(num_decks=self.num_decks, k=self.k)
-        return ActionSubset(OneHotSuit(game), self.action_names, ACTION_INDEX)
+        return ActionSubset(OneHot(game, N_SUITS), self.action_names, ACTION_INDEX)
 
     def episode(self, seed: int) -> RepeatPreviousEpisode:
         return RepeatPreviousEpisode(self, seed)
@@ -132,11 +109,12 @@ class RepeatPreviousTask(Task):
         return f"RepeatPreviousTask({self.name!r}, num_decks={self.num_decks}, k={self.k})"
 
 
-class RepeatPreviousEpisode(Episode):
+class RepeatPreviousEpisode(DeckEpisode):
     """One seeded deal; the view and the expert read POPGym's hand, the memory records what the
     agent observed."""
 
     memory: SuitMemory
+    WIN_LOSS = ("RIGHT", "WRONG")
 
     def __init__(self, task: RepeatPreviousTask, seed: int):
         super().__init__(task, seed)
@@ -153,33 +131,22 @@ class RepeatPreviousEpisode(Episode):
         a = self.checked_action(action)
         view, name = self.view(), self.action_names[a]
         self.obs, reward, terminated, truncated, _ = self.env.step(a)
-        reward = float(reward)
         target = view.target
         outcome = (
             "UNSCORED" if target is None else "RIGHT" if ACTION_INDEX[name] == target else "WRONG"
         )
-        expected = {"RIGHT": 1, "WRONG": -1, "UNSCORED": 0}[outcome]
-        if np.sign(reward) != expected:  # guards our reading of POPGym's conventions
-            raise RuntimeError(f"POPGym paid {reward} for {outcome} (card {view.card}: {name})")
-        self.steps += 1
-        self.total_reward += reward
-        self.done = bool(terminated or truncated)
-        mem = self.memory
-        mem.actions.append(name)
-        mem.rewards.append(reward)
-        mem.suits.append(int(np.argmax(self.obs)))
-        mem.decisions.append(
-            {
-                "card": view.card,
-                "suit": view.suit,
-                "action": name,
-                "target": target,
-                "outcome": outcome,
-            }
-        )
-        mem.win_streak = mem.win_streak + 1 if outcome == "RIGHT" else 0
-        mem.loss_streak = mem.loss_streak + 1 if outcome == "WRONG" else 0
-        return reward, self.done
+        decision = {
+            "card": view.card,
+            "suit": view.suit,
+            "action": name,
+            "target": target,
+            "outcome": outcome,
+        }
+        about = f"card {view.card}: {name}"
+        done = bool(terminated or truncated)
+        reward, done = self.settle(name, float(reward), done, outcome, decision, about)
+        self.memory.suits.append(int(np.argmax(self.obs)))
+        return reward, done
 
     def view(self) -> SuitView:
         dealt = self.dealt()
