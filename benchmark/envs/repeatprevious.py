@@ -205,96 +205,11 @@ RATIONALE_RULE = (
 )
 
 
-def system_text(task: Any, actions: Sequence[str], rationale: bool, autopilot: bool) -> str:
-    """Blocks (i)-(iii); the same at every level."""
-    k, n = task.k, task.n_cards
-    lines = [
-        f"ROLE: You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
-        "dealt one card at a time and the agent sees only the suit of the card just dealt. At "
-        f"every card it must name the suit of {lag_words(k)} ({k} cards back, counting the "
-        "current one). The current suit alone does not tell the answer: it has to be "
-        "remembered.",
-        "",
-        "VALID ACTIONS:",
-        *(f"- {a}: the card {k - 1} back was a {a[:-1].lower()}" for a in actions),
-        "",
-        "RULES:",
-        *([RATIONALE_RULE] if rationale else []),
-        "- No other text or markdown.",
-        f"- Name the suit of {lag_words(k)}. From card {k} on an answer scores "
-        f"+1/{n - k} when right and -1/{n - k} when wrong; before card {k} nothing is scored.",
-        "- Follow autopilot when no remembered card says otherwise."
-        if autopilot
-        else "- If that card is not known, any suit but the current one is as good as another.",
-    ]
-    return "\n".join(lines)
-
-
 def recent_line(memory: SuitMemory) -> str:
     recent = " | ".join(
         f"card {d['card']}: {d['action']}->{d['outcome']}" for d in memory.decisions[-3:]
     )
     return f"Recent answers: {recent or '(none)'}"
-
-
-def state_text(view: SuitView, memory: SuitMemory, level: str, autopilot: str | None) -> str:
-    """Block (iv), cumulative: basic = the current suit and the card number (what the policy
-    sees, plus the count); enriched adds which card is asked for, whether the answer is scored
-    and the suits dealt so far per suit; stateful_min adds the episodic memory: the last k cards
-    remembered, the remembered suit of the asked-for card and the recent answers; stateful adds
-    every card remembered since the deal began."""
-    lines = [
-        f"STATE: Current card: {suit_name(view.suit)}  Card {view.card}/{view.n_cards}  "
-        f"Cards left in deck={view.n_cards - view.card}",
-    ]
-    if autopilot is not None:
-        lines.append(f"Autopilot: {autopilot}")
-    if level == "basic":
-        return "\n".join(lines)
-    asked = (
-        f"card {view.target_card} ({view.k - 1} back); this answer is scored"
-        if view.target_card is not None
-        else f"not dealt yet (card {view.card - view.k + 1}); not scored before card {view.k}"
-    )
-    counts = "  ".join(f"{SUIT_NAMES[s]}={c}" for s, c in enumerate(view.counts))
-    lines += [f"Asked for: {asked}", f"Dealt so far: {counts}"]
-    if level == "enriched":
-        return "\n".join(lines)
-    first = max(1, len(memory.suits) - view.k + 1)
-    window = " | ".join(
-        f"card {first + i}: {suit_name(s)}" for i, s in enumerate(memory.suits[first - 1 :])
-    )
-    remembered = (
-        memory.suits[view.target_card - 1]
-        if view.target_card is not None and len(memory.suits) >= view.target_card
-        else None
-    )
-    lines += [
-        f"MEMORY (last {view.k} cards, oldest first): {window} (now)",
-        (
-            f"Card {view.target_card} (asked for, remembered): {suit_name(remembered)}"
-            if view.target_card is not None
-            else "Asked-for card: not dealt yet (any suit scores the same)"
-        ),
-        recent_line(memory),
-    ]
-    if level == "stateful_min":
-        return "\n".join(lines)
-    every = " ".join(f"{i + 1}:{SUIT_NAMES[s][0]}" for i, s in enumerate(memory.suits))
-    lines.append(f"ALL CARDS REMEMBERED (card:suit initial, oldest first): {every}")
-    return "\n".join(lines)
-
-
-def examples_text(task: Any) -> str:
-    """Block (v); the same at every level."""
-    k = task.k
-    cycle = ("SPADES", "CLUBS", "HEARTS", "DIAMONDS", "HEARTS")
-    seq = [cycle[i % len(cycle)] for i in range(k + 1)]
-    shown = ", ".join(seq[:-1]) + f", {seq[-1]} (now)"
-    lines = ["EXAMPLES:", f"cards dealt {shown} -> {seq[-k]} ({k - 1} back)"]
-    if k > 1:
-        lines.append(f"card {k - 1} of the deal (nothing scored yet)  -> any suit")
-    return "\n".join(lines)
 
 
 def card_claims(first: int, suits: Sequence[int]) -> list[str]:
@@ -378,13 +293,86 @@ class RepeatPreviousFamily(Family):
     kinds = ("card_memory",)
 
     def system(self, task, actions, level, rationale, autopilot):
-        return system_text(task, actions, rationale, autopilot)
+        """Blocks (i)-(iii); the same at every level."""
+        k, n = task.k, task.n_cards
+        lines = [
+            f"ROLE: You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
+            "dealt one card at a time and the agent sees only the suit of the card just dealt. At "
+            f"every card it must name the suit of {lag_words(k)} ({k} cards back, counting the "
+            "current one). The current suit alone does not tell the answer: it has to be "
+            "remembered.",
+            "",
+            "VALID ACTIONS:",
+            *(f"- {a}: the card {k - 1} back was a {a[:-1].lower()}" for a in actions),
+            "",
+            "RULES:",
+            *([RATIONALE_RULE] if rationale else []),
+            "- No other text or markdown.",
+            f"- Name the suit of {lag_words(k)}. From card {k} on an answer scores "
+            f"+1/{n - k} when right and -1/{n - k} when wrong; before card {k} nothing is scored.",
+            "- Follow autopilot when no remembered card says otherwise."
+            if autopilot
+            else "- If that card is not known, any suit but the current one is as good as another.",
+        ]
+        return "\n".join(lines)
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
-        return state_text(view, memory, level, autopilot)
+        """Block (iv), cumulative: basic = the current suit and the card number (what the policy
+        sees, plus the count); enriched adds which card is asked for, whether the answer is scored
+        and the suits dealt so far per suit; stateful_min adds the episodic memory: the last k cards
+        remembered, the remembered suit of the asked-for card and the recent answers; stateful adds
+        every card remembered since the deal began."""
+        lines = [
+            f"STATE: Current card: {suit_name(view.suit)}  Card {view.card}/{view.n_cards}  "
+            f"Cards left in deck={view.n_cards - view.card}",
+        ]
+        if autopilot is not None:
+            lines.append(f"Autopilot: {autopilot}")
+        if level == "basic":
+            return "\n".join(lines)
+        asked = (
+            f"card {view.target_card} ({view.k - 1} back); this answer is scored"
+            if view.target_card is not None
+            else f"not dealt yet (card {view.card - view.k + 1}); not scored before card {view.k}"
+        )
+        counts = "  ".join(f"{SUIT_NAMES[s]}={c}" for s, c in enumerate(view.counts))
+        lines += [f"Asked for: {asked}", f"Dealt so far: {counts}"]
+        if level == "enriched":
+            return "\n".join(lines)
+        first = max(1, len(memory.suits) - view.k + 1)
+        window = " | ".join(
+            f"card {first + i}: {suit_name(s)}" for i, s in enumerate(memory.suits[first - 1 :])
+        )
+        remembered = (
+            memory.suits[view.target_card - 1]
+            if view.target_card is not None and len(memory.suits) >= view.target_card
+            else None
+        )
+        lines += [
+            f"MEMORY (last {view.k} cards, oldest first): {window} (now)",
+            (
+                f"Card {view.target_card} (asked for, remembered): {suit_name(remembered)}"
+                if view.target_card is not None
+                else "Asked-for card: not dealt yet (any suit scores the same)"
+            ),
+            recent_line(memory),
+        ]
+        if level == "stateful_min":
+            return "\n".join(lines)
+        every = " ".join(f"{i + 1}:{SUIT_NAMES[s][0]}" for i, s in enumerate(memory.suits))
+        lines.append(f"ALL CARDS REMEMBERED (card:suit initial, oldest first): {every}")
+        return "\n".join(lines)
 
     def examples(self, task, actions, level):
-        return examples_text(task)
+        """Block (v); the same at every level."""
+        k = task.k
+        cycle = ("SPADES", "CLUBS", "HEARTS", "DIAMONDS", "HEARTS")
+        seq = [cycle[i % len(cycle)] for i in range(k + 1)]
+        shown = ", ".join(seq[:-1]) + f", {seq[-1]} (now)"
+        lines = ["EXAMPLES:", f"cards dealt {shown} -> {seq[-k]} ({k - 1} back)"]
+        if k > 1:
+            lines.append(f"card {k - 1} of the deal (nothing scored yet)  -> any suit")
+        return "\n".join(lines)
 
     def belief_task(self, task):
         return (
@@ -393,23 +381,17 @@ class RepeatPreviousFamily(Family):
             f"{lag_words(task.k)}."
         )
 
-    def belief_claims(self, episode):
-        return belief_claims(episode)
-
-    def belief_steps(self, episode, since, limit):
-        return belief_steps(episode, since, limit)
-
-    def brace_teacher(self, truth):
-        return brace_teacher(truth)
-
-    def brace_rules(self):
-        return brace_rules()
-
     def reason(self, episode, action):
         view = episode.view()
         if view.target_card is None:
             return "nothing is scored yet"
         return f"card {view.target_card} was {action.lower()}"
+
+    # the module's functions of the same arguments are the methods (no forwarding wrappers)
+    belief_claims = staticmethod(belief_claims)
+    belief_steps = staticmethod(belief_steps)
+    brace_teacher = staticmethod(brace_teacher)
+    brace_rules = staticmethod(brace_rules)
 
 
 FAMILY = RepeatPreviousFamily()
