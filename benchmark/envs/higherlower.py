@@ -18,7 +18,8 @@ import numpy as np
 from popgym.core.deck import DECK_SIZE, RANKS
 from popgym.envs.higher_lower import HigherLower
 
-from benchmark.envs.base import CardView, Episode, Task
+from benchmark.envs.base import CardView, Task
+from benchmark.envs.deck import DeckEpisode, OneHot, check_actions, check_decks, check_steps
 from benchmark.envs.wrappers import ActionSubset
 
 ACTION_INDEX: dict[str, int] = {"HIGHER": 0, "LOWER": 1}  # POPGym: guess_higher = action == 0
@@ -60,20 +61,6 @@ def optimal_guesses(card: int, remaining: Sequence[int]) -> tuple[str, ...]:
     return ("HIGHER",) if higher > lower else ("LOWER",)
 
 
-class OneHotRank(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """POPGym's Discrete(13) rank -> a one-hot float32 vector for the MLP policy."""
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
-        gym.ObservationWrapper.__init__(self, env)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (N_RANKS,), np.float32)
-
-    def observation(self, observation: Any) -> np.ndarray:
-        out = np.zeros(N_RANKS, dtype=np.float32)
-        out[int(observation)] = 1.0
-        return out
-
-
 class HigherLowerTask(Task):
     """HigherLower with `num_decks` 52-card decks; the policy sees only the current rank."""
 
@@ -87,28 +74,18 @@ class HigherLowerTask(Task):
         max_steps: int | None = None,
         actions: Sequence[str] = ("HIGHER", "LOWER"),
     ):
-        if int(num_decks) < 1:
-            raise ValueError(f"num_decks must be >= 1, got {num_decks!r}")
-        decisions = DECK_SIZE * int(num_decks) - 1
-        if max_steps is not None and int(max_steps) != decisions:
-            raise ValueError(
-                f"max_steps={max_steps} disagrees with num_decks={num_decks}: "
-                f"HigherLower always plays {decisions} decisions"
-            )
-        if sorted(actions) != sorted(ACTION_INDEX):
-            raise ValueError(
-                f"actions must be a permutation of {list(ACTION_INDEX)}, got {actions!r}"
-            )
+        decisions = check_decks(num_decks) - 1
+        check_steps("HigherLower", num_decks, max_steps, decisions, "decisions")
+        self.action_names = check_actions(actions, list(ACTION_INDEX))
         self.name = name
         self.num_decks = int(num_decks)
         self.max_steps = decisions
-        self.action_names = tuple(actions)
         self.max_reward = decisions / (DECK_SIZE * self.num_decks)  # every guess right
 
     def make_env(self) -> gym.Env:
         """The policy-facing env: one-hot rank in, HIGHER/LOWER (in config order) out."""
         return ActionSubset(
-            OneHotRank(HigherLower(self.num_decks)), self.action_names, ACTION_INDEX
+            OneHot(HigherLower(self.num_decks), N_RANKS), self.action_names, ACTION_INDEX
         )
 
     def episode(self, seed: int) -> HigherLowerEpisode:
@@ -118,7 +95,7 @@ class HigherLowerTask(Task):
         return f"HigherLowerTask({self.name!r}, num_decks={self.num_decks})"
 
 
-class HigherLowerEpisode(Episode):
+class HigherLowerEpisode(DeckEpisode):
     """One seeded HigherLower game; the CardView reads the deck itself, not our bookkeeping."""
 
     def __init__(self, task: HigherLowerTask, seed: int):
@@ -147,25 +124,13 @@ class HigherLowerEpisode(Episode):
         a = self.checked_action(action)
         card, name = self.card(), self.action_names[a]
         self.obs, reward, terminated, truncated, _ = self.env.step(a)
-        reward = float(reward)
         next_card = self.card()
         outcome = judge(card, name, next_card)
-        expected = {"WIN": 1, "LOSS": -1, "PUSH": 0}[outcome]
-        if np.sign(reward) != expected:  # guards our reading of POPGym's conventions
-            raise RuntimeError(f"POPGym paid {reward} for {outcome} ({card}->{name}->{next_card})")
-        self.steps += 1
-        self.total_reward += reward
-        self.done = bool(terminated or truncated)
-        mem = self.memory
-        mem.actions.append(name)
-        mem.rewards.append(reward)
-        mem.decisions.append(
-            {"card": card, "action": name, "next_card": next_card, "outcome": outcome}
+        decision = {"card": card, "action": name, "next_card": next_card, "outcome": outcome}
+        about = f"{card}->{name}->{next_card}"
+        return self.settle(
+            name, float(reward), bool(terminated or truncated), outcome, decision, about
         )
-        # a streak is consecutive WINs (LOSSes); a push ends both
-        mem.win_streak = mem.win_streak + 1 if outcome == "WIN" else 0
-        mem.loss_streak = mem.loss_streak + 1 if outcome == "LOSS" else 0
-        return reward, self.done
 
     # -- views, expert, outcome ----------------------------------------------------------------------
 

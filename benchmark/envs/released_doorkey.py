@@ -138,18 +138,9 @@ def dk_state_block(scene: Scene, memory: ReleasedMemory, step: str, history: int
         step_to = memory.first_step(scene, target, passable | {scene.pos, target})
         if step_to is not None:
             hint = f"Planner hint (known cells, current subtask): {DK_HINTS[step_to]}\n"
-    loops = []
-    if memory.stuck >= 6:
-        loops.append(
-            "LOOP_HINT: You have not moved to a new cell for several steps; "
-            "prefer aligning with a clear corridor or interacting with key/door."
-        )
-    if len(memory.actions) >= 5 and all(
-        a in ("TURN_LEFT", "TURN_RIGHT") for a in memory.actions[-5:]
-    ):
-        loops.append(
-            "LOOP_HINT: Many consecutive turns; align with a clear corridor or cached target bearing."
-        )
+    loops = memory.loop_hints(
+        "prefer aligning with a clear corridor or interacting with key/door.", 5, "target"
+    )
     none_yet = "No subtask target cached yet — explore to discover key/door/goal."
     return (
         f"World position (x,y): {scene.pos}\n"

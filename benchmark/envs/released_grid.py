@@ -177,6 +177,23 @@ class ReleasedMemory:
             rows.append(row)
         return "\n".join(rows)
 
+    def loop_hints(self, unstuck: str, turns: int, target: str) -> list[str]:
+        """The state block's LOOP_HINT lines: after 6 steps without a new cell (with the env's
+        `unstuck` advice) and after `turns` turns in a row (toward the cached `target`)."""
+        hints = []
+        if self.stuck >= 6:
+            hints.append(
+                f"LOOP_HINT: You have not moved to a new cell for several steps; {unstuck}"
+            )
+        if len(self.actions) >= turns and all(
+            a in ("TURN_LEFT", "TURN_RIGHT") for a in self.actions[-turns:]
+        ):
+            hints.append(
+                "LOOP_HINT: Many consecutive turns; align with a clear corridor or cached "
+                f"{target} bearing."
+            )
+        return hints
+
     def visits_tail(self) -> str:
         return str([self.visits.get(p, 0) for p in list(self.recent)[-5:]])
 
@@ -411,18 +428,9 @@ def fr_state_block(scene: Scene, memory: ReleasedMemory, history: int) -> str:
                 hint = f"Planner hint (known cells): {FR_HINTS[step]}\n"
     else:
         goal_line = "Goal not yet seen — explore through doors and along long corridors."
-    loops = []
-    if memory.stuck >= 6:
-        loops.append(
-            "LOOP_HINT: You have not moved to a new cell for several steps; "
-            "prefer FORWARD if passable, otherwise turn toward a longer corridor."
-        )
-    if len(memory.actions) >= 4 and all(
-        a in ("TURN_LEFT", "TURN_RIGHT") for a in memory.actions[-4:]
-    ):
-        loops.append(
-            "LOOP_HINT: Many consecutive turns; align with a clear corridor or cached goal bearing."
-        )
+    loops = memory.loop_hints(
+        "prefer FORWARD if passable, otherwise turn toward a longer corridor.", 4, "goal"
+    )
     return (
         f"World position (x,y): {pos}\nRoom (quadrant): {quadrant(pos, w, h)}\n"
         f"{room_line}{goal_line}\nVisits at current cell: {memory.visits.get(pos, 0)}\n"

@@ -22,10 +22,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from popgym.core.deck import DECK_SIZE, SUITS
+from popgym.core.deck import SUITS
 from popgym.envs.repeat_previous import RepeatPrevious
 
 from benchmark.envs.base import Episode, Memory, Task
+from benchmark.envs.deck import DeckEpisode, OneHot, check_actions, check_decks, check_steps
 from benchmark.envs.family import Family
 from benchmark.envs.wrappers import ActionSubset
 
@@ -36,20 +37,6 @@ if [s[0].lower() for s in SUIT_NAMES] != SUITS.tolist():  # the action names fol
     raise ImportError(
         f"POPGym's suits are {SUITS.tolist()}, not {list(SUIT_NAMES)}: update SUIT_NAMES"
     )
-
-
-class OneHotSuit(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """POPGym's Discrete(4) suit -> a one-hot float32 vector for the MLP policy."""
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
-        gym.ObservationWrapper.__init__(self, env)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (N_SUITS,), np.float32)
-
-    def observation(self, observation: Any) -> np.ndarray:
-        out = np.zeros(N_SUITS, dtype=np.float32)
-        out[int(observation)] = 1.0
-        return out
 
 
 @dataclass
@@ -97,33 +84,23 @@ class RepeatPreviousTask(Task):
         max_steps: int | None = None,
         actions: Sequence[str] = SUIT_NAMES,
     ):
-        if int(num_decks) < 1:
-            raise ValueError(f"num_decks must be >= 1, got {num_decks!r}")
-        n_cards = DECK_SIZE * int(num_decks)
+        n_cards = check_decks(num_decks)
         if not 1 <= int(k) < n_cards:
             raise ValueError(f"k must be in 1..{n_cards - 1} for {num_decks} deck(s), got {k!r}")
         answers = n_cards - 1
-        if max_steps is not None and int(max_steps) != answers:
-            raise ValueError(
-                f"max_steps={max_steps} disagrees with num_decks={num_decks}: "
-                f"RepeatPrevious always plays {answers} answers"
-            )
-        if sorted(actions) != sorted(SUIT_NAMES):
-            raise ValueError(
-                f"actions must be a permutation of {list(SUIT_NAMES)}, got {actions!r}"
-            )
+        check_steps("RepeatPrevious", num_decks, max_steps, answers, "answers")
+        self.action_names = check_actions(actions, SUIT_NAMES)
         self.name = name
         self.num_decks = int(num_decks)
         self.k = int(k)
         self.n_cards = n_cards
         self.max_steps = answers
-        self.action_names = tuple(actions)
         self.max_reward = 1.0  # every scored answer right: (n_cards - k) * 1/(n_cards - k)
 
     def make_env(self) -> gym.Env:
         """The policy-facing env: one-hot suit in, a suit (in config order) out."""
         game = RepeatPrevious(num_decks=self.num_decks, k=self.k)
-        return ActionSubset(OneHotSuit(game), self.action_names, ACTION_INDEX)
+        return ActionSubset(OneHot(game, N_SUITS), self.action_names, ACTION_INDEX)
 
     def episode(self, seed: int) -> RepeatPreviousEpisode:
         return RepeatPreviousEpisode(self, seed)
@@ -132,11 +109,12 @@ class RepeatPreviousTask(Task):
         return f"RepeatPreviousTask({self.name!r}, num_decks={self.num_decks}, k={self.k})"
 
 
-class RepeatPreviousEpisode(Episode):
+class RepeatPreviousEpisode(DeckEpisode):
     """One seeded deal; the view and the expert read POPGym's hand, the memory records what the
     agent observed."""
 
     memory: SuitMemory
+    WIN_LOSS = ("RIGHT", "WRONG")
 
     def __init__(self, task: RepeatPreviousTask, seed: int):
         super().__init__(task, seed)
@@ -153,33 +131,22 @@ class RepeatPreviousEpisode(Episode):
         a = self.checked_action(action)
         view, name = self.view(), self.action_names[a]
         self.obs, reward, terminated, truncated, _ = self.env.step(a)
-        reward = float(reward)
         target = view.target
         outcome = (
             "UNSCORED" if target is None else "RIGHT" if ACTION_INDEX[name] == target else "WRONG"
         )
-        expected = {"RIGHT": 1, "WRONG": -1, "UNSCORED": 0}[outcome]
-        if np.sign(reward) != expected:  # guards our reading of POPGym's conventions
-            raise RuntimeError(f"POPGym paid {reward} for {outcome} (card {view.card}: {name})")
-        self.steps += 1
-        self.total_reward += reward
-        self.done = bool(terminated or truncated)
-        mem = self.memory
-        mem.actions.append(name)
-        mem.rewards.append(reward)
-        mem.suits.append(int(np.argmax(self.obs)))
-        mem.decisions.append(
-            {
-                "card": view.card,
-                "suit": view.suit,
-                "action": name,
-                "target": target,
-                "outcome": outcome,
-            }
-        )
-        mem.win_streak = mem.win_streak + 1 if outcome == "RIGHT" else 0
-        mem.loss_streak = mem.loss_streak + 1 if outcome == "WRONG" else 0
-        return reward, self.done
+        decision = {
+            "card": view.card,
+            "suit": view.suit,
+            "action": name,
+            "target": target,
+            "outcome": outcome,
+        }
+        about = f"card {view.card}: {name}"
+        done = bool(terminated or truncated)
+        reward, done = self.settle(name, float(reward), done, outcome, decision, about)
+        self.memory.suits.append(int(np.argmax(self.obs)))
+        return reward, done
 
     def view(self) -> SuitView:
         dealt = self.dealt()
@@ -238,96 +205,11 @@ RATIONALE_RULE = (
 )
 
 
-def system_text(task: Any, actions: Sequence[str], rationale: bool, autopilot: bool) -> str:
-    """Blocks (i)-(iii); the same at every level."""
-    k, n = task.k, task.n_cards
-    lines = [
-        f"ROLE: You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
-        "dealt one card at a time and the agent sees only the suit of the card just dealt. At "
-        f"every card it must name the suit of {lag_words(k)} ({k} cards back, counting the "
-        "current one). The current suit alone does not tell the answer: it has to be "
-        "remembered.",
-        "",
-        "VALID ACTIONS:",
-        *(f"- {a}: the card {k - 1} back was a {a[:-1].lower()}" for a in actions),
-        "",
-        "RULES:",
-        *([RATIONALE_RULE] if rationale else []),
-        "- No other text or markdown.",
-        f"- Name the suit of {lag_words(k)}. From card {k} on an answer scores "
-        f"+1/{n - k} when right and -1/{n - k} when wrong; before card {k} nothing is scored.",
-        "- Follow autopilot when no remembered card says otherwise."
-        if autopilot
-        else "- If that card is not known, any suit but the current one is as good as another.",
-    ]
-    return "\n".join(lines)
-
-
 def recent_line(memory: SuitMemory) -> str:
     recent = " | ".join(
         f"card {d['card']}: {d['action']}->{d['outcome']}" for d in memory.decisions[-3:]
     )
     return f"Recent answers: {recent or '(none)'}"
-
-
-def state_text(view: SuitView, memory: SuitMemory, level: str, autopilot: str | None) -> str:
-    """Block (iv), cumulative: basic = the current suit and the card number (what the policy
-    sees, plus the count); enriched adds which card is asked for, whether the answer is scored
-    and the suits dealt so far per suit; stateful_min adds the episodic memory: the last k cards
-    remembered, the remembered suit of the asked-for card and the recent answers; stateful adds
-    every card remembered since the deal began."""
-    lines = [
-        f"STATE: Current card: {suit_name(view.suit)}  Card {view.card}/{view.n_cards}  "
-        f"Cards left in deck={view.n_cards - view.card}",
-    ]
-    if autopilot is not None:
-        lines.append(f"Autopilot: {autopilot}")
-    if level == "basic":
-        return "\n".join(lines)
-    asked = (
-        f"card {view.target_card} ({view.k - 1} back); this answer is scored"
-        if view.target_card is not None
-        else f"not dealt yet (card {view.card - view.k + 1}); not scored before card {view.k}"
-    )
-    counts = "  ".join(f"{SUIT_NAMES[s]}={c}" for s, c in enumerate(view.counts))
-    lines += [f"Asked for: {asked}", f"Dealt so far: {counts}"]
-    if level == "enriched":
-        return "\n".join(lines)
-    first = max(1, len(memory.suits) - view.k + 1)
-    window = " | ".join(
-        f"card {first + i}: {suit_name(s)}" for i, s in enumerate(memory.suits[first - 1 :])
-    )
-    remembered = (
-        memory.suits[view.target_card - 1]
-        if view.target_card is not None and len(memory.suits) >= view.target_card
-        else None
-    )
-    lines += [
-        f"MEMORY (last {view.k} cards, oldest first): {window} (now)",
-        (
-            f"Card {view.target_card} (asked for, remembered): {suit_name(remembered)}"
-            if view.target_card is not None
-            else "Asked-for card: not dealt yet (any suit scores the same)"
-        ),
-        recent_line(memory),
-    ]
-    if level == "stateful_min":
-        return "\n".join(lines)
-    every = " ".join(f"{i + 1}:{SUIT_NAMES[s][0]}" for i, s in enumerate(memory.suits))
-    lines.append(f"ALL CARDS REMEMBERED (card:suit initial, oldest first): {every}")
-    return "\n".join(lines)
-
-
-def examples_text(task: Any) -> str:
-    """Block (v); the same at every level."""
-    k = task.k
-    cycle = ("SPADES", "CLUBS", "HEARTS", "DIAMONDS", "HEARTS")
-    seq = [cycle[i % len(cycle)] for i in range(k + 1)]
-    shown = ", ".join(seq[:-1]) + f", {seq[-1]} (now)"
-    lines = ["EXAMPLES:", f"cards dealt {shown} -> {seq[-k]} ({k - 1} back)"]
-    if k > 1:
-        lines.append(f"card {k - 1} of the deal (nothing scored yet)  -> any suit")
-    return "\n".join(lines)
 
 
 def card_claims(first: int, suits: Sequence[int]) -> list[str]:
@@ -411,13 +293,86 @@ class RepeatPreviousFamily(Family):
     kinds = ("card_memory",)
 
     def system(self, task, actions, level, rationale, autopilot):
-        return system_text(task, actions, rationale, autopilot)
+        """Blocks (i)-(iii); the same at every level."""
+        k, n = task.k, task.n_cards
+        lines = [
+            f"ROLE: You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
+            "dealt one card at a time and the agent sees only the suit of the card just dealt. At "
+            f"every card it must name the suit of {lag_words(k)} ({k} cards back, counting the "
+            "current one). The current suit alone does not tell the answer: it has to be "
+            "remembered.",
+            "",
+            "VALID ACTIONS:",
+            *(f"- {a}: the card {k - 1} back was a {a[:-1].lower()}" for a in actions),
+            "",
+            "RULES:",
+            *([RATIONALE_RULE] if rationale else []),
+            "- No other text or markdown.",
+            f"- Name the suit of {lag_words(k)}. From card {k} on an answer scores "
+            f"+1/{n - k} when right and -1/{n - k} when wrong; before card {k} nothing is scored.",
+            "- Follow autopilot when no remembered card says otherwise."
+            if autopilot
+            else "- If that card is not known, any suit but the current one is as good as another.",
+        ]
+        return "\n".join(lines)
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
-        return state_text(view, memory, level, autopilot)
+        """Block (iv), cumulative: basic = the current suit and the card number (what the policy
+        sees, plus the count); enriched adds which card is asked for, whether the answer is scored
+        and the suits dealt so far per suit; stateful_min adds the episodic memory: the last k cards
+        remembered, the remembered suit of the asked-for card and the recent answers; stateful adds
+        every card remembered since the deal began."""
+        lines = [
+            f"STATE: Current card: {suit_name(view.suit)}  Card {view.card}/{view.n_cards}  "
+            f"Cards left in deck={view.n_cards - view.card}",
+        ]
+        if autopilot is not None:
+            lines.append(f"Autopilot: {autopilot}")
+        if level == "basic":
+            return "\n".join(lines)
+        asked = (
+            f"card {view.target_card} ({view.k - 1} back); this answer is scored"
+            if view.target_card is not None
+            else f"not dealt yet (card {view.card - view.k + 1}); not scored before card {view.k}"
+        )
+        counts = "  ".join(f"{SUIT_NAMES[s]}={c}" for s, c in enumerate(view.counts))
+        lines += [f"Asked for: {asked}", f"Dealt so far: {counts}"]
+        if level == "enriched":
+            return "\n".join(lines)
+        first = max(1, len(memory.suits) - view.k + 1)
+        window = " | ".join(
+            f"card {first + i}: {suit_name(s)}" for i, s in enumerate(memory.suits[first - 1 :])
+        )
+        remembered = (
+            memory.suits[view.target_card - 1]
+            if view.target_card is not None and len(memory.suits) >= view.target_card
+            else None
+        )
+        lines += [
+            f"MEMORY (last {view.k} cards, oldest first): {window} (now)",
+            (
+                f"Card {view.target_card} (asked for, remembered): {suit_name(remembered)}"
+                if view.target_card is not None
+                else "Asked-for card: not dealt yet (any suit scores the same)"
+            ),
+            recent_line(memory),
+        ]
+        if level == "stateful_min":
+            return "\n".join(lines)
+        every = " ".join(f"{i + 1}:{SUIT_NAMES[s][0]}" for i, s in enumerate(memory.suits))
+        lines.append(f"ALL CARDS REMEMBERED (card:suit initial, oldest first): {every}")
+        return "\n".join(lines)
 
     def examples(self, task, actions, level):
-        return examples_text(task)
+        """Block (v); the same at every level."""
+        k = task.k
+        cycle = ("SPADES", "CLUBS", "HEARTS", "DIAMONDS", "HEARTS")
+        seq = [cycle[i % len(cycle)] for i in range(k + 1)]
+        shown = ", ".join(seq[:-1]) + f", {seq[-1]} (now)"
+        lines = ["EXAMPLES:", f"cards dealt {shown} -> {seq[-k]} ({k - 1} back)"]
+        if k > 1:
+            lines.append(f"card {k - 1} of the deal (nothing scored yet)  -> any suit")
+        return "\n".join(lines)
 
     def belief_task(self, task):
         return (
@@ -426,23 +381,17 @@ class RepeatPreviousFamily(Family):
             f"{lag_words(task.k)}."
         )
 
-    def belief_claims(self, episode):
-        return belief_claims(episode)
-
-    def belief_steps(self, episode, since, limit):
-        return belief_steps(episode, since, limit)
-
-    def brace_teacher(self, truth):
-        return brace_teacher(truth)
-
-    def brace_rules(self):
-        return brace_rules()
-
     def reason(self, episode, action):
         view = episode.view()
         if view.target_card is None:
             return "nothing is scored yet"
         return f"card {view.target_card} was {action.lower()}"
+
+    # the module's functions of the same arguments are the methods (no forwarding wrappers)
+    belief_claims = staticmethod(belief_claims)
+    belief_steps = staticmethod(belief_steps)
+    brace_teacher = staticmethod(brace_teacher)
+    brace_rules = staticmethod(brace_rules)
 
 
 FAMILY = RepeatPreviousFamily()

@@ -15,20 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from benchmark.consultants.base import Query, sampling_fields
+from benchmark.consultants.base import Decoding, sampling_fields
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import family_of
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.prompts import blocks
 from benchmark.prompts.base import (
-    Consultation,
-    Decision,
+    ActionSession,
     PromptSession,
     PromptVariant,
     act_decoding,
 )
-from benchmark.prompts.blocks import render_line
-from benchmark.prompts.parse import parse_action, parse_reason
+from benchmark.prompts.parse import parse_action
 from benchmark.prompts.released import ReleasedSession, check_released
 from benchmark.vocabulary import LEVELS
 
@@ -109,7 +107,7 @@ class AskPrompt(PromptVariant):
         return AskSession(self, episode, with_expert)
 
 
-class AskSession(PromptSession):
+class AskSession(ActionSession):
     """ASK prompts are stateless across queries: everything comes from the view and memory."""
 
     v: AskPrompt
@@ -130,22 +128,9 @@ class AskSession(PromptSession):
         user = "\n\n".join([state, examples, blocks.output_format(actions, v.rationale)])
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def consult(self, ppo_action: int | None) -> Consultation:
-        ep = self.episode
-        actions = tuple(ep.action_names)
-        query = Query(
-            messages=self.messages(ppo_action),
-            actions=actions,
-            render_answer=render_line(self.v.rationale),
-            decoding=self.v.decoding,
-            expert=[actions[ep.expert_action()]] if self.with_expert else None,
-            rng_key=(ep.seed, ep.steps, 0),
-        )
-        answers = yield [query]
-        text = answers[0].text
-        name = parse_action(text, actions)
-        return Decision(
-            action=None if name is None else actions.index(name),
-            answers=list(answers),
-            reason=parse_reason(text),
-        )
+    @property
+    def decoding(self) -> Decoding:
+        return self.v.decoding
+
+    def parse(self, text: str, actions: tuple[str, ...]) -> str | None:
+        return parse_action(text, actions)

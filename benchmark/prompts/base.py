@@ -17,6 +17,8 @@ from typing import Any
 from benchmark.consultants.base import Answer, Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode, Task
 from benchmark.envs.family import available_families, family_of, get_family
+from benchmark.prompts.blocks import render_line
+from benchmark.prompts.parse import parse_reason
 
 # yield list[Query] -> receive list[Answer] -> ... -> return Decision
 Consultation = Generator[list[Query], list[Answer], "Decision"]
@@ -76,6 +78,47 @@ class PromptSession(abc.ABC):
     @abc.abstractmethod
     def consult(self, ppo_action: int | None) -> Consultation:
         """`ppo_action` is the PPO suggestion ("autopilot"), None in SLM-only (never shown then)."""
+
+
+class ActionSession(PromptSession):
+    """A session that asks one query per consultation and reads the action from its answer: the
+    ASK prompts, in the appendix's wording and in the released code's. Subclasses word the
+    messages, say how the query decodes and parse the answer."""
+
+    decoding: Decoding
+    # the action SLM-only takes on an unparseable answer where the prompt says so; None: the
+    # evaluator's seeded random valid action
+    fallback_action: str | None = None
+
+    @abc.abstractmethod
+    def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
+        """The chat messages of the query; `ppo_action` as in `consult`."""
+
+    @abc.abstractmethod
+    def parse(self, text: str, actions: tuple[str, ...]) -> str | None:
+        """The action an answer names, None where it names none."""
+
+    def consult(self, ppo_action: int | None) -> Consultation:
+        ep = self.episode
+        actions = tuple(ep.action_names)
+        query = Query(
+            messages=self.messages(ppo_action),
+            actions=actions,
+            render_answer=render_line(self.v.rationale),
+            decoding=self.decoding,
+            expert=[actions[ep.expert_action()]] if self.with_expert else None,
+            rng_key=(ep.seed, ep.steps, 0),
+        )
+        answers = yield [query]
+        text = answers[0].text
+        name = self.parse(text, actions)
+        fallback = self.fallback_action
+        return Decision(
+            action=None if name is None else actions.index(name),
+            answers=list(answers),
+            reason=parse_reason(text),
+            fallback=None if fallback is None else actions.index(fallback),
+        )
 
 
 class PromptVariant(abc.ABC):

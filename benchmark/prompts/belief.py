@@ -19,7 +19,6 @@ from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.envs.base import Episode
 from benchmark.envs.family import family_of
 from benchmark.prompts import blocks
-from benchmark.prompts.ask import render_line
 from benchmark.prompts.base import (
     Consultation,
     Decision,
@@ -27,6 +26,7 @@ from benchmark.prompts.base import (
     PromptVariant,
     act_decoding,
 )
+from benchmark.prompts.blocks import render_line
 from benchmark.prompts.parse import parse_action, parse_reason
 from benchmark.vocabulary import LABELS, strip_thinking
 

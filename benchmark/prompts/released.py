@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from benchmark.consultants.base import Decoding, Query
-from benchmark.prompts.base import Consultation, Decision, PromptSession
-from benchmark.prompts.blocks import render_line
-from benchmark.prompts.parse import parse_reason, parse_released
+from benchmark.consultants.base import Decoding
+from benchmark.prompts.base import ActionSession
+from benchmark.prompts.parse import parse_released
 
 if TYPE_CHECKING:
     from benchmark.prompts.ask import AskPrompt
@@ -20,7 +19,7 @@ HISTORY = 8  # --prompt-history: the recent actions / decisions its stateful pro
 STATEFUL = ("stateful_min", "stateful")
 
 
-class ReleasedSession(PromptSession):
+class ReleasedSession(ActionSession):
     """One episode's prompts as the released code words them; its stateful levels keep the
     released episodic state from the session's start (the episode's, in an evaluation)."""
 
@@ -38,6 +37,7 @@ class ReleasedSession(PromptSession):
         self.decoding = Decoding(
             max_new_tokens=limit, enable_thinking=False, answer_text="released", **variant.sample
         )
+        self.fallback_action = self.text.fallback
 
     def messages(self, ppo_action: int | None) -> list[dict[str, str]]:
         ep, v = self.episode, self.v
@@ -48,26 +48,8 @@ class ReleasedSession(PromptSession):
         )
         return [{"role": "user", "content": text}]
 
-    def consult(self, ppo_action: int | None) -> Consultation:
-        ep = self.episode
-        actions = tuple(ep.action_names)
-        query = Query(
-            messages=self.messages(ppo_action),
-            actions=actions,
-            render_answer=render_line(self.v.rationale),
-            decoding=self.decoding,
-            expert=[actions[ep.expert_action()]] if self.with_expert else None,
-            rng_key=(ep.seed, ep.steps, 0),
-        )
-        answers = yield [query]
-        text = answers[0].text
-        name = parse_released(text, self.text.tokens, self.v.rationale)
-        return Decision(
-            action=None if name is None else actions.index(name),
-            answers=list(answers),
-            reason=parse_reason(text),
-            fallback=actions.index(self.text.fallback),
-        )
+    def parse(self, text: str, actions: tuple[str, ...]) -> str | None:
+        return parse_released(text, self.text.tokens, self.v.rationale)
 
 
 def check_released(variant: AskPrompt, task) -> None:

@@ -16,66 +16,6 @@ RATIONALE_RULE = (
 RECENT = 5  # commands the stateful levels show
 
 
-def textworld_system(task, actions, rationale: bool, autopilot: bool) -> str:
-    """Blocks (i)-(iii): role, the commands valid now, rules."""
-    kind = getattr(task, "game", "text")
-    lines = [
-        "ROLE: You advise a reinforcement-learning agent playing a TextWorld text adventure "
-        f"({kind} game): it reads what the game says and types one command per turn. Pick the "
-        "single next command that brings it closest to completing the objective.",
-        "",
-        "VALID ACTIONS (the commands the game accepts now):",
-        *(f"- {a}" for a in actions),
-        "",
-        "RULES:",
-        "- Output only the command line required below, copied exactly (no markdown).",
-        *([RATIONALE_RULE] if rationale else []),
-        "- Follow the objective's steps in order; do not take objects it does not name.",
-        "- Follow autopilot when it serves the objective."
-        if autopilot
-        else "- Explore rooms you have not entered when the objective's object is not here.",
-    ]
-    return "\n".join(lines)
-
-
-def textworld_state(view: TextView, memory: TextMemory, level: str, autopilot: str | None) -> str:
-    """Block (iv) at `level` (cumulative)."""
-    lines = [f"OBSERVATION: {view.observation or '(nothing)'}", f"OBJECTIVE: {view.objective}"]
-    if autopilot is not None:
-        lines.append(f"Autopilot: {autopilot}")
-    if level == "basic":
-        return "\n".join(lines)
-    lines += [
-        f"ROOM ({view.room}): {view.description}",
-        f"INVENTORY: {view.inventory}",
-        f"Score {view.score}/{view.max_score}   Moves {view.moves}/{view.max_steps}",
-    ]
-    if level == "enriched":
-        return "\n".join(lines)
-    recent = memory.transcript[-RECENT:]
-    lines += [
-        "RECENT COMMANDS (oldest first): "
-        + (" | ".join(f"{c} -> {a}" for c, a in recent) if recent else "(none yet)"),
-        f"Rooms entered: {', '.join(memory.rooms) or '(none)'}",
-    ]
-    if level == "stateful_min":
-        return "\n".join(lines)
-    walked = [f"{r} -{c}-> {to}" for r, ex in memory.exits.items() for c, to in ex.items()]
-    lines.append(f"KNOWN MAP: {'; '.join(walked) if walked else '(no exit walked yet)'}")
-    return "\n".join(lines)
-
-
-def textworld_examples() -> str:
-    """Block (v)."""
-    return "\n".join(
-        [
-            "EXAMPLES:",
-            "objective: head north, then take the key; exit north here -> go north",
-            "the key is on the floor here                               -> take key",
-        ]
-    )
-
-
 class TextWorldFamily(Family):
     """TextWorld Quest, Treasure and Cooking games: text observation, admissible commands."""
 
@@ -83,13 +23,70 @@ class TextWorldFamily(Family):
     kinds = ("text_game",)
 
     def system(self, task, actions, level, rationale, autopilot):
-        return textworld_system(task, actions, rationale, autopilot)
+        """Blocks (i)-(iii): role, the commands valid now, rules."""
+        kind = getattr(task, "game", "text")
+        lines = [
+            "ROLE: You advise a reinforcement-learning agent playing a TextWorld text adventure "
+            f"({kind} game): it reads what the game says and types one command per turn. Pick the "
+            "single next command that brings it closest to completing the objective.",
+            "",
+            "VALID ACTIONS (the commands the game accepts now):",
+            *(f"- {a}" for a in actions),
+            "",
+            "RULES:",
+            "- Output only the command line required below, copied exactly (no markdown).",
+            *([RATIONALE_RULE] if rationale else []),
+            "- Follow the objective's steps in order; do not take objects it does not name.",
+            "- Follow autopilot when it serves the objective."
+            if autopilot
+            else "- Explore rooms you have not entered when the objective's object is not here.",
+        ]
+        return "\n".join(lines)
 
-    def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
-        return textworld_state(view, memory, level, autopilot)
+    def state(
+        self,
+        view: TextView,
+        memory: TextMemory,
+        actions,
+        level,
+        autopilot,
+        map_radius=5,
+        planner_hint="frontier",
+    ):
+        """Block (iv) at `level` (cumulative)."""
+        lines = [f"OBSERVATION: {view.observation or '(nothing)'}", f"OBJECTIVE: {view.objective}"]
+        if autopilot is not None:
+            lines.append(f"Autopilot: {autopilot}")
+        if level == "basic":
+            return "\n".join(lines)
+        lines += [
+            f"ROOM ({view.room}): {view.description}",
+            f"INVENTORY: {view.inventory}",
+            f"Score {view.score}/{view.max_score}   Moves {view.moves}/{view.max_steps}",
+        ]
+        if level == "enriched":
+            return "\n".join(lines)
+        recent = memory.transcript[-RECENT:]
+        lines += [
+            "RECENT COMMANDS (oldest first): "
+            + (" | ".join(f"{c} -> {a}" for c, a in recent) if recent else "(none yet)"),
+            f"Rooms entered: {', '.join(memory.rooms) or '(none)'}",
+        ]
+        if level == "stateful_min":
+            return "\n".join(lines)
+        walked = [f"{r} -{c}-> {to}" for r, ex in memory.exits.items() for c, to in ex.items()]
+        lines.append(f"KNOWN MAP: {'; '.join(walked) if walked else '(no exit walked yet)'}")
+        return "\n".join(lines)
 
     def examples(self, task, actions, level):
-        return textworld_examples()
+        """Block (v)."""
+        return "\n".join(
+            [
+                "EXAMPLES:",
+                "objective: head north, then take the key; exit north here -> go north",
+                "the key is on the floor here                               -> take key",
+            ]
+        )
 
     def belief_task(self, task):
         return (
