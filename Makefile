@@ -29,7 +29,7 @@ demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned a
 test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1
 	$(PY) -m pytest -q -m "slow or not slow"
 
-test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow, under 3 min): the same as a plain `pytest`
+test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow), on every core: the same as a plain `pytest`
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(VENV_STAMP) ## ruff lint + format check + the layer contracts (import-linter, docs/architecture.md)
