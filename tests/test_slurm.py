@@ -54,7 +54,12 @@ def _cluster() -> Iterator[dict[str, str]]:
     already_up = pidfile.exists() and _alive(int(pidfile.read_text() or 0))
     t0 = time.perf_counter()
     up = subprocess.run(
-        ["bash", str(LOCAL_SLURM / "up.sh")], capture_output=True, text=True, timeout=600
+        ["bash", str(LOCAL_SLURM / "up.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # the node gets every CPU: nproc would count OMP_NUM_THREADS (1 per test process)
+        env={k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
     )
     try:
         assert up.returncode == 0, f"up.sh failed ({up.returncode}):\n{up.stderr[-3000:]}"
