@@ -498,14 +498,9 @@ class OurScripted(Consultant):
         return [Answer(self.script.next()) for _ in queries]
 
 
-@pytest.mark.parametrize("env", ENVS)
-@pytest.mark.parametrize("rationale", [False, True])
-def test_slm_only_loop_matches(released, env, rationale, monkeypatch):
-    """SLM-only, one test episode, both loops answered by the same script of valid and invalid
-    texts: the same actions, reward, length and invalid count (their eval_slm_only runs with
-    its SLM and env classes swapped for the script and a recording env)."""
-    texts = ANSWERS[env]
-    theirs_script, taken = Scripted(texts), []
+def _record_their_env(released, env: str, taken: list, monkeypatch):
+    """Their eval module for `env`, its env class swapped for one that appends every action
+    taken to `taken`."""
     mod, env_cls, name = {
         "fourrooms": (
             released.eval_ppo_slm,
@@ -525,12 +520,25 @@ def test_slm_only_loop_matches(released, env, rationale, monkeypatch):
             taken.append(int(action))
             return super().step(action)
 
+    monkeypatch.setattr(mod, name, Recording)
+    return mod
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("rationale", [False, True])
+def test_slm_only_loop_matches(released, env, rationale, monkeypatch):
+    """SLM-only, one test episode, both loops answered by the same script of valid and invalid
+    texts: the same actions, reward, length and invalid count (their eval_slm_only runs with
+    its SLM and env classes swapped for the script and a recording env)."""
+    texts = ANSWERS[env]
+    theirs_script, taken = Scripted(texts), []
+    mod = _record_their_env(released, env, taken, monkeypatch)
+
     def load_slm(_cfg):
         return SimpleNamespace(
             generate=lambda prompt, decoding: SimpleNamespace(text=theirs_script.next())
         )
 
-    monkeypatch.setattr(mod, name, Recording)
     monkeypatch.setattr(mod, "load_slm", load_slm)
     slm_cfg = {"provider": "hf", "model": "scripted"}
     style = {"prompt_style": "stateful", "prompt_rationale": rationale}
@@ -585,26 +593,7 @@ def test_ask_loop_matches(released, env, monkeypatch):
         d.register_forward_hook(hook(k))
     texts, taken = ANSWERS[env], []
     script = Scripted(texts)
-    mod, env_cls, name = {
-        "fourrooms": (
-            released.eval_ppo_slm,
-            released.ask_envs_fourrooms.FourRoomsEnv,
-            "FourRoomsEnv",
-        ),
-        "doorkey8": (released.door_key_eval, released.door_key_env.DoorKeyEnv, "DoorKeyEnv"),
-        "higherlower": (
-            released.higher_lower_eval,
-            released.higher_lower_env.HigherLowerEnv,
-            "HigherLowerEnv",
-        ),
-    }[env]
-
-    class Recording(env_cls):
-        def step(self, action):
-            taken.append(int(action))
-            return super().step(action)
-
-    monkeypatch.setattr(mod, name, Recording)
+    mod = _record_their_env(released, env, taken, monkeypatch)
     slm = SimpleNamespace(generate=lambda prompt, decoding: SimpleNamespace(text=script.next()))
     style = {"prompt_style": "stateful", "prompt_rationale": True}
     n = (1, 100, MC_SAMPLES)
