@@ -7,11 +7,14 @@ are missing they skip with the list of what is missing, unless BENCHMARK_REQUIRE
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -58,7 +61,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def compose_cfg(root: Path, *overrides: str):
-    """The job config exactly as `python -m benchmark <overrides>` would build it."""
+    """The job config exactly as `python -m benchmark <overrides>` would build it. Hydra takes
+    about 0.2 s a composition and the tests ask for the same override lists again and again
+    (with their own roots): each list is composed once per test process, with a placeholder
+    root, and every call gets its own deep copy with `paths.root` set (tests/test_conftest.py
+    checks that this equals composing with the root)."""
+    if any(o.lstrip("+~").startswith("paths.root=") for o in overrides):
+        return compose_fresh(root, *overrides)
+    if overrides not in _COMPOSED:
+        _COMPOSED[overrides] = compose_fresh(_PLACEHOLDER_ROOT, *overrides)
+    cfg = copy.deepcopy(_COMPOSED[overrides])
+    cfg.paths.root = str(root)
+    return cfg
+
+
+_COMPOSED: dict[tuple[str, ...], Any] = {}
+_PLACEHOLDER_ROOT = Path("/compose-cfg-placeholder-root")
+
+
+def compose_fresh(root: Path, *overrides: str):
+    """compose_cfg without its cache: one Hydra composition."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[f"paths.root={root}", "tracking=none", *overrides])
@@ -118,6 +140,22 @@ def run_scratch(tmp_path_factory) -> Path:
     base temps) and by nothing else; the base temp itself in a single-process run."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def textworld_games(tmp_path_factory) -> Iterator[Path]:
+    """The TextWorld game cache of this run: a task without `env.task.games_dir` finds its games
+    here, in a folder the run's worker processes share (games.game_file builds each game once
+    across processes), instead of ./outputs/textworld of the checkout, which outlived the run.
+    A game takes seconds to generate; the test files that play the same seeds share them. A
+    test that checks generation itself gives its task a fresh `games_dir`."""
+    from benchmark.envs.textworld import games
+
+    root = run_scratch(tmp_path_factory) / "textworld-games"
+    patch = pytest.MonkeyPatch()
+    patch.setattr(games, "default_root", lambda: root)
+    yield root
+    patch.undo()
 
 
 @pytest.fixture(scope="session")

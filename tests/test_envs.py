@@ -127,6 +127,9 @@ def test_bad_configs_name_the_problem() -> None:
 @pytest.mark.parametrize("name", available_envs())
 def test_training_env_is_a_valid_gymnasium_env(name: str) -> None:
     task = make_task(name)
+    if name in TEXTWORLD:  # check_env's resets fold onto a pool of two training games (a game
+        # takes seconds to make; the folding itself: tests/test_textworld_family.py)
+        task.train_games = 2
     env = task.training_env(seed=1)
     check_env(env, skip_render_check=True)
     val = task.validation_env()

@@ -19,7 +19,7 @@ from tests.conftest import compose_cfg
 LSTM = [
     "env=higherlower",
     "policy=ppo_lstm",
-    "policy.total_timesteps=2048",
+    "policy.total_timesteps=1024",  # one rollout of 8 envs x 128 steps: no test needs more
     "policy.eval_freq=1024",
     "policy.eval_episodes=5",
     "policy.progress_bar=false",

@@ -63,7 +63,8 @@ def test_training_stream_is_reproducible_and_survives_pickling() -> None:
 def test_validation_env_resets_with_the_given_seed() -> None:
     for name in available_envs():
         env = make_task(name).validation_env()
-        obs1, _ = env.reset(seed=123)
-        assert env.unwrapped.np_random_seed == 123
-        obs2, _ = make_task(name).validation_env().reset(seed=123)
+        # 101: a seed whose TextWorld games the other tests play too (a game takes seconds)
+        obs1, _ = env.reset(seed=101)
+        assert env.unwrapped.np_random_seed == 101
+        obs2, _ = make_task(name).validation_env().reset(seed=101)
         np.testing.assert_array_equal(obs1, obs2)

@@ -27,9 +27,8 @@ POLICY = {
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    task = make_task("tw_treasure")
-    task.games_dir = tmp_path_factory.mktemp("tw-games")
+def task():
+    task = make_task("tw_treasure")  # its games: the run's cache (tests/conftest.py)
     task.train_games = 2  # the training pool: two games
     return task
 
@@ -117,7 +116,6 @@ def test_every_method_runs_on_a_text_game(tmp_path):
 
     small = [
         "env=tw_treasure",
-        f"env.task.games_dir={tmp_path / 'games'}",
         "env.task.train_games=2",
         "policy.recipe=suite",
         "policy.total_timesteps=256",

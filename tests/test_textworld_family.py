@@ -24,8 +24,9 @@ ENVS = ("tw_treasure", "tw_quest", "tw_cooking")
 
 
 @pytest.fixture(scope="session")
-def games_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("textworld-games")
+def games_root(textworld_games):
+    """The run's game cache (tests/conftest.py), shared with the other test files."""
+    return textworld_games
 
 
 def task_of(env: str, root) -> TextWorldTask:
@@ -53,21 +54,25 @@ def test_the_expert_solves_every_test_game_it_plays(env, games_root):
         assert 0 < ep.steps <= len(walkthrough)  # replanning never takes a detour
 
 
-def test_games_are_made_once_per_seed_and_cached_by_their_parameters(games_root):
-    task = task_of("tw_treasure", games_root)
+def test_games_are_made_once_per_seed_and_cached_by_their_parameters(games_root, tmp_path):
+    task = task_of("tw_treasure", tmp_path)  # an empty cache: the games are made here
     path = task.game_file(100)
     meta = json.loads((path.parent / games.META_FILE).read_text())
     # a test game at the harder evaluation level, a training game at the training level
     assert meta["seed"] == 100 and meta["params"] == {"level": 8} and meta["bytes"] > 0
+    assert meta["seconds"] > 0 and path.parent.parent.parent == tmp_path
     train = task.game_file(TRAIN_SEED_MIN)
     assert json.loads((train.parent / games.META_FILE).read_text())["params"] == {"level": 5}
     mtime = path.stat().st_mtime_ns
     assert task.game_file(100) == path and path.stat().st_mtime_ns == mtime  # not made again
     other = games.cache_key("treasure", {"level": 6})
     assert path.parent.parent.name != other and path.parent.parent.name.startswith("treasure-")
-    # the same seed gives the same game, a different seed another one
-    assert task.episode(100).walkthrough() == task.episode(100).walkthrough()
-    assert task.episode(100).walkthrough() != task.episode(101).walkthrough()
+    # the same seed gives the same game, made again in another cache (the run's, shared by the
+    # other tests); a different seed another one
+    shared = task_of("tw_treasure", games_root)
+    assert shared.game_file(100) != path
+    assert task.episode(100).walkthrough() == shared.episode(100).walkthrough()
+    assert task.episode(100).walkthrough() != shared.episode(101).walkthrough()
 
 
 def test_training_resets_fold_onto_the_training_pool_and_never_reach_evaluation_seeds():
