@@ -12,6 +12,8 @@ METHOD_GROUPS = ("method", "gate", "slm", "prompt")  # what the `method` label i
 OWN_GROUP_KEYS = ("prompt.planner_hint",)  # swept keys the `method` label does not show
 AXES = {"gate.tau": "tau", "gate.mc_samples": "mc_samples"}  # config key -> its summary key
 AXIS_TITLES = {"gate.tau": "τ (entropy threshold, bits)", "gate.mc_samples": "N (MC passes)"}
+# a swept index into a per-env grid -> the config key it sets (+experiment=released_tau_grid)
+INDEX_AXES = {"tau_point": "gate.tau"}
 
 
 @dataclass(frozen=True)
@@ -155,10 +157,11 @@ def design(preset: str, overrides: list[str] | tuple[str, ...] = ()) -> Design |
         return None
     axes = sweep_axes(cfg)
     envs = axes.get("env") or [str(cfg.env.name)]
-    x = next((k for k in axes if k in AXES), None)
+    swept_x = next((k for k in axes if k in AXES or k in INDEX_AXES), None)
+    x = INDEX_AXES.get(swept_x, swept_x)
     grouping: list[str] = []
     for key in axes:
-        if key == "env" or key == x:
+        if key == "env" or key == swept_x:
             continue
         g = group_key(key)
         if g not in grouping:

@@ -33,6 +33,7 @@ GROUPED_BY = {
     "policy.seed": "policy.seed",
 }
 AGAINST = {"gate.tau": "tau", "gate.mc_samples": "mc_samples"}  # swept key -> line panels' x
+INDEX = {"tau_point": "gate.tau"}  # a swept index into a per-env tau grid -> the key it sets
 FAMILY = {"fourrooms": "success", "doorkey8": "success", "higherlower": "accuracy"}
 TABLE_METRICS = ["reward_mean", "{m}_mean", "ir_mean", "or_mean", "invalid_rate_pooled"]
 
@@ -87,10 +88,11 @@ def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
         return
     sweep = _sweep(preset)
     envs = sweep["env"]
-    x = next((k for k in sweep if k in AGAINST), None)
+    swept_x = next((k for k in sweep if k in AGAINST or k in INDEX), None)
+    x = INDEX.get(swept_x, swept_x)
     grouping = []
     for key in (k.lstrip("+") for k in sweep):  # `++gate.tau` sweeps the key gate.tau
-        if key in ("env", x):
+        if key in ("env", swept_x):
             continue
         g = GROUPED_BY.get(key, key if "." in key else f"{key}.name")
         if g not in grouping:

@@ -332,3 +332,35 @@ def test_a_shared_study_is_bounded_by_the_prompt_it_tunes_with(tmp_path):
 
     both, ask_plus = bound("method=ask,ask_plus"), bound("method=ask_plus")
     assert both == ask_plus + bound("method=ask", "gate.tau=1.0")
+
+
+# the papers' remaining tables and figures: preset -> (jobs, cells) of its plan, and with slm=tiny
+PRESET_PLANS = {
+    "feedback_curves": ((3, 3), (3, 3)),
+    "feedback_table5": ((6, 6), (3, 3)),
+    "slm_only_prompts": ((30, 30), (15, 15)),
+    "released_mc_samples": ((30, 30), (15, 15)),
+    # 11 grid points per env: DoorKey's 8 taus and HigherLower's 10 leave 3 + 1 repeated points
+    "released_tau_grid": ((66, 58), (33, 29)),
+    "fig2_tau": ((60, 60), (30, 30)),
+}
+BIG_PLANS = {"slm_only_prompts", "released_mc_samples", "released_tau_grid", "fig2_tau"}
+
+
+@pytest.mark.parametrize(
+    "preset",
+    [pytest.param(p, marks=pytest.mark.slow) if p in BIG_PLANS else p for p in PRESET_PLANS],
+)
+def test_plan_lists_the_cells_of_each_paper_preset(preset, tmp_path):
+    """`python -m benchmark.plan +experiment=<preset>` in a fresh root: the preset's jobs and
+    distinct cells, each pending (with slm=tiny; a hub model not in the local cache would make
+    the cell invalid here), and one row per cell in the printed plan."""
+    full, tiny = PRESET_PLANS[preset]
+    over = [f"paths.root={tmp_path}", f"+experiment={preset}"]
+    plan = plan_sweep(over)
+    assert (plan.jobs, len(plan.cells)) == full
+    plan = plan_sweep([*over, "slm=tiny"])
+    assert (plan.jobs, len(plan.cells)) == tiny
+    assert {c.status for c in plan.cells} == {PENDING}
+    text = format_plan(plan)
+    assert sum(line.startswith(PENDING) for line in text.splitlines()) == tiny[1]

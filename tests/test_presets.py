@@ -19,7 +19,13 @@ EXPECTED = {  # preset: (cells, with slm=tiny substituted)
         3 * 6 * 2 * 2,
         3 * 6 * 2,
     ),  # envs x (4 thresholds, best, final) x {PPO, ASK+} x models
-    "fig2_tau": (3 * 10, 3 * 10),  # envs x tau 0.1..1.9
+    "fig2_tau": (3 * 10 * 2, 3 * 10),  # envs x tau 0.1..1.9 x {2B, 4B}
+    # envs x 11 grid points (a shorter grid repeats its last tau) x {2B, 4B}
+    "released_tau_grid": (3 * 11 * 2, 3 * 11),
+    "released_mc_samples": (3 * 5 * 2, 3 * 5),  # envs x N in {5, 10, 20, 30, 50} x models
+    "slm_only_prompts": (3 * 5 * 2, 3 * 5),  # envs x 5 prompt variants x models
+    "feedback_table5": (3 * 2, 3),  # configurations x {DeepSeek-R1 14B, QwQ 32B}
+    "feedback_curves": (3, 3),  # configurations (PPO-CNN only)
     "mc_samples": (3 * 5, 3 * 5),
     "gating": (3 * 2 * 3, 3 * 3),  # envs x {oracle, SLM} x {entropy, epistemic, random}
     "ceiling": (3 * 5, 3 * 5),
@@ -65,6 +71,9 @@ BIG = {
     "brace",
     "belief",
     "gating",
+    "released_tau_grid",
+    "released_mc_samples",
+    "slm_only_prompts",
 }
 
 
