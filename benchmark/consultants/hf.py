@@ -16,7 +16,8 @@ On CPU, attention is "prefix_sdpa" (benchmark.consultants.attention): an unpadde
 cached prefix is attended without the masked rectangle. The rest of the backend lives beside
 it: prefix reuse (benchmark.consultants.prefix), choice scoring (.choices), the lean greedy loop
 (.lean), per-query sampling streams (.sampling), the kernel report (.kernels) and the weights'
-identity (.fingerprint); HFConsultant puts them together."""
+identity (.fingerprint); HFConsultant puts them together Prompts of different lengths share a
+forward or not by `batching` (benchmark.consultants.prefix.resolve_batching)."""
 
 from __future__ import annotations
 

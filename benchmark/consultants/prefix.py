@@ -25,8 +25,10 @@ with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer k
 Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
 bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
 recurrent and one conv state per linear layer (independent of the prefix's length).
-`prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
-path runs one forward per distinct row length instead of one for the batch (not measured yet)."""
+`prefill_stats()` counts prompt positions computed, with and without reuse. The stacked path
+runs one forward per distinct row length; batching "padded" (`resolve_batching`, a GPU's
+default) therefore gives a hybrid model's rows of different lengths no prefix and one plain
+left-padded forward instead."""
 
 from __future__ import annotations
 
