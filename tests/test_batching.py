@@ -11,11 +11,10 @@ import dataclasses
 
 import pytest
 
-from benchmark.bench.qwen_shapes import save_tiny_hybrid
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.prefix import resolve_batching
-from benchmark.consultants.tiny import build_tiny
+from tests.test_choices import tiny_model_path
 from tests.test_prefix_cache import ask_queries
 
 NEW = 6  # greedy tokens per answer: the lean loop (<= lean_max_new_tokens)
@@ -27,11 +26,7 @@ def models(request, tmp_path_factory):
     import torch
 
     threads = torch.get_num_threads()
-    base = tmp_path_factory.getbasetemp()
-    if request.param == "qwen3":
-        path = str(build_tiny(base / "tiny-qwen3-s0", 0))
-    else:
-        path = str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+    path = tiny_model_path(request.param, tmp_path_factory)
     common = dict(path=path, num_threads=1, max_batch_size=64)
     padded = HFConsultant(**common, batching="padded")
     by_length = HFConsultant(**common, batching="by_length")
