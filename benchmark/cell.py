@@ -29,13 +29,15 @@ from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_
 from benchmark.gates import GateSettings
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
-# the hf backend's prefix KV reuse and lean decode loop give token-identical answers
-# (tests/test_prefix_cache.py, tests/test_choices.py);
+# the hf backend's prefix KV reuse, lean decode loop and batching across prompt lengths give
+# token-identical answers (tests/test_prefix_cache.py, tests/test_choices.py,
+# tests/test_batching.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
 # not change an answer; nor does declaring that the server returns prompt log-probabilities
 BACKEND_EXECUTION_KEYS = (
     "prefix_cache",
     "lean_max_new_tokens",
+    "batching",
     "wait_timeout",
     "url_file",
     "prompt_logprobs",

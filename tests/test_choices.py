@@ -18,17 +18,21 @@ from benchmark.consultants.tiny import build_tiny
 from tests.test_prefix_cache import ask_queries
 
 
+def tiny_model_path(kind: str, tmp_path_factory) -> str:
+    """The tiny model ("qwen3") or the tiny hybrid ("qwen3.5"), built once per test session."""
+    base = tmp_path_factory.getbasetemp()
+    if kind == "qwen3":
+        return str(build_tiny(base / "tiny-qwen3-s0", 0))
+    return str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+
+
 @pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
 def models(request, tmp_path_factory):
     """(reuse on, lean; reuse off, generate()) of the tiny model or the tiny hybrid."""
     import torch
 
     threads = torch.get_num_threads()
-    base = tmp_path_factory.getbasetemp()
-    if request.param == "qwen3":
-        path = str(build_tiny(base / "tiny-qwen3-s0", 0))
-    else:
-        path = str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+    path = tiny_model_path(request.param, tmp_path_factory)
     on = HFConsultant(path=path, num_threads=1)
     off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off

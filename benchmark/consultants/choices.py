@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmark.consultants.base import Answer, Query
 from benchmark.consultants.penalty import penalize
-from benchmark.consultants.prefix import Prompt
+from benchmark.consultants.prefix import Prompt, next_positions
 
 
 class ChoiceScoring:
@@ -79,10 +79,10 @@ class ChoiceScoring:
         seqs = [r.ids for r in rows]
         out: list[list[float]] = [[] for _ in rows]
         with torch.inference_mode():
-            for members, cache, last in self._prefill_groups(seqs, rows, conts):
+            for members, cache, last, mask in self._prefill_groups(seqs, rows, conts):
                 t0 = time.perf_counter()
                 if any(penalties[r] != 1.0 for r in members):
-                    scored = self._penalized(members, cache, last, seqs, conts, penalties)
+                    scored = self._penalized(members, cache, last, seqs, conts, penalties, mask)
                     for r, values in zip(members, scored, strict=True):
                         out[r] = values
                     self._stats["decode_seconds"] += time.perf_counter() - t0
@@ -100,7 +100,7 @@ class ChoiceScoring:
                     self._stats["decode_seconds"] += time.perf_counter() - t0
                     continue
                 first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
-                pairs, logits = self._action_tails(members, cache, conts)
+                pairs, logits = self._action_tails(members, cache, conts, mask)
                 rest = None if logits is None else torch.log_softmax(logits.float(), dim=-1)
                 for m, (j, c) in enumerate(pairs):
                     v = float(first[j, c[0]])
@@ -110,26 +110,35 @@ class ChoiceScoring:
                 self._stats["decode_seconds"] += time.perf_counter() - t0
         return out
 
-    def _action_tails(self, members, cache, conts) -> tuple[list[tuple[int, list[int]]], Any]:
+    def _action_tails(
+        self, members, cache, conts, mask=None
+    ) -> tuple[list[tuple[int, list[int]]], Any]:
         """Every (member row, action) pair, and the logits of the actions' later tokens: one
         forward of the actions right-padded (padding comes after) on the prompt's cache, which is
-        reordered to one row per pair; None when every action is a single token."""
+        reordered to one row per pair; None when every action is a single token. A left-padded
+        group's attention `mask` goes along, grown by the actions' columns, with each action's
+        positions following its prompt's last."""
         import torch
 
         pairs = [(j, c) for j, r in enumerate(members) for c in conts[r]]
         width = max(len(c) for _, c in pairs) - 1
         if width <= 0:
             return pairs, None
-        cache.reorder_cache(torch.tensor([j for j, _ in pairs], device=self.device))
+        index = torch.tensor([j for j, _ in pairs], device=self.device)
+        cache.reorder_cache(index)
         ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
         for m, (_, c) in enumerate(pairs):
             ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-        logits = self.model(
-            input_ids=ids.to(self.device), use_cache=True, **{self._cache_arg: cache}
-        ).logits
+        kwargs: dict[str, Any] = {self._cache_arg: cache}
+        if mask is not None:
+            grown = torch.cat([mask[index], mask.new_ones((len(pairs), width))], dim=1)
+            kwargs.update(attention_mask=grown, position_ids=next_positions(grown, width))
+        logits = self.model(input_ids=ids.to(self.device), use_cache=True, **kwargs).logits
         return pairs, logits
 
-    def _penalized(self, members, cache, last, seqs, conts, penalties) -> list[list[float]]:
+    def _penalized(
+        self, members, cache, last, seqs, conts, penalties, mask=None
+    ) -> list[list[float]]:
         """Per member row: each action's log-likelihood with every token's logits penalized
         over the prompt and the action's earlier tokens (module docstring). The later tokens'
         logits come from the folded branches, or from one forward of the actions on the cache."""
@@ -144,7 +153,7 @@ class ChoiceScoring:
                     at += len(c) - 1
                 positions.append(rows)
         else:
-            pairs, logits = self._action_tails(members, cache, conts)
+            pairs, logits = self._action_tails(members, cache, conts, mask)
             positions = [[] for _ in members]
             for m, (j, c) in enumerate(pairs):
                 positions[j].append(

@@ -16,7 +16,8 @@ On CPU, attention is "prefix_sdpa" (benchmark.consultants.attention): an unpadde
 cached prefix is attended without the masked rectangle. The rest of the backend lives beside
 it: prefix reuse (benchmark.consultants.prefix), choice scoring (.choices), the lean greedy loop
 (.lean), per-query sampling streams (.sampling), the kernel report (.kernels) and the weights'
-identity (.fingerprint); HFConsultant puts them together."""
+identity (.fingerprint); HFConsultant puts them together Prompts of different lengths share a
+forward or not by `batching` (benchmark.consultants.prefix.resolve_batching)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ from benchmark.consultants.prefix import (
     PrefixCache,
     PrefixReuse,
     Prompt,
+    left_padded,
     prefix_reuse_mode,
+    resolve_batching,
 )
 from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS, row_sampler
 from benchmark.vocabulary import THINK_END, THINK_START, released_answer
@@ -93,13 +96,16 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         num_threads: int | None = None,
         prefix_cache: int = 8,  # DEFAULT_PREFIX_CACHE
         lean_max_new_tokens: int = 16,  # DEFAULT_LEAN_MAX_NEW_TOKENS
+        batching: str = "auto",
         digests: str | None = None,
     ) -> None:
         """`digests`: the results store's digest cache (benchmark.store; make_consultant passes
         it), so a multi-GB local model is not hashed again on every job. `num_threads` (process-wide torch.set_num_threads; None leaves it alone): on a
         small shared CPU one thread is several times faster than OpenMP threads that contend
         with other processes for the same cores. `prefix_cache`: how many prompt prefixes'
-        key/value caches to keep (LRU; 0 = no prefix reuse; benchmark.consultants.prefix)."""
+        key/value caches to keep (LRU; 0 = no prefix reuse; benchmark.consultants.prefix).
+        `batching`: how prompts of different lengths share a forward (`resolve_batching`:
+        auto, padded, by_length)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,6 +122,8 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
                 f"slm.backend.lean_max_new_tokens={lean_max_new_tokens!r} must be >= 0"
             )
         self.lean_max_new_tokens = int(lean_max_new_tokens)
+        resolve_batching(batching, "cpu")  # fails early on a bad value, before the model loads
+        self.batching_setting = batching
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         source, local_only, self._identity = resolve_source(model, path, revision, digests)
@@ -176,6 +184,9 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
         if not hasattr(self, "lean_max_new_tokens"):
             self.lean_max_new_tokens = DEFAULT_LEAN_MAX_NEW_TOKENS
+        self.batching = resolve_batching(
+            getattr(self, "batching_setting", "auto"), self.device.type
+        )
         gc = copy.deepcopy(self.model.generation_config)
         gc.update(temperature=None, top_p=None, top_k=None, min_p=None, do_sample=False)
         gc.pad_token_id, gc.eos_token_id = self.pad_id, self.eos_ids
@@ -430,22 +441,18 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             return self._lean_ids(seqs, max_new, stop, prompts, d.repetition_penalty)
         n = len(seqs)
         width = max(len(s) for s in seqs)
+        # a hybrid model batched "padded" computes rows of different lengths whole (one
+        # left-padded forward) rather than one forward per length on the prefix (_stacked_cache)
+        reuse = not (self.reuse_mode == "unpadded" and self._pads(seqs))
         with torch.inference_mode():
-            p, cache = self._shared_prefix(seqs, prompts)
+            p, cache = self._shared_prefix(seqs, prompts) if reuse else (0, None)
             computed = n * (width - p)
             if cache is not None and self.reuse_mode == "unpadded" and min(map(len, seqs)) < width:
                 cache = self._stacked_cache(cache, seqs, p)  # plain left padding from here
                 p, computed = 0, n  # generate computes each row's last token
             elif cache is not None and n > 1:  # batch 1 -> n (linear layers: no repeat_interleave)
                 cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
-            ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((n, width), dtype=torch.long)
-            for r, s in enumerate(seqs):
-                ids[r, width - len(s) + p :] = torch.tensor(s[p:], dtype=torch.long)
-                mask[r, width - len(s) + p :] = 1
-                if p:
-                    ids[r, :p] = torch.tensor(s[:p], dtype=torch.long)
-                    mask[r, :p] = 1
+            ids, mask = left_padded(seqs, p, self.pad_id)
             self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
             self._stats["prefill_tokens"] += computed
             self._stats["prefill_tokens_without_reuse"] += n * width

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from benchmark.consultants.penalty import penalize
-from benchmark.consultants.prefix import Prompt
+from benchmark.consultants.prefix import Prompt, next_positions
 
 DEFAULT_LEAN_MAX_NEW_TOKENS = 16  # greedy answers up to this long take the lean decode loop
 
@@ -58,19 +58,21 @@ class LeanDecoding:
         prompts: list[Prompt],
         penalty: float = 1.0,
     ) -> list[list[int]]:
-        """Greedy decoding without `generate`: each length group prefilled unpadded on the
-        shared prefix (`_prefill_groups`), then one forward per new token on the group's own
-        cache; a row leaves the batch at its stop token. Only taken when greedy generation
-        would apply no logits processor (`_lean_ok`), so argmax of the logits is its choice:
-        the same tokens as `generate` (tests/test_choices.py). A repetition `penalty` other than
-        1 is applied to each row's logits over its prompt and answer so far, as `generate`
-        applies it (benchmark.consultants.penalty)."""
+        """Greedy decoding without `generate`: the prompts prefilled on the shared prefix
+        (`_prefill_groups`: one left-padded group, or one unpadded group per length), then one
+        forward per new token on the group's own cache, the attention mask growing by a column
+        and each row's position following its last (`next_positions`); a row leaves the batch
+        at its stop token. Only taken when greedy generation would apply no logits processor
+        (`_lean_ok`), so argmax of the logits is its choice: the same tokens as `generate`
+        (tests/test_choices.py, tests/test_batching.py). A repetition `penalty` other than 1 is
+        applied to each row's logits over its prompt and answer so far, as `generate` applies it
+        (benchmark.consultants.penalty)."""
         import torch
 
         out: list[list[int]] = [[] for _ in seqs]
         stops = torch.tensor(stop, device=self.device)
         with torch.inference_mode():
-            for members, cache, last in self._prefill_groups(seqs, prompts):
+            for members, cache, last, mask in self._prefill_groups(seqs, prompts):
                 t0 = time.perf_counter()
                 alive = list(members)
                 for step in range(max_new):
@@ -87,8 +89,12 @@ class LeanDecoding:
                         cache.reorder_cache(index)
                         alive = [alive[k] for k in index.tolist()]
                         token = token[index]
-                    last = self.model(
-                        input_ids=token[:, None], use_cache=True, **{self._cache_arg: cache}
-                    ).logits[:, -1]
+                        mask = None if mask is None else mask[index]
+                    kwargs: dict[str, Any] = {self._cache_arg: cache}
+                    if mask is not None:  # left-padded: the mask and the positions go along
+                        mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+                        kwargs.update(attention_mask=mask, position_ids=next_positions(mask, 1))
+                    last = self.model(input_ids=token[:, None], use_cache=True, **kwargs).logits
+                    last = last[:, -1]
                 self._stats["decode_seconds"] += time.perf_counter() - t0
         return out

@@ -25,8 +25,10 @@ with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer k
 Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
 bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
 recurrent and one conv state per linear layer (independent of the prefix's length).
-`prefill_stats()` counts prompt positions computed, with and without reuse. On a GPU the stacked
-path runs one forward per distinct row length instead of one for the batch (not measured yet)."""
+`prefill_stats()` counts prompt positions computed, with and without reuse. The stacked path
+runs one forward per distinct row length; batching "padded" (`resolve_batching`, a GPU's
+default) therefore gives a hybrid model's rows of different lengths no prefix and one plain
+left-padded forward instead."""
 
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
+# How rows of different prompt lengths share a forward (`slm.backend.batching`; docs/performance.md):
+# "padded" = one left-padded batch, "by_length" = one unpadded batch per length, "auto" = by device
+BATCHING = ("auto", "padded", "by_length")
 
 PREFILL_STATS = (
     "prompt_tokens",
@@ -119,6 +124,55 @@ def prefix_reuse_mode(model: Any) -> str | None:
     return None
 
 
+def resolve_batching(setting: Any, device_type: str) -> str:
+    """`slm.backend.batching` on a device: "padded" or "by_length". `auto` takes "padded" on an
+    accelerator, where a small forward is launch-bound and one forward per step for the whole
+    batch should beat one per prompt length (not measured here), and "by_length" on a CPU, where
+    the work is per token: there the unpadded groups skip the padding, take the unmasked
+    attention kernel and (hybrid models) the stored prefix, and were about twice as fast on the
+    tiny models (docs/performance.md, "Batching across prompt lengths")."""
+    from benchmark.consultants.errors import ConsultantError
+
+    if setting not in BATCHING:
+        raise ConsultantError(f"slm.backend.batching={setting!r} is not one of {list(BATCHING)}")
+    if setting == "auto":
+        return "by_length" if device_type == "cpu" else "padded"
+    return str(setting)
+
+
+def left_padded(seqs: list[list[int]], p: int, pad_id: int) -> tuple[Any, Any]:
+    """(ids, mask) [n, width] of rows laid out `[prefix | pad ... pad | suffix]` (the first `p`
+    tokens shared; p = 0: plain left padding), mask 0 on the padding."""
+    import torch
+
+    n, width = len(seqs), max(len(s) for s in seqs)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, width - len(s) + p :] = torch.tensor(s[p:], dtype=torch.long)
+        mask[r, width - len(s) + p :] = 1
+        if p:
+            ids[r, :p] = torch.tensor(s[:p], dtype=torch.long)
+            mask[r, :p] = 1
+    return ids, mask
+
+
+def mask_positions(mask: Any) -> Any:
+    """Each position's index among its row's real tokens (padding: 1), as `generate` derives
+    position ids from the attention mask."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def next_positions(mask: Any, k: int) -> Any:
+    """Position ids [n, k] of `k` tokens appended to left-padded rows whose attention `mask`
+    [n, width] already covers them (the last k columns): each row's count of real tokens before
+    them, onwards."""
+    import torch
+
+    before = mask[:, :-k].sum(-1, keepdim=True)
+    return before + torch.arange(k, device=mask.device)
+
+
 class PrefixReuse:
     """The prefill half of HFConsultant (a mixin): prompts computed on a stored or shared prefix,
     and the counts of what that saved. The host sets `model`, `device`, `prefix_cache`,
@@ -136,18 +190,28 @@ class PrefixReuse:
     def reset_prefill_stats(self) -> None:
         self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
+    def _pads(self, seqs: list[list[int]]) -> bool:
+        """Do rows of different lengths go through one left-padded forward (`batching`
+        "padded")? Rows of one length never need padding."""
+        return self.batching == "padded" and len({len(s) for s in seqs}) > 1
+
     def _prefill_groups(
         self, seqs: list[list[int]], rows: list[Prompt], conts: list[list[list[int]]] | None = None
     ):
-        """Yield (row indices, their batch cache, their last position's logits [g, V]) per group
-        of equal-length rows, each group prefilled unpadded on a copy of the shared prefix's
-        cache (or from an empty cache): no padding and no mask beyond the causal one, so every
-        row computes exactly what it would alone; the suffix costs what it costs. With `conts`
-        (choice scoring) and `_folds_choices`, a group whose rows share their actions' token
-        sequences has them scored in the same forward (`_extend`'s branches): its logits are
-        then [g, 1 + branch tokens, V] and its cache holds the branches too."""
+        """Yield (row indices, their batch cache, their last position's logits [g, V], their
+        attention mask or None). Batching "padded" with rows of different lengths: one group of
+        every row, left-padded (`_padded_prefill`). Otherwise one group per length, each
+        prefilled unpadded on a copy of the shared prefix's cache (or from an empty cache): no
+        padding and no mask beyond the causal one, so every row computes exactly what it would
+        alone; the suffix costs what it costs. With `conts` (choice scoring) and `_folds_choices`,
+        a group whose rows share their actions' token sequences has them scored in the same
+        forward (`_extend`'s branches): its logits are then [g, 1 + branch tokens, V] and its
+        cache holds the branches too."""
         import torch
 
+        if self._pads(seqs):
+            yield self._padded_prefill(seqs, rows)
+            return
         t0 = time.perf_counter()
         p, prefix = self._shared_prefix(seqs, rows)
         groups: dict[int, list[int]] = {}
@@ -168,7 +232,40 @@ class PrefixReuse:
                     branches = [c[:-1] for c in first]  # the inputs whose logits score c[1:]
             last = self._extend(cache, [seqs[r][p:] for r in members], branches)
             self._stats["prefill_seconds"] += time.perf_counter() - t0
-            yield members, cache, last
+            yield members, cache, last, None
+
+    def _padded_prefill(self, seqs: list[list[int]], rows: list[Prompt]):
+        """Every row in one forward, left-padded, as `generate` lays a batch out: positions from
+        the attention mask, so each row sees the positions and keys of its unpadded prompt. A
+        model of attention layers only takes the stored prefix first (`[prefix | pad | suffix]`,
+        exact: the padding is masked out); a hybrid one computes the whole prompt (`[pad |
+        prompt]`: its recurrent state is zero before the first real token, so left padding is
+        exact, while padding after a prefix is not; module docstring). The group of
+        `_prefill_groups`: (all rows, the batch cache, the last logits [n, V], the mask)."""
+        import torch
+
+        t0 = time.perf_counter()
+        n, width = len(seqs), max(map(len, seqs))
+        p, cache = self._shared_prefix(seqs, rows) if self.reuse_mode == "padded" else (0, None)
+        if cache is None:
+            cache = self._new_cache()
+        elif n > 1:
+            cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
+        ids, mask = left_padded(seqs, p, self.pad_id)
+        self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        self._stats["prefill_tokens"] += n * (width - p)
+        self._stats["prefill_tokens_without_reuse"] += n * width
+        mask = mask.to(self.device)
+        kwargs: dict[str, Any] = {
+            self._cache_arg: cache,
+            "attention_mask": mask,
+            "position_ids": mask_positions(mask)[:, p:],
+        }
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=ids[:, p:].to(self.device), use_cache=True, **kwargs)
+        self._stats["prefill_seconds"] += time.perf_counter() - t0
+        return list(range(n)), cache, out.logits[:, -1], mask
 
     def _shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
         """(p, a fresh batch-1 cache of seqs[0][:p]) for the prefix every row shares, or (0,
