@@ -20,7 +20,7 @@ from tests.test_prefix_cache import ask_queries
 NEW = 6  # greedy tokens per answer: the lean loop (<= lean_max_new_tokens)
 
 
-@pytest.fixture(scope="module", params=["qwen3", "qwen3.5"])
+@pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
 def models(request, tmp_path_factory):
     """(padded, by_length, plain generate without reuse) on one tiny model, batches of 64."""
     import torch
