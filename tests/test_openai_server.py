@@ -225,6 +225,8 @@ def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> N
         ("slm.backend.wait_timeout=soon", "slm.backend.wait_timeout='soon' is invalid"),
         ("slm.backend.wait_timeout=true", "slm.backend.wait_timeout=True is invalid"),
         ("slm.backend.url_file=''", "slm.backend.url_file='' is invalid"),
+        ("slm.backend.restart_wait_s=-5", "slm.backend.restart_wait_s=-5 is invalid"),
+        ("slm.backend.choice_logprobs=echo", "slm.backend.choice_logprobs='echo' is invalid"),
     ],
 )
 def test_bad_wait_settings_are_refused(tmp_path, override, expected) -> None:
@@ -245,7 +247,10 @@ def test_wait_settings_are_not_part_of_the_cell(tmp_path) -> None:
         return CellSpec.from_config(cfg).with_inputs(model=None).hash
 
     assert cell_hash() == cell_hash(
-        "slm.backend.wait_timeout=600", f"slm.backend.url_file={tmp_path / 'a.url'}"
+        "slm.backend.wait_timeout=600",
+        f"slm.backend.url_file={tmp_path / 'a.url'}",
+        "slm.backend.restart_wait_s=0",
+        "slm.backend.choice_logprobs=prompt_logprobs",
     )
     assert cell_hash() != cell_hash("slm.backend.model=other")
 
