@@ -33,7 +33,9 @@ from benchmark.tuning import OBJECTIVE_KEYS, Objective
 # token-identical answers (tests/test_prefix_cache.py, tests/test_choices.py,
 # tests/test_batching.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer; nor does declaring that the server returns prompt log-probabilities
+# not change an answer; nor does declaring that the server returns log-probabilities, which of
+# its two ways choice scoring takes them (the same raw log-probabilities), or how long a request
+# waits for a server that restarts
 BACKEND_EXECUTION_KEYS = (
     "prefix_cache",
     "lean_max_new_tokens",
@@ -41,6 +43,8 @@ BACKEND_EXECUTION_KEYS = (
     "wait_timeout",
     "url_file",
     "prompt_logprobs",
+    "choice_logprobs",
+    "restart_wait_s",
 )
 # 1: before paths left the identity and inputs entered it by content; 2: before the policy
 # entered by its weights (not the zip's bytes) and a local model by every byte of its weights

@@ -16,7 +16,13 @@ backend's path or hub id; the tiny models are built first). Once `GET <url>/mode
 URL is written to `--url-file` (atomically; cells read it with `slm.backend.url_file` and wait for
 it with `slm.backend.wait_timeout`) and printed as `export BENCHMARK_SLM_URL=<url>`. The process
 then stays in the foreground with the server; SIGTERM or SIGINT (scancel, Ctrl-C, the end of the
-SLURM job) stops the server and removes the URL file, so no cell finds a dead address there."""
+SLURM job) stops the server and removes the URL file, so no cell finds a dead address there.
+
+A server that exits on its own (an engine that crashed: CUDA error, out of memory) is started
+again, on the same address, up to `--restarts` times (launchers/serve/serve.sbatch: 3): the URL
+file is removed while it is down and written again once it is healthy; the cells' requests wait
+for it meanwhile (slm.backend.restart_wait_s). Past the last restart, the process exits with the
+server's exit code."""
 
 from __future__ import annotations
 
@@ -254,6 +260,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bin", default=None, help="server executable (default: beside python)")
     p.add_argument("--url-file", type=Path, default=None, help="write the base URL here")
     p.add_argument("--start-timeout", type=float, default=1800.0, help="seconds to get healthy")
+    p.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="start a server that exits on its own again, up to this many times",
+    )
     p.add_argument("extra", nargs="*", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -273,25 +285,52 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             raise SystemExit(f"--threads {args.threads} is invalid: allowed an integer >= 1")
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
-    proc = subprocess.Popen(cmd, env=env)
+    if args.restarts < 0:
+        raise SystemExit(f"--restarts {args.restarts} is invalid: allowed an integer >= 0")
+    return serve(cmd, env, url, args)
+
+
+def serve(cmd: list[str], env: dict[str, str], url: str, args: argparse.Namespace) -> int:
+    """Run the server until SIGTERM/SIGINT (exit 0), starting it again when it exits on its own,
+    up to `args.restarts` times (module docstring); its exit code past the last restart."""
+    procs = [subprocess.Popen(cmd, env=env)]
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        served = wait_healthy(url, proc, args.start_timeout)
-        if args.url_file is not None:
-            write_url_file(args.url_file, url)
-        print(f"# serving {served} ({args.engine})", flush=True)
-        print(f"export BENCHMARK_SLM_URL={url}", flush=True)
-        return proc.wait()
+        while True:
+            try:
+                served = wait_healthy(url, procs[-1], args.start_timeout)
+            except SystemExit:  # a first start that fails, or hangs, is not retried
+                if len(procs) == 1 or procs[-1].poll() is None:
+                    raise
+                code = procs[-1].returncode  # a restart that died on the way up
+            else:
+                if args.url_file is not None:
+                    write_url_file(args.url_file, url)
+                print(f"# serving {served} ({args.engine})", flush=True)
+                print(f"export BENCHMARK_SLM_URL={url}", flush=True)
+                code = procs[-1].wait()
+                if args.url_file is not None:  # no cell may find it while it is down
+                    remove_url_file(args.url_file, url)
+            if len(procs) > args.restarts:
+                print(f"# the server exited with code {code}", file=sys.stderr, flush=True)
+                return code or 1
+            print(
+                f"# the server exited with code {code}: restart {len(procs)} of "
+                f"{args.restarts}: {' '.join(cmd)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            procs.append(subprocess.Popen(cmd, env=env))
     except KeyboardInterrupt:
         return 0
     finally:
         if args.url_file is not None:
             remove_url_file(args.url_file, url)
-        stop_process(proc)
+        stop_process(procs[-1])
 
 
 def stop_process(proc: subprocess.Popen, grace: float = 30.0) -> None:

@@ -305,15 +305,26 @@ def _finite_number(x) -> bool:
 
 
 def _check_server_wait(cfg: DictConfig) -> None:
-    """slm.backend.wait_timeout / url_file (openai backend): how a cell finds a shared server."""
-    wait = OmegaConf.select(cfg, "slm.backend.wait_timeout")
-    if wait is not None and (
-        not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < math.inf
-    ):
-        raise ValueError(
-            f"slm.backend.wait_timeout={wait!r} is invalid: allowed a number of seconds >= 0 "
-            "(0 = probe the server once)"
-        )
+    """slm.backend.wait_timeout / url_file / restart_wait_s / choice_logprobs (openai backend):
+    how a cell finds a shared server, waits for it to restart, and scores choices on it."""
+    for key, zero in (("wait_timeout", "probe the server once"), ("restart_wait_s", "no wait")):
+        wait = OmegaConf.select(cfg, f"slm.backend.{key}")
+        if wait is not None and (
+            not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < math.inf
+        ):
+            raise ValueError(
+                f"slm.backend.{key}={wait!r} is invalid: allowed a number of seconds >= 0 "
+                f"(0 = {zero})"
+            )
+    how = OmegaConf.select(cfg, "slm.backend.choice_logprobs")
+    if how is not None:
+        from benchmark.consultants.remote_choices import CHOICE_LOGPROBS
+
+        if how not in CHOICE_LOGPROBS:
+            raise ValueError(
+                f"slm.backend.choice_logprobs={how!r} is invalid: allowed "
+                f"{', '.join(CHOICE_LOGPROBS)}"
+            )
     url_file = OmegaConf.select(cfg, "slm.backend.url_file")
     if url_file is not None and (not isinstance(url_file, str) or not url_file.strip()):
         raise ValueError(

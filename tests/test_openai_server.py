@@ -225,6 +225,8 @@ def test_missing_url_file_fails_after_the_timeout_naming_the_file(tmp_path) -> N
         ("slm.backend.wait_timeout=soon", "slm.backend.wait_timeout='soon' is invalid"),
         ("slm.backend.wait_timeout=true", "slm.backend.wait_timeout=True is invalid"),
         ("slm.backend.url_file=''", "slm.backend.url_file='' is invalid"),
+        ("slm.backend.restart_wait_s=-5", "slm.backend.restart_wait_s=-5 is invalid"),
+        ("slm.backend.choice_logprobs=echo", "slm.backend.choice_logprobs='echo' is invalid"),
     ],
 )
 def test_bad_wait_settings_are_refused(tmp_path, override, expected) -> None:
@@ -245,7 +247,10 @@ def test_wait_settings_are_not_part_of_the_cell(tmp_path) -> None:
         return CellSpec.from_config(cfg).with_inputs(model=None).hash
 
     assert cell_hash() == cell_hash(
-        "slm.backend.wait_timeout=600", f"slm.backend.url_file={tmp_path / 'a.url'}"
+        "slm.backend.wait_timeout=600",
+        f"slm.backend.url_file={tmp_path / 'a.url'}",
+        "slm.backend.restart_wait_s=0",
+        "slm.backend.choice_logprobs=prompt_logprobs",
     )
     assert cell_hash() != cell_hash("slm.backend.model=other")
 
@@ -428,3 +433,42 @@ def test_server_command_per_engine() -> None:
         server_command("sglang", "m", "0.0.0.0", 9, "auto", "/x", [])
     assert advertised_url("0.0.0.0", 9) == f"http://{socket.gethostname()}:9/v1"
     assert advertised_url("127.0.0.1", 9) == "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.slow  # two engine starts (~15 s)
+def test_serve_restarts_an_engine_that_dies_and_cells_wait_for_it(tmp_path) -> None:
+    """`python -m benchmark.serve --engine vllm --restarts 1` with the small vLLM-compatible
+    server (tests/vllm_server.py) as the engine: the engine is killed mid-run; serve starts it
+    again on the same address and the cell's next request, waiting (restart_wait_s), gets its
+    answer. Killed once more, past its last restart, serve exits with the engine's code and
+    removes the URL file."""
+    model_dir = build_tiny(tmp_path / "tiny", 0)
+    engine = tmp_path / "vllm"
+    engine.write_text(f'#!/bin/sh\ncd {REPO} && exec {sys.executable} -m tests.vllm_server "$@"\n')
+    engine.chmod(0o755)
+    pids, url_file = tmp_path / "pids", tmp_path / "slm.url"
+    log = (tmp_path / "serve.log").open("w")
+    cmd = [sys.executable, "-m", "benchmark.serve", "--engine", "vllm", "--bin", str(engine)]
+    cmd += ["--model", str(model_dir), "--url-file", str(url_file), "--restarts", "1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_TEST_PIDS": str(pids)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def engines() -> list[int]:
+        return [int(p) for p in pids.read_text().split()] if pids.exists() else []
+
+    try:
+        remote = OpenAIConsultant(url_file=str(url_file), wait_timeout=120, restart_wait_s=120)
+        assert remote.vllm_like  # owned_by "vllm": every sampling key goes
+        [first] = remote.answer([q("Wall ahead.", max_new_tokens=4)])
+        os.kill(engines()[0], signal.SIGKILL)
+        [again] = remote.answer([q("Wall ahead.", max_new_tokens=4)])  # waits for the restart
+        assert again.text == first.text and len(engines()) == 2
+        assert url_file.read_text().strip() == remote.base_url  # the same address, written again
+        os.kill(engines()[1], signal.SIGKILL)
+        assert proc.wait(timeout=60) != 0  # past its last restart: the engine's failure
+    finally:
+        stop_process(proc)
+        log.close()
+    assert not url_file.exists()
+    text = (tmp_path / "serve.log").read_text()
+    assert "the server exited with code -9: restart 1 of 1" in text

@@ -1,8 +1,8 @@
 """Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
 is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
 unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
-continuation (`choice_ids`: its tokens and the first stop token): on CPU with attention layers
-only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
+continuation (`choice_ids`: its tokens and the token that ends the reply): on CPU with attention
+layers only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
 attention.branched_attention); otherwise in one batched forward on that cache. The most likely
 action is the answer, every action's probability goes in `Answer.choices`. With a repetition
 penalty (`slm.decoding.repetition_penalty` != 1), each action token's log-probability is taken
@@ -16,8 +16,24 @@ import time
 from typing import Any
 
 from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.penalty import penalize
 from benchmark.consultants.prefix import Prompt, next_positions
+from benchmark.consultants.turns import local_end_of_reply
+
+
+def choice_answer(
+    actions: tuple[str, ...], logp: list[float], prompt_tokens: int, seconds: float = 0.0
+) -> Answer:
+    """The most likely action (ties: the first) as the answer, every action's probability (its
+    continuation's likelihood, normalized over the valid actions) in `Answer.choices`; every
+    backend that scores choices answers through this."""
+    best = max(range(len(actions)), key=lambda k: (logp[k], -k))
+    top = max(logp)
+    weights = [math.exp(v - top) for v in logp]
+    total = sum(weights)
+    probs = {a: w / total for a, w in zip(actions, weights, strict=True)}
+    return Answer(actions[best], prompt_tokens, 0, seconds, choices=probs)
 
 
 class ChoiceScoring:
@@ -28,24 +44,25 @@ class ChoiceScoring:
     def score_choices(self, queries: list[Query]) -> list[Answer]:
         """Each query answered with its most likely valid action (module docstring);
         `Answer.choices` holds every action's probability over the valid set."""
-        out = []
-        for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True):
-            best = max(range(len(q.actions)), key=lambda k: (logp[k], -k))  # ties: first action
-            top = max(logp)
-            weights = [math.exp(v - top) for v in logp]
-            total = sum(weights)
-            probs = {a: w / total for a, w in zip(q.actions, weights, strict=True)}
-            text = q.actions[best]
-            out.append(Answer(text, n, 0, seconds, choices=probs))
-        return out
+        return [
+            choice_answer(q.actions, logp, n, seconds)
+            for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True)
+        ]
 
     def choice_ids(self, action: str) -> list[int]:
-        """An action's continuation: its tokens, then the end of the answer (the first stop
-        token: the token greedy generation would end an answer of exactly this action with);
-        memoized (the same few actions come at every step)."""
+        """An action's continuation: its tokens, then the end of the answer: the token the chat
+        template writes after the reply (benchmark.consultants.turns: Llama-3.1's `<|eot_id|>`,
+        not its generation config's first stop token `<|end_of_text|>`), the first stop token
+        for a tokenizer without a template; memoized (the same few actions come at every step)."""
         if action not in self._choice_memo:
             ids = self.tokenizer.encode(action, add_special_tokens=False)
-            self._choice_memo[action] = [*ids, self.eos_ids[0]]
+            end = local_end_of_reply(self.tokenizer, action)
+            if end is None and getattr(self.tokenizer, "chat_template", None):
+                raise ConsultantError(
+                    f"slm.decoding.mode=choices: the chat template of {self.identity} does not "
+                    f"write the reply {action!r} as its own tokens; use mode=generate"
+                )
+            self._choice_memo[action] = [*ids, self.eos_ids[0] if end is None else end]
         return list(self._choice_memo[action])
 
     def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:

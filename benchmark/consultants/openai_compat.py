@@ -10,8 +10,8 @@ start before the server is up, so with `wait_timeout` > 0 the probe is repeated 
 until the server lists its models or the timeout passes, then fails naming the URL, the timeout
 and the last error. With `url_file` the base URL is read from that file (written by
 `python -m benchmark.serve` once the server is healthy, wherever SLURM placed it); a missing or
-empty file counts as "not up yet". The file is read at start-up only: a cell keeps the server it
-found. 401/403 and a reply that is not a model list fail at once: waiting would not fix them.
+empty file counts as "not up yet". The file is read at start-up, and again only while a request
+finds the server down (below). 401/403 and a reply that is not a model list fail at once: waiting would not fix them.
 
 A batch's queries run concurrently in a thread pool; each request retries with exponential
 backoff (shared helper, benchmark.consultants.retry) and a request that keeps failing raises
@@ -34,22 +34,27 @@ Thinking: `chat_template_kwargs: {enable_thinking: ...}` is sent in the body (vL
 budget is approximate here: max_tokens = max_new_tokens + thinking_budget when thinking is on,
 and any thinking left in the content is stripped.
 
-Sampling (`slm.decoding`, Decoding.temperature > 0): the request carries `temperature`, `top_p`
-(when < 1), `top_k` (when > 0; not an OpenAI field: vLLM and SGLang read it, a server that does
-not know it may ignore or refuse it, so set top_k 0 there) and `seed`: the query's own seed
-(benchmark.consultants.base.query_seed, from the decoding seed, rng_key and messages), mod 2^31.
-The same query thus sends the same seed in lockstep and sequential evaluation; whether the answer
-is then the same is the server's affair (vLLM seeds a generator per request). Greedy requests are
-unchanged: `temperature: 0` and no other sampling field.
+Decoding: every request carries every sampling key of its decoding, also when it is off, so a
+server never fills one from the model's generation config (vLLM does, for each key a request
+leaves out: a Qwen2.5 greedy request would get that model's repetition_penalty 1.05) while the hf
+backend does not. What is sent depends on the server, told by `owned_by` in its /v1/models list:
+vLLM and SGLang get `temperature`, `top_p` (1.0 = off), `top_k` (-1 = off: every vLLM version takes
+it), `min_p` 0.0 and `repetition_penalty` (1.0 = off); any other server (`transformers serve`, a
+hosted API) only the OpenAI fields `temperature` and `top_p`, plus `top_k` and
+`repetition_penalty` when they are on (such a server may refuse them). `extra_body` is merged last
+and can add or override any key. Sampled requests (temperature > 0) also carry `seed`: the query's
+own seed (benchmark.consultants.base.query_seed, from the decoding seed, rng_key and messages),
+mod 2^31; the same query thus sends the same seed in lockstep and sequential evaluation.
 
-Choice scoring (`slm.decoding.mode=choices`, docs/protocol.md "Choice scoring"): needs a server
-that returns prompt log-probabilities, declared with `slm.backend.prompt_logprobs: true` (vLLM:
-its /tokenize endpoint applies the chat template, /v1/completions takes token ids and returns
-`prompt_logprobs`); without it the config is refused at validation. A choice-scored query costs
-one /tokenize of the prompt, two per action (the action alone, and the chat with the action as
-the assistant's reply: the token after the action there is the end of the turn) and one /v1/completions request
-with every action's sequence (max_tokens 1); the answer is the action whose continuation is most
-likely, with every action's probability in `Answer.choices`, as in the hf backend."""
+Choice scoring (`slm.decoding.mode=choices`, docs/choices.md): needs a vLLM server, declared with
+`slm.backend.prompt_logprobs: true` (without it the config is refused at validation); how it
+scores is benchmark.consultants.remote_choices (`slm.backend.choice_logprobs`).
+
+An engine that dies and is restarted (`python -m benchmark.serve --restarts`, docs/cluster.md):
+a request that finds no server (connection refused or reset, HTTP 502/503/504) is retried, with
+backoff, until the server has been unavailable for `slm.backend.restart_wait_s` seconds; then it
+fails naming that setting and the URL. Meanwhile the `url_file` is read again at each attempt, so a
+server that comes back elsewhere is found. Other faults keep their `max_retries`."""
 
 from __future__ import annotations
 
@@ -60,31 +65,43 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Query, query_seed, scores_choices
+from benchmark.consultants.base import (
+    Answer,
+    Consultant,
+    Decoding,
+    Query,
+    query_seed,
+    scores_choices,
+)
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
-from benchmark.consultants.retry import Retryable, with_retries
+from benchmark.consultants.remote_choices import RemoteChoiceScoring
+from benchmark.consultants.retry import Retryable, Unavailable, with_retries
 from benchmark.vocabulary import released_answer
 
 CHOICES_NO_PENALTY = (
-    "slm.decoding.mode=choices with the openai backend scores the server's prompt "
+    "slm.decoding.mode=choices with the openai backend scores the server's raw "
     "log-probabilities, which no repetition penalty acts on; set "
     "slm.decoding.repetition_penalty=1.0 or slm.decoding.mode=generate"
 )
 CHOICES_NEED_LOGPROBS = (
-    "slm.decoding.mode=choices needs prompt log-probabilities from the server: set "
+    "slm.decoding.mode=choices needs log-probabilities of given tokens from the server: set "
     "slm.backend.prompt_logprobs=true for a vLLM server (its /tokenize and /v1/completions "
-    "prompt_logprobs), or use slm.decoding.mode=generate with this server"
+    "logprob_token_ids or prompt_logprobs), or use slm.decoding.mode=generate with this server"
 )
 
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
 # show (retry warnings, ConsultantError).
 logging.getLogger("httpx").setLevel(logging.WARNING)
 PROBE_TIMEOUT = 10.0  # seconds one start-up probe may take (less when wait_timeout ends sooner)
+VLLM_LIKE = ("vllm", "sglang")  # `owned_by` of servers that take every sampling key (docstring)
+DOWN_STATUS = (502, 503, 504)  # no engine behind the address (yet): waited for, restart_wait_s
 
 
-class OpenAIConsultant(Consultant):
+class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
+
+    owned_by: str | None = None  # the server's `owned_by` for the model (/v1/models)
 
     def __init__(
         self,
@@ -99,9 +116,13 @@ class OpenAIConsultant(Consultant):
         wait_timeout: float = 0.0,
         url_file: str | None = None,
         prompt_logprobs: bool = False,
+        choice_logprobs: str = "auto",
+        restart_wait_s: float = 0.0,
     ) -> None:
-        """`prompt_logprobs`: the server returns prompt log-probabilities (vLLM), so
-        slm.decoding.mode=choices can score the actions (module docstring)."""
+        """`prompt_logprobs`: the server is vLLM and scores given tokens, so
+        slm.decoding.mode=choices can score the actions, the way `choice_logprobs` says
+        (benchmark.consultants.remote_choices); `restart_wait_s`: how long a request waits for
+        a server that is down (module docstring)."""
         import httpx
 
         if concurrency < 1:
@@ -121,6 +142,15 @@ class OpenAIConsultant(Consultant):
                 f"slm.backend.prompt_logprobs={prompt_logprobs!r} must be true or false"
             )
         self.prompt_logprobs = prompt_logprobs
+        self._init_choices(choice_logprobs)
+        if isinstance(restart_wait_s, bool) or not (
+            isinstance(restart_wait_s, (int, float)) and 0 <= restart_wait_s < float("inf")
+        ):
+            raise ConsultantError(
+                f"slm.backend.restart_wait_s={restart_wait_s!r} is invalid: allowed a number of "
+                "seconds >= 0 (0 = no wait for a server that is down)"
+            )
+        self.restart_wait_s = float(restart_wait_s)
         headers = {}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -143,8 +173,9 @@ class OpenAIConsultant(Consultant):
                 raise ConsultantError(
                     f"{self.base_url}/models lists no model; set slm.backend.model"
                 )
-            model = models[0]
+            model = next(iter(models))
         self.model = model
+        self.owned_by = models.get(model, next(iter(models.values()), None))
         # with url_file the address changes with every server job; the file names the deployment
         self._identity = identity or f"openai:{model}@{url_file or self.base_url}"
 
@@ -155,7 +186,7 @@ class OpenAIConsultant(Consultant):
     def identity(self) -> str:
         return self._identity
 
-    def _wait_healthy(self) -> list[str]:
+    def _wait_healthy(self) -> dict[str, str | None]:
         """Probe until the server lists its models, for at most `wait_timeout` seconds (one
         probe when 0); sets base_url from `url_file` when given. No probe outlasts the deadline:
         against a server that accepts and never answers, the wait ends on time."""
@@ -187,8 +218,9 @@ class OpenAIConsultant(Consultant):
             "(python -m benchmark.serve), check its log, or raise the timeout"
         )
 
-    def _probe(self, timeout: float) -> list[str]:
-        """GET /models once: the model ids, Retryable while the server is not (yet) up."""
+    def _probe(self, timeout: float) -> dict[str, str | None]:
+        """GET /models once: model id -> owner (`owned_by`), Retryable while the server is not
+        (yet) up."""
         import httpx
 
         url = f"{self.base_url}/models"
@@ -201,9 +233,27 @@ class OpenAIConsultant(Consultant):
         if r.status_code != 200:
             raise Retryable(f"at {url} answered HTTP {r.status_code}: {r.text[:200]}")
         try:
-            return [m["id"] for m in r.json().get("data", [])]
+            return {m["id"]: m.get("owned_by") for m in r.json().get("data", [])}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConsultantError(f"{url} did not return an OpenAI model list: {exc}") from exc
+
+    @property
+    def vllm_like(self) -> bool:
+        return str(self.owned_by).lower() in VLLM_LIKE
+
+    def sampling_keys(self, d: Decoding) -> dict[str, Any]:
+        """Every sampling key of the decoding, explicitly, also when off (module docstring); the
+        seed of a sampled query is the query's own (`_body`)."""
+        keys: dict[str, Any] = {"temperature": d.temperature, "top_p": d.top_p}
+        if self.vllm_like:
+            keys |= {"top_k": d.top_k or -1, "min_p": 0.0}
+            keys["repetition_penalty"] = d.repetition_penalty
+        else:  # OpenAI's fields; the others only when on
+            if d.top_k > 0:
+                keys["top_k"] = d.top_k
+            if d.repetition_penalty != 1.0:
+                keys["repetition_penalty"] = d.repetition_penalty
+        return keys
 
     def _body(self, q: Query) -> dict[str, Any]:
         d = q.decoding
@@ -212,15 +262,9 @@ class OpenAIConsultant(Consultant):
             "model": self.model,
             "messages": q.messages,
             "max_tokens": max_tokens,
-            "temperature": d.temperature,
+            **self.sampling_keys(d),
         }
-        if d.repetition_penalty != 1.0:  # vLLM's sampling parameter; off requests stay as before
-            body["repetition_penalty"] = d.repetition_penalty
-        if d.sampling:  # greedy requests stay exactly as before
-            if d.top_p < 1.0:
-                body["top_p"] = d.top_p
-            if d.top_k > 0:
-                body["top_k"] = d.top_k
+        if d.sampling:
             seed = query_seed(q)
             if seed is not None:
                 body["seed"] = seed % 2**31
@@ -233,7 +277,7 @@ class OpenAIConsultant(Consultant):
     def _one(self, q: Query) -> Answer:
         released = q.decoding.answer_text == "released"
         return self._post(
-            f"{self.base_url}/chat/completions",
+            "/chat/completions",
             self._body(q),
             lambda r: self._parse(r, released),
         )
@@ -289,100 +333,61 @@ class OpenAIConsultant(Consultant):
             a.seconds = per
         return answers
 
-    # ------------------------------------------------------------------ choice scoring
+    def _url(self, endpoint: str) -> str:
+        """`endpoint` under the base URL; vLLM's /tokenize is at the server's root."""
+        if endpoint == "/tokenize":
+            return f"{self.base_url.removesuffix('/v1')}/tokenize"  # type: ignore[union-attr]
+        return f"{self.base_url}{endpoint}"
+
     def _post(
-        self, url: str, body: dict[str, Any], read: Callable[[Any], Any] | None = None
+        self, endpoint: str, body: dict[str, Any], read: Callable[[Any], Any] | None = None
     ) -> Any:
-        """POST with retries (transport errors, 429 and 5xx retried; other errors fail at once);
-        `read(reply)` turns an HTTP 200 reply into the result (default: its JSON)."""
+        """POST to `endpoint` with retries (module docstring: 429 and 5xx retried, a server that
+        is down waited for up to restart_wait_s; other errors fail at once); `read(reply)` turns
+        an HTTP 200 reply into the result (default: its JSON)."""
         import httpx
 
+        down = (
+            httpx.ConnectError,
+            httpx.ConnectTimeout,
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+        )
+        was_down = False
+
         def call() -> Any:
+            nonlocal was_down
+            if was_down and self.url_file is not None:  # it may come back elsewhere
+                try:
+                    self.base_url = read_url_file(self.url_file)
+                except Retryable as exc:
+                    raise Unavailable(str(exc)) from None
+            url = self._url(endpoint)
             try:
                 r = self._client.post(url, json=body)
+            except down as exc:
+                was_down = True
+                raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
             except httpx.TransportError as exc:
                 raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+            if r.status_code in DOWN_STATUS:
+                was_down = True
+                raise Unavailable(f"HTTP {r.status_code}: {r.text[:200]}")
+            was_down = False
             if r.status_code == 429 or r.status_code >= 500:
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
                 raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
             return (read or _json_of)(r)
 
-        return with_retries(call, what=f"POST {url}", max_retries=self.max_retries)
-
-    def _tokenize(self, **body: Any) -> list[int]:
-        root = self.base_url.removesuffix("/v1")  # type: ignore[union-attr]
-        data = self._post(f"{root}/tokenize", {"model": self.model, **body})
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list):
-            raise ConsultantError(f"{root}/tokenize returned no token list: {str(data)[:200]}")
-        return [int(t) for t in tokens]
-
-    def choice_sequences(self, q: Query) -> tuple[list[int], list[list[int]]]:
-        """The templated prompt's token ids and each action's continuation (its tokens and the
-        end-of-turn token after them, as the chat template writes the assistant's reply)."""
-        kwargs = {"enable_thinking": q.decoding.enable_thinking}
-        prompt = self._tokenize(
-            messages=q.messages, add_generation_prompt=True, chat_template_kwargs=kwargs
+        return with_retries(
+            call,
+            what=f"POST {self._url(endpoint)}",
+            max_retries=self.max_retries,
+            down_wait=self.restart_wait_s,
+            down_setting="slm.backend.restart_wait_s",
         )
-        conts = []
-        for a in q.actions:
-            full = self._tokenize(
-                messages=[*q.messages, {"role": "assistant", "content": a}],
-                add_generation_prompt=False,
-                chat_template_kwargs=kwargs,
-            )
-            own = self._tokenize(prompt=a, add_special_tokens=False)
-            # the reply's tokens, last occurrence (templates may drop an empty thinking block
-            # from a past reply, so the rendering need not extend the generation prompt)
-            at = next(
-                (
-                    i
-                    for i in range(len(full) - len(own) - 1, -1, -1)
-                    if full[i : i + len(own)] == own
-                ),
-                None,
-            )
-            if not own or at is None:
-                raise ConsultantError(
-                    f"slm.decoding.mode=choices: the chat template of {self.model!r} does not "
-                    f"write the reply {a!r} as its own tokens; use mode=generate"
-                )
-            conts.append(own + [full[at + len(own)]])
-        return prompt, conts
-
-    def _scored(self, q: Query) -> Answer:
-        """One choice-scored query (module docstring)."""
-        import math
-
-        prompt, conts = self.choice_sequences(q)
-        url = f"{self.base_url}/completions"
-        body = {
-            "model": self.model,
-            "prompt": [prompt + c for c in conts],
-            "max_tokens": 1,
-            "temperature": 0,
-            "prompt_logprobs": 0,
-        }
-        data = self._post(url, body)
-        logp = [0.0] * len(conts)
-        try:
-            for choice in data["choices"]:
-                k = int(choice.get("index", 0))
-                rows = choice["prompt_logprobs"]
-                for t, token in enumerate(conts[k]):
-                    logp[k] += float(rows[len(prompt) + t][str(token)]["logprob"])
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ConsultantError(
-                f"{url} returned no prompt_logprobs for the choices ({type(exc).__name__}: "
-                f"{exc}); the server does not support prompt log-probabilities (vLLM does): "
-                "set slm.backend.prompt_logprobs=false and slm.decoding.mode=generate"
-            ) from exc
-        top = max(logp)
-        weights = [math.exp(v - top) for v in logp]
-        probs = {a: w / sum(weights) for a, w in zip(q.actions, weights, strict=True)}
-        best = max(range(len(logp)), key=lambda k: (logp[k], -k))
-        return Answer(q.actions[best], len(prompt), 0, choices=probs)
 
     def close(self) -> None:
         self._client.close()
