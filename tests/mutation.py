@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -94,8 +95,10 @@ def run(module: str) -> int:
     work = prepare(module)
     mutmut = Path(sys.executable).with_name("mutmut")
     print(f"== {module}: mutmut run in {work.relative_to(REPO)}", flush=True)
-    # one worker: this is a shared machine, and the tests themselves use torch threads
-    return subprocess.call([str(mutmut), "run", "--max-children", "1"], cwd=work)
+    # one worker and one thread (torch, sklearn's OpenMP): on a shared machine, threads that spin
+    # against other processes made a 0.2 s rollout-and-fit take 4 to 10 s
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.call([str(mutmut), "run", "--max-children", "1"], cwd=work, env=env)
 
 
 def counts(module: str) -> dict[str, int] | None:
