@@ -277,44 +277,11 @@ def test_the_classifier_scores_ppos_mistakes_above_its_good_steps(trained_root):
     assert auroc(scores.tolist(), wrong) > 0.8
 
 
-def untrained_ppo(task, path):
-    """A real dropout PPO that has not learned anything, saved where a checkpoint would be: fast
-    to build, and wrong often enough that the classifier has mistakes to learn from."""
-    import torch
-    from stable_baselines3 import PPO
-
-    from benchmark.policy.network import DropoutActorCriticPolicy
-
-    torch.manual_seed(0)
-    model = PPO(
-        DropoutActorCriticPolicy,
-        task.validation_env(),
-        policy_kwargs={"net_arch": [32, 32], "dropout": 0.2},
-        device="cpu",
-        n_steps=64,
-        batch_size=64,
-        seed=0,
-    )
-    model.save(path)
-    return model
-
-
-@pytest.fixture(scope="module")
-def untrained(tmp_path_factory):
-    """(task, policy, checkpoint): `untrained_ppo` on Empty-Random-5x5, built once per module (a
-    second or two), so the classifier's own rollouts and fits get fast tests."""
-    from benchmark.envs import make_task
-
-    task = make_task("empty5x5_random")
-    checkpoint = tmp_path_factory.mktemp("untrained") / "ppo.zip"
-    return task, untrained_ppo(task, checkpoint), checkpoint
-
-
 def test_training_records_are_ppos_own_unasked_episodes_on_its_training_seeds(untrained):
     """The first `train_episodes` seeds of the learned gate's own training-seed stream, rolled out
     whole by PPO alone (the gate never asks), each step judged, with `mc_samples` passes."""
     from benchmark.learned import SEED_STREAM, training_records
-    from benchmark.seeds import Splits, dataset_seeds
+    from benchmark.seeds import dataset_seeds
 
     task, policy, _ = untrained
     seeds, records = training_records(
@@ -332,7 +299,9 @@ def test_training_records_are_ppos_own_unasked_episodes_on_its_training_seeds(un
     # two dropout passes of an untrained PPO disagree a little on nearly every step
     assert sum(r["epistemic"] > 0 for r in records) > len(records) / 2
     # one pass cannot disagree with itself: the records are computed with `mc_samples` passes
-    _, single = training_records(task, policy, {"train_episodes": 1, "mc_samples": 1}, DEFAULT_SPLITS)
+    _, single = training_records(
+        task, policy, {"train_episodes": 1, "mc_samples": 1}, DEFAULT_SPLITS
+    )
     assert [r["seed"] for r in single[:1]] == seeds[:1]
     assert {r["epistemic"] for r in single} == {0.0}
 
@@ -435,11 +404,12 @@ def test_a_cached_classifier_is_judged_again_when_read_and_warned_about(
     task, policy, checkpoint = untrained
     cfg = compose_cfg(
         tmp_path, "env=empty5x5_random", "gate=learned", "gate.mc_samples=2",
-        "gate.train_episodes=1",
+        "gate.train_episodes=1", "++env.note=${gate.mc_samples}",
     )  # fmt: skip
     classifier(cfg, task, policy, checkpoint)
     (path,) = (tmp_path / "gates").glob("*/info.json")
     stored = json.loads(path.read_text())
+    assert stored["key"]["env"]["note"] == 2  # the identity holds the env config resolved
     del stored["degenerate"], stored["training_auroc"]
     stored["mistakes"] = stored["judged_steps"]  # PPO always wrong on its training seeds
     path.write_text(json.dumps(stored))
@@ -449,5 +419,24 @@ def test_a_cached_classifier_is_judged_again_when_read_and_warned_about(
     judged = stored["judged_steps"]
     why = f"its training labels have one class only ({judged} of {judged} judged steps"
     assert info["degenerate"].startswith(why)
-    assert f"the classifier in {path.parent} is degenerate: {why}" in caplog.text
-    assert "more gate.train_episodes" in caplog.text
+    assert info["degenerate"] == f"{why} are PPO mistakes)"
+    assert (
+        f"gate=learned: the classifier in {path.parent} is degenerate: {why} are PPO mistakes); "
+        "its tau cannot pick out PPO's mistakes (more gate.train_episodes, other gate.features "
+        "or another policy may help)"
+    ) in caplog.text
+
+
+def test_the_classifier_recipe_is_the_one_its_version_names(untrained, tmp_path):
+    """Gradient-boosted trees with fixed settings (no early stopping, seeded): another recipe is
+    another classifier in every cache, so it comes with a new CLASSIFIER_VERSION. The splits it
+    checks its training seeds against are the job's."""
+    from benchmark.learned import CLASSIFIER_VERSION, fit, splits_of
+
+    x = np.linspace(0, 1, 40)[:, None]
+    model, _ = fit(x, (x[:, 0] > 0.5).astype(int))
+    recipe = {"max_iter": 100, "max_leaf_nodes": 15, "early_stopping": False, "random_state": 0}
+    assert CLASSIFIER_VERSION == 1 and recipe.items() <= model.get_params().items()
+    cfg = compose_cfg(tmp_path, "gate=learned", "splits.validation=[0,10]", "splits.test=[10,20]")
+    splits = splits_of(cfg)
+    assert splits.ranges["validation"] == range(0, 10) and splits.ranges["test"] == range(10, 20)
