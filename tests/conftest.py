@@ -133,9 +133,9 @@ def trained_root(shared_root, tmp_path_factory) -> Path:
     return shared_root
 
 
-def untrained_ppo(task, path):
-    """A real dropout PPO that has not learned anything, saved where a checkpoint would be: fast
-    to build, and wrong often enough that the learned gate's classifier has mistakes to learn."""
+def untrained_ppo(task, path: Path | None = None):
+    """A real dropout PPO that has not learned anything, saved where a checkpoint would be (when
+    `path` is given): fast to build, and wrong often enough to give mistakes to learn from."""
     import torch
     from stable_baselines3 import PPO
 
@@ -151,7 +151,8 @@ def untrained_ppo(task, path):
         batch_size=64,
         seed=0,
     )
-    model.save(path)
+    if path is not None:
+        model.save(path)
     return model
 
 
