@@ -169,3 +169,37 @@ def trained_root(shared_root, tmp_path_factory) -> Path:
     ensure(compose_cfg(built, "env=empty5x5_random", *SMALL_POLICY))
     shutil.copytree(built / "checkpoints", shared_root / "checkpoints", dirs_exist_ok=True)
     return shared_root
+
+
+def untrained_ppo(task, path: Path | None = None):
+    """A real dropout PPO that has not learned anything, saved where a checkpoint would be (when
+    `path` is given): fast to build, and wrong often enough to give mistakes to learn from."""
+    import torch
+    from stable_baselines3 import PPO
+
+    from benchmark.policy.network import DropoutActorCriticPolicy
+
+    torch.manual_seed(0)
+    model = PPO(
+        DropoutActorCriticPolicy,
+        task.validation_env(),
+        policy_kwargs={"net_arch": [32, 32], "dropout": 0.2},
+        device="cpu",
+        n_steps=64,
+        batch_size=64,
+        seed=0,
+    )
+    if path is not None:
+        model.save(path)
+    return model
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory):
+    """(task, PPO model, checkpoint): `untrained_ppo` on Empty-Random-5x5, built once per module
+    (a second or two), so rollouts with a real policy get fast tests."""
+    from benchmark.envs import make_task
+
+    task = make_task("empty5x5_random")
+    checkpoint = tmp_path_factory.mktemp("untrained") / "ppo.zip"
+    return task, untrained_ppo(task, checkpoint), checkpoint

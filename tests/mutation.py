@@ -9,6 +9,7 @@ list and show its survivors. The shared settings are pyproject's [tool.mutmut].
 
     PYTHONPATH=$PWD .venv/bin/python -m tests.mutation [module ...]   # make mutants
     PYTHONPATH=$PWD .venv/bin/python -m tests.mutation --table         # the table only
+    PYTHONPATH=$PWD .venv/bin/python -m tests.mutation --survivors m   # tests added: survivors only
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +33,11 @@ MODULES: dict[str, list[str]] = {
     "learned": ["tests/test_learned_gate.py"],
     "gates": ["tests/test_engine_units.py", "tests/test_learned_gate.py"],
     "uncertainty": ["tests/test_uncertainty.py", "tests/test_engine_units.py"],
-    "evaluate": ["tests/test_brace_metrics.py", "tests/test_analysis.py"],
+    "evaluate": [
+        "tests/test_brace_metrics.py",
+        "tests/test_analysis.py",
+        "tests/test_evaluate_loop.py",
+    ],
     "tuning": ["tests/test_tuning_objectives.py", "tests/test_engine_units.py"],
 }
 # left out everywhere: tests of 2 s or more (a training fixture, a fine-tune, a whole preset);
@@ -59,8 +65,9 @@ def selection(module: str) -> list[str]:
     return files + [arg for t in slow for arg in ("--deselect", t)]
 
 
-def prepare(module: str) -> Path:
-    """The module's folder: the sources linked, pyproject with its mutmut selection."""
+def prepare(module: str, keep: bool = False) -> Path:
+    """The module's folder: the sources linked, pyproject with its mutmut selection. `keep`:
+    keep every verdict even when the module's tests changed (for `--survivors`)."""
     work = ROOT / module.replace("/", ".")
     work.mkdir(parents=True, exist_ok=True)
     for name in LINKED:
@@ -83,19 +90,37 @@ def prepare(module: str) -> Path:
     for name in sorted(tests | {"tests/conftest.py"}):
         digest.update(name.encode() + (REPO / name).read_bytes())
     stamp = work / "tests.sha256"
-    if stamp.exists() and stamp.read_text() != digest.hexdigest():
+    if stamp.exists() and stamp.read_text() != digest.hexdigest() and not keep:
         print(f"{module}: its tests changed since the last run, all mutants are tested again")
         shutil.rmtree(work / "mutants", ignore_errors=True)
     stamp.write_text(digest.hexdigest())
     return work
 
 
-def run(module: str) -> int:
-    work = prepare(module)
+def survivors(module: str) -> list[str]:
+    """The module's mutants that no test killed (survived or no tests) in its last run."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = ROOT / module.replace("/", ".") / "mutants" / "benchmark" / f"{module}.py.meta"
+    codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    return [k for k, c in codes.items() if status_by_exit_code[c] in ("survived", "no tests")]
+
+
+def run(module: str, only_survivors: bool = False) -> int:
+    names = survivors(module) if only_survivors else []
+    if only_survivors and not names:
+        print(f"== {module}: no survivors of an earlier run to test again")
+        return 0
+    work = prepare(module, keep=only_survivors)
+    if only_survivors:  # which tests call which function: collected again, for the new tests
+        (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     mutmut = Path(sys.executable).with_name("mutmut")
     print(f"== {module}: mutmut run in {work.relative_to(REPO)}", flush=True)
-    # one worker: this is a shared machine, and the tests themselves use torch threads
-    return subprocess.call([str(mutmut), "run", "--max-children", "1"], cwd=work)
+    # one worker and one thread (torch, sklearn's OpenMP): on a shared machine, threads that spin
+    # against other processes made a 0.2 s rollout-and-fit take 4 to 10 s
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    command = [str(mutmut), "run", "--max-children", "1", *names]
+    return subprocess.call(command, cwd=work, env=env)
 
 
 def counts(module: str) -> dict[str, int] | None:
@@ -136,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
     parser.add_argument("--table", action="store_true", help="print the table, run nothing")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="test only the mutants the last run left alive, against the tests as they are now "
+        "(after adding tests; the killed keep their verdict, so never after removing one)",
+    )
     args = parser.parse_args(argv)
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
@@ -143,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown module(s) {unknown}; known: {list(MODULES)}")
     failed = []
     if not args.table:
-        failed = [m for m in modules if run(m) != 0]
+        failed = [m for m in modules if run(m, args.survivors) != 0]
     print(table(modules))
     if failed:
         print(f"mutmut failed for {failed}", file=sys.stderr)

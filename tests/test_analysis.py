@@ -15,7 +15,6 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from stable_baselines3 import PPO
 
 from benchmark import cell, results
 from benchmark.analysis import STEPS_FILE, StepRecorder, auroc, auroc_ci, gate_quality, read_steps
@@ -27,9 +26,8 @@ from benchmark.envs.minigrid_nav import MiniGridTask
 from benchmark.evaluate import Evaluator
 from benchmark.gates import EntropyGate, NeverGate
 from benchmark.job import run_job
-from benchmark.policy import DropoutActorCriticPolicy
 from benchmark.validate import validate
-from tests.conftest import CONF, compose_cfg
+from tests.conftest import CONF, compose_cfg, untrained_ppo
 
 # --------------------------------------------------------------------------------------------
 # gate quality on hand-built episodes
@@ -215,14 +213,7 @@ def _untrained_evaluator(tmp_path, env, gate, slm="oracle"):
     from benchmark.consultants import make_consultant
 
     task = make_task(cfg.env)
-    torch.manual_seed(0)
-    model = PPO(
-        DropoutActorCriticPolicy,
-        task.validation_env(),
-        policy_kwargs={"net_arch": [32, 32], "dropout": 0.2},
-        device="cpu",
-        seed=0,
-    )
+    model = untrained_ppo(task)
     with torch.no_grad():  # sharper than at initialisation: entropies spread over (0, log2 |A|)
         model.policy.action_net.weight.mul_(40.0)
     asks = not isinstance(gate, NeverGate)

@@ -277,31 +277,60 @@ def test_the_classifier_scores_ppos_mistakes_above_its_good_steps(trained_root):
     assert auroc(scores.tolist(), wrong) > 0.8
 
 
-def untrained_ppo(task, path):
-    """A real dropout PPO that has not learned anything, saved where a checkpoint would be: fast
-    to build, and wrong often enough that the classifier has mistakes to learn from."""
-    import torch
-    from stable_baselines3 import PPO
+def test_training_records_are_ppos_own_unasked_episodes_on_its_training_seeds(untrained):
+    """The first `train_episodes` seeds of the learned gate's own training-seed stream, rolled out
+    whole by PPO alone (the gate never asks), each step judged, with `mc_samples` passes."""
+    from benchmark.learned import SEED_STREAM, training_records
+    from benchmark.seeds import dataset_seeds
 
-    from benchmark.policy.network import DropoutActorCriticPolicy
-
-    torch.manual_seed(0)
-    model = PPO(
-        DropoutActorCriticPolicy,
-        task.validation_env(),
-        policy_kwargs={"net_arch": [32, 32], "dropout": 0.2},
-        device="cpu",
-        n_steps=64,
-        batch_size=64,
-        seed=0,
+    task, policy, _ = untrained
+    seeds, records = training_records(
+        task, policy, {"train_episodes": 2, "mc_samples": 2}, DEFAULT_SPLITS
     )
-    model.save(path)
-    return model
+    # pinned: another stream is another classifier in every cache
+    assert SEED_STREAM == 28 and seeds == dataset_seeds(2, 28, DEFAULT_SPLITS)
+    assert seeds == [1430922750, 1829299476]
+    for seed in seeds:
+        steps = [r["step"] for r in records if r["seed"] == seed]
+        assert steps == list(range(len(steps))) and steps
+    assert {r["seed"] for r in records} == set(seeds)
+    assert not any(r["queried"] for r in records)
+    assert all(r["action"] == r["ppo"] and r["ppo_optimal"] is not None for r in records)
+    # two dropout passes of an untrained PPO disagree a little on nearly every step
+    assert sum(r["epistemic"] > 0 for r in records) > len(records) / 2
+    # one pass cannot disagree with itself: the records are computed with `mc_samples` passes
+    _, single = training_records(
+        task, policy, {"train_episodes": 1, "mc_samples": 1}, DEFAULT_SPLITS
+    )
+    assert [r["seed"] for r in single[:1]] == seeds[:1]
+    assert {r["epistemic"] for r in single} == {0.0}
 
 
-@pytest.mark.slow  # rollouts and three fits: about 20 s on an idle core
+def test_train_labels_ppos_non_optimal_steps_and_fits_the_named_features(untrained):
+    """Label 1 is "PPO's action is not optimal" on every judged training step; the classifier
+    reads the key's features in the key's order, and its info has the seeds, counts and AUROC."""
+    from benchmark.analysis import auroc
+    from benchmark.gates import feature_matrix
+    from benchmark.learned import train, training_records
+
+    task, policy, _ = untrained
+    key = {"train_episodes": 2, "mc_samples": 2, "features": ["policy_probs", "total"]}
+    model, info = train(task, policy, key, DEFAULT_SPLITS)
+    seeds, records = training_records(task, policy, key, DEFAULT_SPLITS)
+    wrong = [not r["ppo_optimal"] for r in records]
+    assert info["training_seeds"] == [min(seeds), max(seeds), 2]
+    assert info["judged_steps"] == len(records) and info["mistakes"] == sum(wrong)
+    assert 0 < sum(wrong) < len(wrong)  # an untrained PPO is wrong often, not always
+    x = feature_matrix({f: [r[f] for r in records] for f in key["features"]}, key["features"])
+    assert model.n_features_in_ == len(task.action_names) + 1 == x.shape[1]
+    scores = model.predict_proba(x)[:, 1].tolist()
+    assert info["training_auroc"] == pytest.approx(auroc(scores, wrong))
+    assert info["training_auroc"] > 0.8 and info["degenerate"] is None
+    assert info == json.loads(json.dumps(info))  # what info.json holds
+
+
 def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
-    tmp_path, monkeypatch, caplog
+    untrained, tmp_path, monkeypatch, caplog
 ):
     """gate=learned without the minute of PPO training: an untrained policy's own episodes on
     training seeds become the classifier's data; its info.json records the identity it is
@@ -309,7 +338,7 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
     label counts; the same identity is read back without a rollout, another one is built."""
     from omegaconf import OmegaConf
 
-    from benchmark.envs import make_task
+    from benchmark.cell import digest
     from benchmark.learned import (
         CLASSIFIER_VERSION,
         classifier,
@@ -319,9 +348,7 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
     )
     from benchmark.store import file_sha256
 
-    task = make_task("empty5x5_random")
-    checkpoint = tmp_path / "ppo.zip"
-    policy = untrained_ppo(task, checkpoint)
+    task, policy, checkpoint = untrained
     base = ["env=empty5x5_random", "gate=learned", "gate.tau=0.5", "gate.mc_samples=2"]
     cfg = compose_cfg(tmp_path, *base, "gate.train_episodes=2")
     seen = rolled_out_seeds(monkeypatch)
@@ -339,17 +366,19 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
         "train_episodes": 2,
         "mc_samples": 2,
     }
+    (stored,) = (tmp_path / "gates").glob("*/info.json")
+    assert stored.parent.name == digest(info["key"])  # cached under its identity
     # the counts are those of the very records it was trained on: PPO's non-optimal steps
     seeds, records = training_records(task, policy, info["key"], splits_of(cfg))
     judged = [r for r in records if r["ppo_optimal"] is not None]
     assert seeds == trained_on
     assert info["judged_steps"] == len(judged) > 0
     assert info["mistakes"] == sum(not r["ppo_optimal"] for r in judged)
-    assert info["degenerate"] == degenerate(info)
-    assert ("is degenerate" in caplog.text) == (info["degenerate"] is not None)
+    assert info["degenerate"] is None is degenerate(info)  # an untrained PPO: mistakes to learn
+    assert "is degenerate" not in caplog.text
     x = np.array([[r[f] for f in info["key"]["features"]] for r in judged])
     scores = model.predict_proba(x)[:, 1]
-    assert ((0 <= scores) & (scores <= 1)).all()
+    assert ((0 <= scores) & (scores <= 1)).all() and scores.min() < scores.max()
 
     # built once: the same identity is read back, scores and all, without a rollout
     seen.clear()
@@ -361,3 +390,53 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
     _, info_other = classifier(other, task, policy, checkpoint)
     assert len(seen) == 1 and info_other["training_seeds"][2] == 1
     assert len(list((tmp_path / "gates").glob("*/classifier.pkl"))) == 2
+
+
+def test_a_cached_classifier_is_judged_again_when_read_and_warned_about(
+    untrained, tmp_path, caplog
+):
+    """An info.json of an earlier release has no `degenerate` (nor an AUROC): reading it judges
+    the classifier from its label counts, and a degenerate one is named in a warning."""
+    import logging
+
+    from benchmark.learned import classifier
+
+    task, policy, checkpoint = untrained
+    cfg = compose_cfg(
+        tmp_path, "env=empty5x5_random", "gate=learned", "gate.mc_samples=2",
+        "gate.train_episodes=1", "++env.note=${gate.mc_samples}",
+    )  # fmt: skip
+    classifier(cfg, task, policy, checkpoint)
+    (path,) = (tmp_path / "gates").glob("*/info.json")
+    stored = json.loads(path.read_text())
+    assert stored["key"]["env"]["note"] == 2  # the identity holds the env config resolved
+    del stored["degenerate"], stored["training_auroc"]
+    stored["mistakes"] = stored["judged_steps"]  # PPO always wrong on its training seeds
+    path.write_text(json.dumps(stored))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="benchmark.learned"):
+        _, info = classifier(cfg, task, policy, checkpoint)
+    judged = stored["judged_steps"]
+    why = f"its training labels have one class only ({judged} of {judged} judged steps"
+    assert info["degenerate"].startswith(why)
+    assert info["degenerate"] == f"{why} are PPO mistakes)"
+    assert (
+        f"gate=learned: the classifier in {path.parent} is degenerate: {why} are PPO mistakes); "
+        "its tau cannot pick out PPO's mistakes (more gate.train_episodes, other gate.features "
+        "or another policy may help)"
+    ) in caplog.text
+
+
+def test_the_classifier_recipe_is_the_one_its_version_names(untrained, tmp_path):
+    """Gradient-boosted trees with fixed settings (no early stopping, seeded): another recipe is
+    another classifier in every cache, so it comes with a new CLASSIFIER_VERSION. The splits it
+    checks its training seeds against are the job's."""
+    from benchmark.learned import CLASSIFIER_VERSION, fit, splits_of
+
+    x = np.linspace(0, 1, 40)[:, None]
+    model, _ = fit(x, (x[:, 0] > 0.5).astype(int))
+    recipe = {"max_iter": 100, "max_leaf_nodes": 15, "early_stopping": False, "random_state": 0}
+    assert CLASSIFIER_VERSION == 1 and recipe.items() <= model.get_params().items()
+    cfg = compose_cfg(tmp_path, "gate=learned", "splits.validation=[0,10]", "splits.test=[10,20]")
+    splits = splits_of(cfg)
+    assert splits.ranges["validation"] == range(0, 10) and splits.ranges["test"] == range(10, 20)
