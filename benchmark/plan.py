@@ -127,7 +127,7 @@ def plan_cell(
     cell = CellPlan(
         jobs=[number],
         overrides=list(job),
-        name=(located or spec).name,
+        name=_row_name(located or spec),
         hash=located.hash if located is not None else None,
         status=PENDING,
         lm=spec.uses_consultant and backend not in NON_LM_BACKENDS,
@@ -197,6 +197,12 @@ def _study_of_config(cfg: DictConfig, spec: Any) -> str:
     if source is not None:
         spec = prepare(source)[2]
     return "config:" + tuning_key(spec.config)
+
+
+def _row_name(spec: Any) -> str:
+    """The cell's name with its fixed tau: the rows of a tau grid differ only there."""
+    tau = None if spec.tunes_tau else spec.gate.args.get("tau")
+    return spec.name if tau is None else f"{spec.name} tau={tau}"
 
 
 def _invalid(number: int, job: list[str], name: str, exc: BaseException) -> CellPlan:

@@ -364,3 +364,23 @@ def test_plan_lists_the_cells_of_each_paper_preset(preset, tmp_path):
     assert {c.status for c in plan.cells} == {PENDING}
     text = format_plan(plan)
     assert sum(line.startswith(PENDING) for line in text.splitlines()) == tiny[1]
+
+
+def test_rows_of_a_tau_grid_name_their_tau(tmp_path):
+    """Cells that differ only by a fixed tau are told apart in the plan's rows; a tuned tau is
+    not named (it is not known before the study)."""
+    grid = plan_sweep(
+        [
+            f"paths.root={tmp_path}",
+            "env=empty5x5_random",
+            "method=ask",
+            "slm=oracle",
+            "gate.tau=0.25,1.5",
+        ]  # fmt: skip
+    )
+    names = [c.name for c in grid.cells]
+    assert len(names) == 2 and names[0].endswith(" tau=0.25") and names[1].endswith(" tau=1.5")
+    tuned = plan_sweep(
+        [f"paths.root={tmp_path}", "env=empty5x5_random", "method=ask", "slm=oracle"]
+    )
+    assert "tau=" not in tuned.cells[0].name
