@@ -48,6 +48,18 @@ def untrained_policy(task):
     return model.policy
 
 
+def ppo_examples(n: int) -> list:
+    """The first `n` examples of two training episodes of an untrained PPO on
+    Empty-Random-5x5 (repeats kept): a fine-tuning batch in a second."""
+    splits = Splits()
+    task = make_task("empty5x5_random")
+    examples = ds.collect(
+        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
+        splits=splits, autopilot=("ppo",), unique=False,
+    )  # fmt: skip
+    return examples[:n]
+
+
 def basic_prompt(rationale: bool = False):
     from hydra.utils import instantiate
 
@@ -408,12 +420,7 @@ def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
     from benchmark.finetune.train import fine_tune
 
     base = build_tiny(tmp_path / "tiny-small", 0, "small")
-    task = make_task("empty5x5_random")
-    splits = Splits()
-    examples = ds.collect(
-        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
-        splits=splits, autopilot=("ppo",), unique=False,
-    )[:24]  # fmt: skip
+    examples = ppo_examples(24)
     settings = TrainSettings(
         epochs=1, batch_size=8, learning_rate=1e-2,
         lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
@@ -466,12 +473,7 @@ def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
 
     lr = 1e-5
     base = build_tiny(tmp_path / "tiny-small", 0, "small")
-    task = make_task("empty5x5_random")
-    splits = Splits()
-    examples = ds.collect(
-        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
-        splits=splits, autopilot=("ppo",), unique=False,
-    )[:8]  # fmt: skip
+    examples = ppo_examples(8)
     autocast_seen, load = [], lm.load
 
     def probed_load(*args, **kwargs):  # record the dtype a linear layer computes in
