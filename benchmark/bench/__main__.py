@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--budget-s",
         type=float,
         default=480.0,
-        help="gpu benchmark: wall-clock budget, enforced: past it the run stops (exit 3)",
+        help="gpu benchmark: wall-clock budget in s (default 480: 8 minutes), enforced: past it "
+        "the run stops (exit 3)",
     )
     p.add_argument("--models", default="qwen3.5-2b,qwen3.5-4b", help="gpu benchmark models")
     return p.parse_args(argv)

@@ -99,9 +99,10 @@ def project(plan: dict[str, Any], rates: dict[str, dict[str, float]]) -> dict[st
         "cells_todo": todo,
         "cells_without_rate": missing,
         "cells_complete": int(totals.get("complete", 0)),
-        "cells_invalid": int(totals.get("invalid", 0)),  # a job would fail: not projected
+        "cells_stand_in": sum(bool(c.get("stand_in")) for c in plan["cells"]),
+        "cells_invalid": sum(c.get("status") == "invalid" for c in plan["cells"]),  # not projected
         "invalid_notes": sorted(
-            {c.get("note", "") for c in plan["cells"] if c["status"] == "invalid"}
+            {c.get("note", "") for c in plan["cells"] if c.get("status") == "invalid"}
         ),
         "policies_not_trained": int(totals.get("policy_not_trained", 0)),
         "episodes": episodes,

@@ -46,7 +46,9 @@ def _bindings(module_name: str) -> dict[str, tuple[str, str]]:
         closure = getattr(value, "__closure__", None)
         if not callable(value) or not closure:
             continue
-        free = dict(zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True))
+        free = dict(
+            zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
+        )
         if "is_new_implementation" in free and "func_name" in free and "package" in free:
             fast = bool(free["is_new_implementation"])
             out[var] = (str(free["func_name"]), str(free["package"]) if fast else "reference")
