@@ -126,30 +126,73 @@ def test_ir1_section_times_both_paths_on_the_same_episodes(tmp_path):
     assert "running ir1 (1/1): batch1 path" in proc.stdout  # progress inside the long section
 
 
-@pytest.mark.slow
-def test_gpu_bench_runs_as_a_cpu_dry_run_with_qwen35_structure(tmp_path):
-    proc = _bench(tmp_path, "gpu", "--device", "cpu", "--tiny-shapes", "--quick")
+@pytest.mark.slow  # the GPU code path at toy widths (~40 s)
+def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
+    """`make bench-gpu ARGS="--device cpu"`: queries/s, prefill and decode per query, ASK+
+    decisions/s at IR 0 and IR 1 (generate and choices), memory, the kernels per layer type, the
+    gate check, the Table 1 projection and the enforced budget, in the table and the JSON."""
+    proc = _bench(tmp_path, "gpu", "--device", "cpu", "--quick")
     assert proc.returncode == 0, proc.stderr[-5000:]
     data = _report(tmp_path, "*-gpu-dryrun.json")
-    assert data["dry_run"] is True and set(data["models"]) == {"qwen3.5-2b", "qwen3.5-4b"}
+    assert data["dry_run"] is True and data["tiny_shapes"] is True  # --device cpu implies it
+    assert set(data["models"]) == {"qwen3.5-2b", "qwen3.5-4b"}
     assert 600 <= data["prompt"]["tokens_median"] <= 900  # real Qwen3.5 vocabulary, ASK+ prompt
     for entry in data["models"].values():
-        assert set(entry["throughput"]) == {"1", "8"}
+        assert (
+            set(entry["throughput"]) == set(entry["choices"]) == set(entry["split"]) == {"1", "4"}
+        )
         assert all(r["queries_per_s"] > 0 for r in entry["throughput"].values())
-    ask = data["models"]["qwen3.5-2b"]["ask"]
-    assert ask["identical"] is True and ask["runs"]["lockstep"]["queries"] > 0
-    # the kernels beside the figures: transformers' reference code here (no CUDA, no fla)
-    kernels = data["kernels"]
-    assert kernels == data["models"]["qwen3.5-4b"]["kernels"]
-    assert kernels["chunk_gated_delta_rule"] == kernels["causal_conv1d_fn"] == "reference"
-    assert kernels["prefix_reuse"] == "unpadded"
-    assert "chunk_gated_delta_rule=reference" in proc.stdout and ".[gpu]" in proc.stdout
-    for entry in data["models"].values():  # choice scoring on the hybrid architecture
-        assert set(entry["choices"]) == {"1", "8"}
-        assert all(r["queries_per_s"] > 0 for r in entry["choices"].values())
         assert all(r["prefill_s_per_query"] > 0 for r in entry["choices"].values())
-    prefill = data["models"]["qwen3.5-2b"]["prefill"]
-    assert 0 < prefill["prefill_tokens"] < prefill["prefill_tokens_without_reuse"]
+        assert all(s["prefill_ms"] > 0 and s["decode_ms"] > 0 for s in entry["split"].values())
+        d = entry["decisions"]
+        assert d["ir0"]["stats"]["ir"] == 0 and d["ir0"]["stats"]["decisions_per_s"] > 0
+        for key in ("ir1_generate", "ir1_choices"):
+            assert d[key]["stats"]["ir"] == 1.0 and d[key]["stats"]["decisions_per_s"] > 0
+        assert d["ir1_choices"]["split_ms"]["prefill"] > 0
+        assert entry["memory_bytes"] > 0 and "RSS" in entry["memory_kind"]
+        # the kernels per layer type: transformers' reference code here (no CUDA, no fla)
+        layers = entry["layer_kernels"]
+        assert set(layers) == {"linear_attention", "full_attention"}
+        assert set(layers["linear_attention"].values()) == {"reference"}
+        assert {"chunk_gated_delta_rule", "causal_conv1d_fn"} <= set(layers["linear_attention"])
+        assert layers["full_attention"] == {"attention": "sdpa"}
+        assert entry["kernels"]["prefix_reuse"] == "unpadded"
+    gate = data["models"]["qwen3.5-2b"]["gate"]
+    assert gate["identical"] is True and 0 < gate["runs"]["lockstep"]["ir"] < 1
+    assert gate["margin_bits"] > 0 and gate["calibration"]["half_gap_bits"] > 0
+    t1 = data["table1"]
+    assert t1["preset"] == "table1" and t1["cells_todo"] == t1["cells"] > 0
+    assert t1["cells_invalid"] == 0 and t1["cells_stand_in"] > 0  # no Qwen3.5 weights here
+    assert t1["seconds"] == pytest.approx(t1["lm_seconds"] + t1["loop_seconds"])
+    assert t1["lm_calls"] > 0 and t1["lm_seconds"] > 0 and t1["cells_without_rate"] == 0
+    table = {c["name"]: c for c in data["table"]}
+    budget = table["whole GPU benchmark"]
+    assert budget["target"] == 480.0 and budget["status"] == "PASS"
+    out = proc.stdout
+    for figure in (
+        "decisions/s at IR 0",
+        "decisions/s at IR 1 generate",
+        "decisions/s at IR 1 choices",
+        "prefill ms/query at batch 4 (generate)",
+        "decode ms/query at batch 4 (generate)",
+        "memory (peak RSS",
+        "projected Table 1 time",
+        "linear_attention layers: causal_conv1d_fn=reference",
+        "full_attention layers: attention=sdpa",
+        "same gate decisions and episodes",
+        "make install-gpu",
+    ):
+        assert figure in out, figure
+
+
+@pytest.mark.slow  # a bench subprocess stopped by its budget (~15 s)
+def test_gpu_bench_budget_is_enforced_and_names_the_section(tmp_path):
+    proc = _bench(tmp_path, "gpu", "--device", "cpu", "--quick", "--budget-s", "4", timeout=120)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "time budget of 4 s ran out in section" in proc.stderr
+    data = _report(tmp_path, "*-gpu-dryrun.json")
+    assert "ran out in section '" in data["budget_exceeded"]  # the section that was running
+    assert {c["name"]: c for c in data["table"]}["whole GPU benchmark"]["status"] == "MISS"
 
 
 @pytest.mark.slow  # a bench subprocess (~2 s)
@@ -160,7 +203,81 @@ def test_gpu_bench_without_cuda_exits_with_code_2(tmp_path):
         pytest.skip("a CUDA device is present: the no-GPU exit path cannot be observed")
     proc = _bench(tmp_path, "gpu", timeout=120)
     assert proc.returncode == 2
-    assert "no CUDA device" in proc.stderr and "--tiny-shapes" in proc.stderr
+    assert "no CUDA device" in proc.stderr and "--device cpu" in proc.stderr
+
+
+def test_a_reference_kernel_is_an_error_on_cuda_naming_layer_kernel_and_install():
+    """The kernels each Qwen3.5 layer type runs, read from the model (reference code here: no
+    fla, no causal-conv1d); on CUDA that is `make bench-gpu`'s error, naming all three."""
+    from benchmark.bench.qwen_shapes import build_model
+    from benchmark.consultants.kernels import GPU_INSTALL, layer_kernels, reference_kernel_error
+
+    model = build_model("qwen3.5-2b", "cpu", "float32", tiny_shapes=True)
+    layers = layer_kernels(model)
+    assert layers["full_attention"] == {"attention": "sdpa"}
+    assert layers["linear_attention"]["chunk_gated_delta_rule"] == "reference"
+    error = reference_kernel_error("qwen3.5-2b", layers)
+    assert error.startswith("qwen3.5-2b on CUDA: linear_attention layers run causal_conv1d_fn")
+    assert "chunk_gated_delta_rule" in error and error.endswith(f"with: {GPU_INSTALL}")
+    assert GPU_INSTALL == "make install-gpu"  # the documented one-line GPU install
+    assert "full_attention" not in error
+    fast = {"linear_attention": {"chunk_gated_delta_rule": "fla"}, "full_attention": {}}
+    assert reference_kernel_error("qwen3.5-2b", fast) is None
+
+
+def test_gate_check_tau_is_the_midpoint_of_the_widest_inner_gap():
+    import numpy as np
+
+    from benchmark.bench.gpu_ask import gap_tau
+
+    # the widest gap overall (0.1 -> 0.9) is outside the middle quantiles; 1.2 -> 1.4 is inside
+    values = np.array([0.1, 0.9, 1.0, 1.1, 1.2, 1.4, 1.45, 1.5, 1.55, 1.58, 1.585])
+    tau, half = gap_tau(values)
+    assert tau == pytest.approx(1.3) and half == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="two distinct entropies"):
+        gap_tau(np.full(5, 1.585))
+
+
+def test_deadline_stops_the_running_section_with_its_name():
+    import time
+
+    from benchmark.bench.common import BudgetExceeded, Deadline
+
+    with pytest.raises(BudgetExceeded, match="ran out in section 'spin'"):
+        with Deadline(0.2, "test") as clock:
+            clock.section("spin")
+            while True:
+                time.sleep(0.01)
+    with Deadline(5.0) as clock:  # finished in time: nothing raised, the timer is off after
+        clock.section("quick")
+    time.sleep(0.05)
+    with pytest.raises(ValueError, match="> 0"):
+        Deadline(0)
+
+
+def test_table1_projection_divides_each_cells_work_by_its_models_rate():
+    from benchmark.bench.gpu_projection import project
+
+    def cell(slm, lm, steps, calls):
+        work = {"episodes": 100, "tuning_episodes": 0, "max_steps": steps, "calls": calls}
+        return {"slm": slm, "lm": lm, "status": "pending", "work": {**work, "basis": "bound: IR 1"}}
+
+    plan = {
+        "cells": [
+            cell("qwen3.5-2b", True, 1000, 1000),
+            cell("qwen3.5-4b", True, 1000, 400),
+            cell(None, False, 500, 0),
+            {"slm": "qwen3.5-2b", "lm": True, "work": None, "status": "complete"},
+        ],
+        "totals": {"policy_not_trained": 2},
+    }
+    rates = {"qwen3.5-2b": {"ir0": 100.0, "ir1": 10.0}, "qwen3.5-4b": {"ir0": 50.0, "ir1": 4.0}}
+    p = project(plan, rates)
+    assert p["cells_todo"] == 3 and p["cells"] == 4 and p["policies_not_trained"] == 2
+    assert p["lm_seconds"] == pytest.approx(1000 / 10 + 400 / 4)
+    assert p["loop_seconds"] == pytest.approx((600 + 500) / 100)  # the faster IR-0 rate
+    assert p["max_steps"] == 2500 and p["lm_calls"] == 1400 and p["basis"] == ["bound"]
+    assert project(plan, {"qwen3.5-2b": rates["qwen3.5-2b"]})["cells_without_rate"] == 1
 
 
 def test_qwen35_shapes_follow_the_published_architecture():

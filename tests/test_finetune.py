@@ -48,6 +48,18 @@ def untrained_policy(task):
     return model.policy
 
 
+def ppo_examples(n: int) -> list:
+    """The first `n` examples of two training episodes of an untrained PPO on
+    Empty-Random-5x5 (repeats kept): a fine-tuning batch in a second."""
+    splits = Splits()
+    task = make_task("empty5x5_random")
+    examples = ds.collect(
+        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
+        splits=splits, autopilot=("ppo",), unique=False,
+    )  # fmt: skip
+    return examples[:n]
+
+
 def basic_prompt(rationale: bool = False):
     from hydra.utils import instantiate
 
@@ -408,12 +420,7 @@ def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
     from benchmark.finetune.train import fine_tune
 
     base = build_tiny(tmp_path / "tiny-small", 0, "small")
-    task = make_task("empty5x5_random")
-    splits = Splits()
-    examples = ds.collect(
-        task, basic_prompt(), untrained_policy(task), dataset_seeds(2, 0, splits),
-        splits=splits, autopilot=("ppo",), unique=False,
-    )[:24]  # fmt: skip
+    examples = ppo_examples(24)
     settings = TrainSettings(
         epochs=1, batch_size=8, learning_rate=1e-2,
         lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
@@ -427,3 +434,90 @@ def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed)
     HFConsultant(path=str(out), dtype="float32", device_map="cpu").close()
+
+
+def _adamw_step(model, batch, lr: float, autocast: bool) -> float:
+    """One AdamW step on `batch`; returns the share of the elements with a nonzero gradient
+    whose weight changed."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(**batch).loss
+    loss.backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    before = [p.detach().clone() for p in params]
+    touched = [p.grad != 0 for p in params]
+    opt.step()
+    moved = sum(
+        ((p.detach() != b) & t).sum().item()
+        for p, b, t in zip(params, before, touched, strict=True)
+    )
+    return moved / sum(t.sum().item() for t in touched)
+
+
+def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
+    tmp_path, monkeypatch
+):
+    """`dtype: bfloat16` trains float32 master weights under bf16 autocast and saves bf16. At
+    LR 1e-5 one AdamW step moves every weight by about 1e-5: held in bf16 (a step of 2^-8 of
+    the weight) most such updates round away; in float32 they stay, and the saved bf16 weights
+    show changes that a bf16 weight could not have taken in one step."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmark.consultants.tiny import build_tiny
+    from benchmark.finetune import lm
+    from benchmark.finetune.train import _Collator, fine_tune
+
+    lr = 1e-5
+    base = build_tiny(tmp_path / "tiny-small", 0, "small")
+    examples = ppo_examples(8)
+    autocast_seen, load = [], lm.load
+
+    def probed_load(*args, **kwargs):  # record the dtype a linear layer computes in
+        model, tok = load(*args, **kwargs)
+        model.lm_head.register_forward_hook(lambda m, i, o: autocast_seen.append(o.dtype))
+        return model, tok
+
+    monkeypatch.setattr(lm, "load", probed_load)
+    settings = TrainSettings(
+        epochs=1, batch_size=8, learning_rate=lr, warmup=0.0, scheduler="constant",
+        dtype="bfloat16",
+    )  # fmt: skip
+    out = tmp_path / "bf16"
+    stats = fine_tune(base, examples, out, settings, seed=0)
+    monkeypatch.undo()
+    assert stats["optimizer_steps"] == 1
+    assert (stats["master_dtype"], stats["autocast"], stats["saved_dtype"]) == (
+        "float32",
+        "bfloat16",
+        "bfloat16",
+    )
+    assert autocast_seen and set(autocast_seen) == {torch.bfloat16}  # bf16 autocast ran
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    assert {v.dtype for v in before.values()} == {torch.float32}
+    assert {v.dtype for v in after.values()} == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    changed = reachable = 0
+    for name, w in before.items():
+        w16 = w.to(torch.bfloat16)
+        diff = after[name] != w16
+        # half the bf16 spacing at the weight (8 significant bits: 2^(e-9) for a weight
+        # m * 2^e, 0.5 <= m < 1): an update smaller than that rounds away
+        half_ulp = torch.ldexp(torch.tensor(1.0), torch.frexp(w16.float()).exponent - 9)
+        changed += int(diff.sum())
+        reachable += int((diff & (half_ulp <= 1.01 * lr)).sum())
+    assert changed > 0  # the saved bf16 weights differ after one step at LR 1e-5
+    # most of those changes are out of one bf16 step's reach: the float32 masters kept them
+    assert (changed - reachable) / changed > 0.5, (changed, reachable)  # 0.65 (pure bf16: 0.003)
+    # the same step on weights held in bf16 leaves most of the updated weights where they were,
+    # while float32 weights take every update
+    tok = AutoTokenizer.from_pretrained(base)
+    batch = _Collator(lm.pad_id(tok))([encode(tok, e, 4096) for e in examples])
+    pure = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    master = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    kept_bf16 = _adamw_step(pure, batch, lr, autocast=False)
+    kept_fp32 = _adamw_step(master, batch, lr, autocast=True)
+    assert kept_bf16 < 0.25 and kept_fp32 > 0.99, (kept_bf16, kept_fp32)  # measured 0.03, 1.0

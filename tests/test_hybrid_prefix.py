@@ -18,7 +18,7 @@ import pytest
 
 from benchmark.bench.qwen_shapes import save_tiny_hybrid
 from benchmark.consultants.hf import HFConsultant
-from benchmark.consultants.kernels import describe_kernels, kernel_report
+from benchmark.consultants.kernels import GPU_EXTRA_HINT, describe_kernels, kernel_report
 from benchmark.consultants.prefix import PREFILL_STATS
 from tests.test_prefix_cache import ask_queries, new_ids
 
@@ -65,7 +65,7 @@ def test_kernel_report_says_reference_here_and_logs_once(hybrid, caplog):
         assert all(report[f] == "reference" for f in LINEAR_KERNELS)  # this CPU machine
     assert report["attention"] == on.model.config._attn_implementation
     assert report["prefix_reuse"] == "unpadded"
-    assert "pip install -e '.[gpu]'" in describe_kernels(report)
+    assert GPU_EXTRA_HINT in describe_kernels(report) and "make install-gpu" in GPU_EXTRA_HINT
     with caplog.at_level(logging.INFO, logger="benchmark.consultants.hf"):
         again = HFConsultant(path=on.model.name_or_path, num_threads=1)
         again.answer([])

@@ -4,9 +4,13 @@ cpu (default, `make bench`): gate, training, evaluation, workers, ir1, tuning, t
 one process; prints a progress line as each section starts (with the time left, estimated from
 the last run's section times) and a table (each ratio with its target and PASS/MISS), and writes
 `<paths.bench>/<timestamp>.json`. gpu (`make bench-gpu`): Qwen3.5-2B/4B shapes with random
-weights on the first CUDA device; `--device cpu --tiny-shapes` runs the same code on a CPU.
+weights on the first CUDA device: queries/s, prefill and decode per query, ASK+ decisions/s at IR
+0 and IR 1, memory, kernels per layer type, the gate check and the projected Table 1 time, within
+`--budget-s`; `--device cpu` is its CPU dry run (toy widths of the same architecture).
 
-Exit codes: 0 done (a MISS is reported, not an error), 2 no CUDA device for the gpu benchmark."""
+Exit codes: 0 done (a MISS is reported, not an error), 2 no CUDA device for the gpu benchmark,
+3 its time budget ran out (the message names the section), 4 a Qwen3.5 layer would run
+transformers' reference kernels on CUDA (the message names the layer and the install)."""
 
 from __future__ import annotations
 
@@ -49,11 +53,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="cpu ir1 section: episode step cap (default: the size's, 500 = the paper setting)",
     )
-    p.add_argument("--device", default="cuda", help="gpu benchmark device (cuda, cuda:0, cpu)")
+    p.add_argument(
+        "--device",
+        default="cuda",
+        help="gpu benchmark device (cuda, cuda:0; cpu: the CPU dry run, toy widths)",
+    )
     p.add_argument(
         "--tiny-shapes",
         action="store_true",
-        help="gpu benchmark: same architecture at toy widths (CPU dry run)",
+        help="gpu benchmark: same architecture at toy widths (implied by --device cpu)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=480.0,
+        help="gpu benchmark: wall-clock budget in s (default 480: 8 minutes), enforced: past it "
+        "the run stops (exit 3)",
     )
     p.add_argument("--models", default="qwen3.5-2b,qwen3.5-4b", help="gpu benchmark models")
     return p.parse_args(argv)

@@ -192,3 +192,48 @@ def _default(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
+
+
+class BudgetExceeded(RuntimeError):
+    """The run's time budget ran out; the message names the section that was running."""
+
+
+class Deadline:
+    """A wall-clock budget that stops the run: SIGALRM fires when `seconds` are spent and raises
+    BudgetExceeded naming the section that was running (`section(name)` sets it and prints a
+    progress line with the seconds left). Python code is interrupted at once; a long native call
+    (one CUDA kernel, one matmul) first returns. Main thread only (signals)."""
+
+    def __init__(self, seconds: float, what: str = "benchmark") -> None:
+        if not seconds > 0:
+            raise ValueError(f"the time budget must be > 0 seconds, got {seconds}")
+        self.seconds, self.what, self.current = float(seconds), what, "start"
+        self._start = time.perf_counter()
+        self._previous: Any = None
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self._start)
+
+    def section(self, name: str) -> None:
+        self.current = name
+        print(f"{self.what}: {name} ({self.left():.0f} s of {self.seconds:.0f} s left)", flush=True)
+
+    def _expired(self, *_: object) -> None:
+        raise BudgetExceeded(
+            f"{self.what}: the time budget of {self.seconds:.0f} s ran out in section "
+            f"{self.current!r}, after {time.perf_counter() - self._start:.0f} s"
+        )
+
+    def __enter__(self) -> Deadline:
+        import signal
+
+        self._start = time.perf_counter()
+        self._previous = signal.signal(signal.SIGALRM, self._expired)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)

@@ -114,11 +114,11 @@ class EvaluationSection:
         }
 
 
-def calibrate_tau(
-    policy: Any, task: Any, n_episodes: int, max_steps: int, n_samples: int, target_ir: float
-) -> tuple[float, dict[str, Any]]:
-    """tau = the (1 - target IR) quantile of the total entropy along PPO-only trajectories of the
-    VALIDATION seeds (never a test seed), so the entropy gate asks on about `target_ir` of steps."""
+def ppo_entropies(
+    policy: Any, task: Any, n_episodes: int, max_steps: int, n_samples: int
+) -> np.ndarray:
+    """The MC-dropout total entropy (bits) at every step of PPO-only trajectories of the first
+    `n_episodes` VALIDATION seeds (never a test seed), `max_steps` at most."""
     from benchmark.evaluate import deterministic_actions
     from benchmark.seeds import DEFAULT_SPLITS
     from benchmark.uncertainty import mc_dropout
@@ -133,9 +133,17 @@ def calibrate_tau(
         obs.append(batch)
         for e, a in zip(live, deterministic_actions(policy, batch).tolist(), strict=True):
             e.step(int(a))
-    total = mc_dropout(
+    return mc_dropout(
         policy, np.concatenate(obs), n_samples, torch.Generator().manual_seed(0)
     ).total
+
+
+def calibrate_tau(
+    policy: Any, task: Any, n_episodes: int, max_steps: int, n_samples: int, target_ir: float
+) -> tuple[float, dict[str, Any]]:
+    """tau = the (1 - target IR) quantile of the total entropy along PPO-only trajectories of the
+    VALIDATION seeds (`ppo_entropies`), so the entropy gate asks on about `target_ir` of steps."""
+    total = ppo_entropies(policy, task, n_episodes, max_steps, n_samples)
     tau = float(np.quantile(total, 1.0 - target_ir))
     return tau, {
         "n_observations": int(total.size),

@@ -1,13 +1,17 @@
-"""GPU benchmark: consultant throughput and ASK decisions/s with the real Qwen3.5-2B / 4B shapes.
+"""GPU benchmark (`make bench-gpu`): what a GPU does for the suite, with the real Qwen3.5-2B / 4B
+shapes: consultant queries/s per batch size (generation and choice scoring) with each query's
+prefill and decode, ASK+ decisions/s at IR 0 and IR 1, GPU memory, the kernels each layer type
+runs, a gate check (lockstep and sequential ASK make the same gate decisions at a tau away from
+ties), and the projected time of Table 1 on this GPU; all within a time budget that is enforced
+(`--budget-s`, default 480 s: past it the run stops, naming the section).
 
 Random weights (no download) in bf16 on the first CUDA device, the real Qwen3.5 vocabulary for
-token counts, ASK+ prompts from the real prompt builder (stateful level with rationale: thinking
-budget 10, then up to 16 answer tokens), and the hf backend's own batching and two-phase
-generation. `--device cpu --tiny-shapes` runs the very same code at toy widths, so it is tested
-on machines without a GPU. The report names the kernels each model ran with (`kernels`: fast
-flash-linear-attention / causal-conv1d kernels or transformers' reference PyTorch code, the
-attention implementation, the prefix-reuse mode; kernels.kernel_report), since figures taken on the
-reference code say little about the GPU's speed."""
+token counts, ASK+ prompts from the real prompt builder, and the hf backend's own batching. On
+CUDA, a Qwen3.5 layer on transformers' reference kernels (the `[gpu]` extra missing) is an error
+(exit 4) naming the layer type, the kernels and the one-line install: figures taken so say little
+about the GPU. `--device cpu` is the CPU dry run: the same code at toy widths of the same
+architecture (`--tiny-shapes`, implied), every figure printed, reference kernels reported, never
+an error. Memory: torch's peak allocated bytes on CUDA, the process's peak RSS on a CPU."""
 
 from __future__ import annotations
 
@@ -15,24 +19,31 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmark.bench.common import (
+    GIB,
+    BudgetExceeded,
     Check,
+    Deadline,
     compose,
     format_table,
     jsonable,
-    run_rates,
+    peak_rss_bytes,
     write_report,
 )
-from benchmark.consultants import Decoding, Query
-from benchmark.consultants.hf import HFConsultant
-from benchmark.consultants.kernels import describe_kernels
+from benchmark.bench.gpu_consultant import (
+    InMemoryHFConsultant,
+    ask_plus_messages,
+    choice_throughput,
+    prompt_ids,
+    throughput,
+)
+from benchmark.consultants.kernels import describe_kernels, layer_kernels, reference_kernel_error
 
-GPU_TIME_LIMIT_S = 480.0  # the whole GPU run must fit in 8 minutes on an H100/H200
-ASK_TARGET = 2.0
+EXIT_BUDGET, EXIT_KERNELS = 3, 4
 
 
 @dataclass(frozen=True)
@@ -41,353 +52,312 @@ class GpuSizes:
     repeats: int = 3
     thinking_budget: int = 10
     answer_tokens: int = 16
-    ask_episodes: int = 32
-    ask_max_steps: int = 30
-    target_ir: float = 0.3
+    rationale_tokens: int = 64  # ASK+'s answer cap (conf/prompt: rationale_max_new_tokens)
+    ir_episodes: int = 16  # the IR-0 / IR-1 decision runs
+    ir_max_steps: int = 20
+    gate_episodes: int = 32  # the gate check
+    gate_max_steps: int = 30
 
 
 FULL = GpuSizes()
-QUICK = GpuSizes(
+DRY_RUN = GpuSizes(  # --device cpu: toy widths, a minute or two on a CPU
     batch_sizes=(1, 8),
-    repeats=1,
+    repeats=2,
     thinking_budget=4,
     answer_tokens=4,
-    ask_episodes=4,
-    ask_max_steps=4,
+    rationale_tokens=4,
+    ir_episodes=4,
+    ir_max_steps=6,
+    gate_episodes=8,
+    gate_max_steps=8,
+)
+QUICK = replace(
+    DRY_RUN,
+    batch_sizes=(1, 4),
+    repeats=1,
+    thinking_budget=2,
+    answer_tokens=2,
+    rationale_tokens=2,
+    ir_episodes=2,
+    ir_max_steps=4,
+    gate_episodes=4,
+    gate_max_steps=6,
 )
 
 
-class InMemoryHFConsultant(HFConsultant):
-    """The hf backend (grouping, length sorting, left padding, OOM halving, thinking budget) on a
-    model and tokenizer built in memory instead of loaded with from_pretrained."""
-
-    def __init__(self, model: Any, tokenizer: Any, identity: str, max_batch_size: int = 64) -> None:
-        self.max_batch_size = int(max_batch_size)
-        self.model, self.tokenizer, self._identity = model, tokenizer, identity
-        self._setup_tokens()
-
-
-def ask_plus_messages(task: Any, n: int) -> list[list[dict[str, str]]]:
-    """ASK+ (stateful + rationale) prompts from `n` validation episodes at different depths."""
-    import numpy as np
-
-    from benchmark.prompts.ask import AskPrompt
-
-    prompt = AskPrompt(name="stateful", level="stateful", rationale=True)
-    rng = np.random.default_rng(0)
-    out = []
-    for seed in range(n):
-        ep = task.episode(seed)
-        for _ in range(int(rng.integers(0, 40))):
-            if ep.done:
-                break
-            ep.step(int(rng.integers(len(ep.action_names))))
-        out.append(prompt.session(ep, False).messages(0))
-    return out
-
-
-def _sync(device: str) -> None:
+def _memory(device: str) -> tuple[int, str]:
+    """(bytes, what they are): torch's peak allocated bytes since the last reset on CUDA, the
+    process's peak RSS so far on a CPU (it includes the models measured before)."""
     import torch
 
     if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device)), "peak allocated, torch.cuda"
+    return peak_rss_bytes(), "peak RSS of the process, earlier models included"
 
 
-def timed_answers(
-    consultant: HFConsultant, queries: list[Query], repeats: int, device: str
-) -> tuple[list[float], list]:
-    """Seconds of each of `repeats` answer() calls after one warmup (kernels, allocator), the
-    prefill statistics counting the timed calls only; and the last call's answers."""
-    consultant.answer(queries)
-    consultant.reset_prefill_stats()
-    times, answers = [], []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        answers = consultant.answer(queries)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return times, answers
+def _split(entry: dict[str, Any], bs: str) -> dict[str, Any]:
+    """Prefill and decode ms per generated query at batch `bs`: timed by the backend (lean
+    decode), else the generate call's time less choice scoring's prefill of the same prompts."""
+    gen, cho = entry["throughput"][bs], entry["choices"][bs]
+    if gen["decode_s_per_query"] > 0:
+        prefill, decode, how = gen["prefill_s_per_query"], gen["decode_s_per_query"], "timed"
+    else:
+        prefill = cho["prefill_s_per_query"]
+        decode = max(0.0, gen["median_s"] / int(bs) - prefill)
+        how = "generate() time less choice scoring's prefill of the same prompts"
+    return {"prefill_ms": 1e3 * prefill, "decode_ms": 1e3 * decode, "how": how}
 
 
-def throughput(
-    consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: GpuSizes, device: str
+def measure_model(
+    name: str, consultant: InMemoryHFConsultant, env: dict, sizes: GpuSizes, clock: Deadline
 ) -> dict[str, Any]:
-    """Queries/s and generated tokens/s per batch size (median over repeats, after a warmup)."""
-    decoding = Decoding(
-        max_new_tokens=sizes.answer_tokens,
-        enable_thinking=True,
-        thinking_budget=sizes.thinking_budget,
-    )
-    out: dict[str, Any] = {}
-    for bs in sizes.batch_sizes:
-        queries = [
-            Query(
-                messages=messages[i % len(messages)],
-                actions=actions,
-                render_answer=lambda a, r: a,
-                decoding=decoding,
+    """Every figure of one model (the gate check aside)."""
+    from benchmark.bench.gpu_ask import decision_rates
+
+    device, messages, actions, root = env["device"], env["messages"], env["actions"], env["root"]
+    clock.section(f"{name}: generation throughput")
+    entry: dict[str, Any] = {"throughput": throughput(consultant, messages, actions, sizes, device)}
+    clock.section(f"{name}: choice scoring throughput")
+    entry["choices"] = choice_throughput(consultant, messages, actions, sizes, device)
+    entry["split"] = {bs: _split(entry, bs) for bs in entry["throughput"]}
+    clock.section(f"{name}: ASK+ decisions at IR 0 and IR 1")
+    entry["decisions"] = decision_rates(consultant, root, sizes)
+    return entry
+
+
+def model_checks(name: str, entry: dict[str, Any]) -> list[Check]:
+    out = []
+    for bs, r in entry["throughput"].items():
+        out.append(
+            Check("gpu", f"{name} queries/s at batch {bs} (generate)", r["queries_per_s"], "1/s")
+        )
+    for bs, r in entry["choices"].items():
+        out.append(
+            Check("gpu", f"{name} queries/s at batch {bs} (choices)", r["queries_per_s"], "1/s")
+        )
+    for bs, split in entry["split"].items():
+        for part in ("prefill", "decode"):
+            out.append(
+                Check(
+                    "gpu",
+                    f"{name} {part} ms/query at batch {bs} (generate)",
+                    split[f"{part}_ms"],
+                    "ms",
+                )
             )
-            for i in range(bs)
-        ]
-        times, answers = timed_answers(consultant, queries, sizes.repeats, device)
-        gen_tokens = sum(a.generated_tokens for a in answers)
-        prompt_tokens = sum(a.prompt_tokens for a in answers)
-        med = statistics.median(times)
-        out[str(bs)] = {
-            "median_s": med,
-            "times_s": times,
-            "queries_per_s": bs / med,
-            "generated_tokens_per_s": gen_tokens / med,
-            "prompt_tokens_mean": prompt_tokens / bs,
-            "generated_tokens_mean": gen_tokens / bs,
-        }
+    for bs, r in entry["choices"].items():
+        out.append(
+            Check(
+                "gpu",
+                f"{name} prefill ms/query at batch {bs} (choices)",
+                1e3 * r["prefill_s_per_query"],
+                "ms",
+            )
+        )
+    d = entry["decisions"]
+    for key, label in (
+        ("ir0", "IR 0"),
+        ("ir1_generate", "IR 1 generate"),
+        ("ir1_choices", "IR 1 choices"),
+    ):
+        out.append(
+            Check(
+                "gpu",
+                f"{name} ASK+ decisions/s at {label}",
+                d[key]["stats"]["decisions_per_s"],
+                "1/s",
+            )
+        )
+        split = d[key]["split_ms"]
+        if split is not None and key != "ir0":
+            for part in ("prefill", "decode"):
+                out.append(Check("gpu", f"{name} ASK+ {label}: {part} ms/query", split[part], "ms"))
+    out.append(
+        Check("gpu", f"{name} memory ({entry['memory_kind']})", entry["memory_bytes"] / GIB, "GiB")
+    )
     return out
 
 
-def choice_throughput(
-    consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: GpuSizes, device: str
-) -> dict[str, Any]:
-    """Choice scoring (slm.decoding.mode=choices, issue 30): queries/s per batch size with every
-    valid action scored on the prompt's cache (median over repeats, after a warmup), and the
-    split of the backend's time into prefill and scoring."""
-    decoding = Decoding(max_new_tokens=sizes.answer_tokens, mode="choices")
-    out: dict[str, Any] = {}
-    for bs in sizes.batch_sizes:
-        queries = [
-            Query(messages[i % len(messages)], actions, lambda a, r: a, decoding) for i in range(bs)
-        ]
-        times, answers = timed_answers(consultant, queries, sizes.repeats, device)
-        if not all(a.choices and a.text in actions for a in answers):
-            raise RuntimeError("choice scoring returned an answer without per-action scores")
-        stats = consultant.prefill_stats()
-        med = statistics.median(times)
-        out[str(bs)] = {
-            "median_s": med,
-            "times_s": times,
-            "queries_per_s": bs / med,
-            "prefill_s_per_query": stats["prefill_seconds"] / (bs * sizes.repeats),
-            "scoring_s_per_query": stats["decode_seconds"] / (bs * sizes.repeats),
-        }
-    return out
+def gate_checks(name: str, gate: dict[str, Any]) -> list[Check]:
+    from benchmark.bench.gpu_ask import GATE_MARGIN_BITS
 
-
-def ask_lockstep_vs_sequential(
-    consultant: HFConsultant,
-    root: Path,
-    sizes: GpuSizes,
-) -> dict[str, Any]:
-    """ASK (basic prompt, entropy gate at IR ~ target) on fourrooms with this consultant."""
-    import torch
-
-    from benchmark import results
-    from benchmark.bench.cpu_evaluation import calibrate_tau
-    from benchmark.bench.cpu_policy import new_ppo
-    from benchmark.build import build, prepare
-
-    cfg = compose(
-        root,
-        "env=fourrooms",
-        f"env.task.max_steps={sizes.ask_max_steps}",
-        "gate=entropy",
-        "gate.tau=1.0",
-        "prompt=basic",
-        f"eval.n_episodes={sizes.ask_episodes}",
-    )
-    prepared = prepare(cfg)
-    task = prepared[0]
-    torch.manual_seed(0)
-    policy = new_ppo(task, cfg.policy, n_envs=1).policy  # untrained: speed, not quality
-    n = int(cfg.gate.mc_samples)
-    tau, calib = calibrate_tau(
-        policy, task, sizes.ask_episodes, sizes.ask_max_steps, n, sizes.target_ir
-    )
-    evaluation = build(cfg, prepared=prepared, policy=policy, consultant=consultant)
-    seeds = evaluation.test_seeds()
-    runs, outcomes = {}, {}
-    for mode in ("lockstep", "sequential"):
-        t0 = time.perf_counter()
-        rows = evaluation.run(seeds, mode=mode, tau=tau)
-        wall = time.perf_counter() - t0
-        runs[mode] = run_rates(rows, wall)
-        outcomes[mode] = results.split_runtime(rows)[0]
-    return {
-        "params": {
-            "episodes": len(seeds),
-            "max_steps": sizes.ask_max_steps,
-            "tau": tau,
-            "prompt": "basic",
-            "policy": "untrained",
-        },
-        "tau_calibration": calib,
-        "runs": runs,
-        "identical": outcomes["lockstep"] == outcomes["sequential"],
-        "ratio": runs["sequential"]["wall_s"] / runs["lockstep"]["wall_s"],
-    }
+    p = gate["params"]
+    return [
+        Check(
+            "gate",
+            f"{name} ASK lockstep vs sequential: same gate decisions and episodes",
+            float(gate["identical"]),
+            "",
+            target=1.0,
+        ),
+        Check(
+            "gate",
+            f"tau {p['tau']:.4f} bits: nearest entropy of the runs (margin)",
+            gate["margin_bits"],
+            "bits",
+            target=GATE_MARGIN_BITS,
+        ),
+        Check("gate", f"{name} ASK lockstep vs sequential (wall time)", gate["ratio"]),
+        Check(
+            "gate",
+            f"{name} ASK interaction rate in the gate check",
+            gate["runs"]["lockstep"]["ir"],
+            "",
+        ),
+    ]
 
 
 def main_gpu(args: argparse.Namespace, root: Path) -> int:
     import torch
 
-    from benchmark.bench.qwen_shapes import build_model, n_parameters, qwen35_tokenizer, shape_names
-    from benchmark.envs import make_task
-
     device = args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
         print(
             "benchmark.bench gpu: no CUDA device is available (torch.cuda.is_available() is "
-            "False). Run it on a GPU machine with a CUDA build of torch, or exercise the code "
-            "path on a CPU with: python -m benchmark.bench gpu --device cpu --tiny-shapes",
+            "False). Run it on a GPU machine with a CUDA build of torch (docs/development.md, "
+            "GPU install), or run its CPU dry run: python -m benchmark.bench gpu --device cpu",
             file=sys.stderr,
         )
         return 2
-    if not device.startswith("cuda") and not args.tiny_shapes:
-        print(
-            f"benchmark.bench gpu: --device {device} needs --tiny-shapes (full Qwen3.5 shapes "
-            "on a CPU would take hours)",
-            file=sys.stderr,
-        )
-        return 2
+    from benchmark.bench.qwen_shapes import shape_names
+
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
         if m not in shape_names():
             raise SystemExit(f"--models: unknown model {m!r}; allowed: {shape_names()}")
-    sizes = QUICK if args.quick else FULL
-    dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    if not device.startswith("cuda"):
-        torch.set_num_threads(args.threads)  # CPU dry run: see the cpu benchmark's threads section
+    if not args.budget_s > 0:
+        raise SystemExit(f"--budget-s={args.budget_s} must be > 0")
+    tiny = args.tiny_shapes or not cuda  # full Qwen3.5 shapes on a CPU would take hours
+    sizes = QUICK if args.quick else (FULL if cuda else DRY_RUN)
+    data: dict[str, Any] = {
+        "kind": "gpu",
+        "dry_run": not cuda,
+        "device": torch.cuda.get_device_name(device) if cuda else device,
+        "dtype": "bfloat16" if cuda else "float32",
+        "tiny_shapes": tiny,
+        "quick": args.quick,
+        "sizes": asdict(sizes),
+        "budget_s": args.budget_s,
+        "models": {},
+    }
+    checks: list[Check] = []
     started = time.perf_counter()
+    code = 0
+    try:
+        with Deadline(args.budget_s, "bench gpu") as clock:
+            code = _run(args, root, models, sizes, tiny, data, checks, clock)
+    except BudgetExceeded as exc:
+        data["budget_exceeded"] = str(exc)
+        print(f"benchmark.bench gpu: {exc}; figures so far are in the JSON", file=sys.stderr)
+        code = EXIT_BUDGET
+    wall = time.perf_counter() - started
+    data["wall_seconds"] = wall
+    checks.append(Check("budget", "whole GPU benchmark", wall, "s", target=args.budget_s, cmp="<"))
+    data["table"] = [c.to_dict() for c in checks]
+    bench_dir = Path(str(compose(root).paths.bench))
+    path = write_report(bench_dir, jsonable(data), suffix="-gpu" if cuda else "-gpu-dryrun")
+    print(format_table(checks))
+    print(
+        f"\n{wall:.0f} s of a {args.budget_s:.0f} s budget on {data['device']} ({data['dtype']}); wrote {path}"
+    )
+    return code
+
+
+def _run(
+    args: argparse.Namespace,
+    root: Path,
+    models: list[str],
+    sizes: GpuSizes,
+    tiny: bool,
+    data: dict[str, Any],
+    checks: list[Check],
+    clock: Deadline,
+) -> int:
+    import torch
+
+    from benchmark.bench.gpu_ask import gate_check
+    from benchmark.bench.gpu_projection import project, table1_plan
+    from benchmark.bench.qwen_shapes import build_model, n_parameters, qwen35_tokenizer
+    from benchmark.envs import make_task
+
+    device = args.device
+    cuda = device.startswith("cuda")
+    if not cuda:
+        torch.set_num_threads(args.threads)  # CPU dry run: see the cpu benchmark's threads section
+    clock.section("setup: tokenizer and ASK+ prompts")
     tokenizer = qwen35_tokenizer()
     task = make_task(compose(root, "env=fourrooms").env)
     messages = ask_plus_messages(task, max(sizes.batch_sizes))
-    checks: list[Check] = []
-    per_model: dict[str, Any] = {}
+    prompt_tokens = [len(ids) for ids in prompt_ids(tokenizer, messages)]
+    data["prompt"] = {
+        "variant": "stateful + rationale (ASK+)",
+        "tokens_min": min(prompt_tokens),
+        "tokens_median": statistics.median(prompt_tokens),
+        "tokens_max": max(prompt_tokens),
+    }
+    env = {
+        "device": device,
+        "messages": messages,
+        "actions": tuple(task.action_names),
+        "root": root,
+    }
+    rates: dict[str, dict[str, float]] = {}
     for k, name in enumerate(models):
-        if device.startswith("cuda"):
+        clock.section(f"{name}: build ({'toy widths' if tiny else 'full shapes'}) and kernels")
+        if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        model = build_model(name, device, dtype, tiny_shapes=args.tiny_shapes)
-        build_s = time.perf_counter() - t0
+        model = build_model(name, device, data["dtype"], tiny_shapes=tiny)
+        per_layer = layer_kernels(model)
         consultant = InMemoryHFConsultant(
             model, tokenizer, identity=f"random:{name}", max_batch_size=max(sizes.batch_sizes)
         )
+        print(f"{name}: {describe_kernels(consultant.kernels)}", flush=True)
+        for kind, kernels in per_layer.items():
+            print(
+                f"{name}: {kind} layers: {', '.join(f'{f}={i}' for f, i in kernels.items())}",
+                flush=True,
+            )
         entry: dict[str, Any] = {
             "parameters": n_parameters(model),
-            "build_s": build_s,
             "kernels": consultant.kernels,
-            "throughput": throughput(consultant, messages, tuple(task.action_names), sizes, device),
-            "prefill": consultant.prefill_stats(),
-            "choices": choice_throughput(
-                consultant, messages, tuple(task.action_names), sizes, device
-            ),
+            "layer_kernels": per_layer,
         }
-        print(f"{name}: {describe_kernels(consultant.kernels)}", flush=True)
-        for bs, r in entry["throughput"].items():
-            checks.append(
-                Check("gpu", f"{name} queries/s at batch {bs}", r["queries_per_s"], "1/s")
-            )
-        for bs, r in entry["choices"].items():
-            checks.append(
-                Check(
-                    "gpu",
-                    f"{name} choice scoring queries/s at batch {bs}",
-                    r["queries_per_s"],
-                    "1/s",
-                )
-            )
-        tp = entry["throughput"]
-        lo, hi = str(min(sizes.batch_sizes)), str(max(sizes.batch_sizes))
-        checks.append(
-            Check(
-                "gpu",
-                f"{name} batch {hi} vs {lo} (queries/s)",
-                tp[hi]["queries_per_s"] / tp[lo]["queries_per_s"],
-            )
-        )
-        if k == 0:  # ASK decisions with the first (smallest) model
-            ask = ask_lockstep_vs_sequential(consultant, root, sizes)
-            entry["ask"] = ask
-            checks.append(
-                Check(
-                    "gpu",
-                    f"{name} ASK lockstep vs sequential (wall time)",
-                    ask["ratio"],
-                    target=ASK_TARGET,
-                )
-            )
-            checks.append(
-                Check(
-                    "gpu",
-                    f"{name} ASK identical per-episode results",
-                    float(ask["identical"]),
-                    "",
-                    target=1.0,
-                )
-            )
-            for mode in ("lockstep", "sequential"):
-                checks.append(
-                    Check(
-                        "gpu",
-                        f"{name} ASK {mode} decisions/s",
-                        ask["runs"][mode]["decisions_per_s"],
-                        "1/s",
-                    )
-                )
-        if device.startswith("cuda"):
-            entry["peak_gpu_bytes"] = int(torch.cuda.max_memory_allocated(device))
-            checks.append(
-                Check("gpu", f"{name} peak GPU memory", entry["peak_gpu_bytes"] / (1 << 30), "GiB")
-            )
-        per_model[name] = entry
+        data["models"][name] = entry
+        error = reference_kernel_error(name, per_layer)
+        if error is not None and cuda:
+            print(f"benchmark.bench gpu: {error}", file=sys.stderr)
+            data["kernel_error"] = error
+            return EXIT_KERNELS
+        entry.update(measure_model(name, consultant, env, sizes, clock))
+        if k == 0:  # the gate check with the first (smallest) model
+            clock.section(f"{name}: gate check (lockstep vs sequential at a tau away from ties)")
+            entry["gate"] = gate_check(consultant, root, sizes)
+        entry["memory_bytes"], entry["memory_kind"] = _memory(device)
+        checks.extend(model_checks(name, entry))
+        if "gate" in entry:
+            checks.extend(gate_checks(name, entry["gate"]))
+        d = entry["decisions"]
+        rates[name] = {
+            "ir0": d["ir0"]["stats"]["decisions_per_s"],
+            "ir1": d["ir1_generate"]["stats"]["decisions_per_s"],
+        }
         consultant.close()
         del model, consultant
-    wall = time.perf_counter() - started
-    checks.append(
-        Check(
-            "gpu",
-            "whole GPU benchmark",
-            wall,
-            "s",
-            target=GPU_TIME_LIMIT_S if device.startswith("cuda") else None,
-            cmp="<",
-        )
+    clock.section("Table 1 projection (benchmark.plan's work at the measured decisions/s)")
+    proj = project(table1_plan(root, clock.left()), rates)
+    data["table1"] = proj
+    where = "this GPU" if cuda else "this CPU at toy widths"
+    checks.append(Check("table1", f"projected Table 1 time on {where}", proj["hours"], "h"))
+    print(
+        f"Table 1 ({proj['preset']} preset, benchmark.plan): {proj['cells_todo']} cells to do, "
+        f"{proj['episodes']:,} episodes, {proj['max_steps']:,} steps at most, "
+        f"{proj['lm_calls']:,} LM calls ({'; '.join(proj['basis'])}); "
+        f"{proj['policies_not_trained']} policies not trained (not counted); "
+        f"{proj['cells_stand_in']} cells planned with a stand-in for weights not on this machine, "
+        f"{proj['cells_invalid']} invalid (not counted)",
+        flush=True,
     )
-    prompt_tokens = [len(ids) for ids in _prompt_ids(tokenizer, messages)]
-    data = {
-        "kind": "gpu",
-        "dry_run": not device.startswith("cuda"),
-        "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else device,
-        "dtype": dtype,
-        "tiny_shapes": args.tiny_shapes,
-        "quick": args.quick,
-        "sizes": asdict(sizes),
-        "kernels": next(iter(per_model.values()), {}).get("kernels", {}),  # same for every shape
-        "prompt": {
-            "variant": "stateful + rationale (ASK+)",
-            "tokens_min": min(prompt_tokens),
-            "tokens_median": statistics.median(prompt_tokens),
-            "tokens_max": max(prompt_tokens),
-        },
-        "models": per_model,
-        "wall_seconds": wall,
-        "table": [c.to_dict() for c in checks],
-    }
-    bench_dir = Path(str(compose(root).paths.bench))
-    path = write_report(
-        bench_dir, jsonable(data), suffix="-gpu" if device.startswith("cuda") else "-gpu-dryrun"
-    )
-    print(format_table(checks))
-    print(f"\n{describe_kernels(data['kernels'])}")
-    print(f"{wall:.0f} s on {data['device']} ({dtype}); prompts {data['prompt']}; wrote {path}")
+    print(f"\n{describe_kernels(data['models'][models[0]]['kernels'])}")
     return 0
-
-
-def _prompt_ids(tokenizer: Any, messages: list) -> list[list[int]]:
-    out = []
-    for m in messages:
-        text = tokenizer.apply_chat_template(
-            m, add_generation_prompt=True, tokenize=False, enable_thinking=True
-        )
-        out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return out

@@ -1,16 +1,21 @@
 """Kernels (`kernel_report`): which implementation the model's attention and its linear-attention
 and conv functions resolved to (the fast `flash-linear-attention` / `causal-conv1d` kernels, or
 transformers' reference PyTorch code, correct but much slower on a GPU); logged once at load, and
-reported by `make bench-gpu`."""
+reported by `make bench-gpu`, per layer type (`layer_kernels`), which fails on CUDA when a layer
+runs reference code (`reference_kernel_error`)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 from benchmark.consultants.prefix import prefix_reuse_mode
 
-GPU_EXTRA_HINT = "pip install -e '.[gpu]' on a CUDA machine"
+# the one-line GPU install (docs/development.md, "GPU install"): a CUDA torch, then the `[gpu]`
+# extra built against it
+GPU_INSTALL = "make install-gpu"
+GPU_EXTRA_HINT = f"{GPU_INSTALL} on a CUDA machine (docs/development.md, GPU install)"
 
 
 def kernel_report(model: Any) -> dict[str, str]:
@@ -25,20 +30,75 @@ def kernel_report(model: Any) -> dict[str, str]:
     out: dict[str, str] = {
         "attention": str(getattr(model.config, "_attn_implementation", None) or "default")
     }
-    modules = {type(m).__module__ for m in model.modules()}
-    for name in sorted(modules):
-        for value in vars(sys.modules[name]).values() if name in sys.modules else ():
-            closure = getattr(value, "__closure__", None)
-            if not callable(value) or not closure:
-                continue
-            free = dict(
-                zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
-            )
-            if "is_new_implementation" in free and "func_name" in free and "package" in free:
-                fast = bool(free["is_new_implementation"])
-                out[str(free["func_name"])] = str(free["package"]) if fast else "reference"
+    for name in sorted({type(m).__module__ for m in model.modules()}):
+        for func, impl in _bindings(name).values():
+            out[func] = impl
     out["prefix_reuse"] = prefix_reuse_mode(model) or "off"
     return out
+
+
+def _bindings(module_name: str) -> dict[str, tuple[str, str]]:
+    """{global name: (kernel function name, implementation)} of the kernel-or-reference
+    functions transformers bound in the module `module_name` (see `kernel_report`)."""
+    out: dict[str, tuple[str, str]] = {}
+    module = sys.modules.get(module_name)
+    for var, value in vars(module).items() if module is not None else ():
+        closure = getattr(value, "__closure__", None)
+        if not callable(value) or not closure:
+            continue
+        free = dict(
+            zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
+        )
+        if "is_new_implementation" in free and "func_name" in free and "package" in free:
+            fast = bool(free["is_new_implementation"])
+            out[var] = (str(free["func_name"]), str(free["package"]) if fast else "reference")
+    return out
+
+
+def layer_kernels(model: Any) -> dict[str, dict[str, str]]:
+    """{layer type: {kernel: implementation}}: the kernel functions each kind of decoder layer
+    calls (read from the `forward` code of the layer's modules, against the bindings of their
+    modeling module), plus `attention` (the implementation) for a layer with `self_attn`. Layer
+    types are the config's `layer_types` (Qwen3.5: linear_attention = Gated-DeltaNet,
+    full_attention), else the layer's class name."""
+    import torch
+
+    config = model.config
+    types = list(getattr(config, "layer_types", None) or [])
+    n = int(getattr(config, "num_hidden_layers", 0) or 0)
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    out: dict[str, dict[str, str]] = {}
+    for i, layer in enumerate(lists[0] if lists else []):
+        entry = out.setdefault(types[i] if i < len(types) else type(layer).__name__, {})
+        if getattr(layer, "self_attn", None) is not None:
+            entry["attention"] = str(getattr(config, "_attn_implementation", None) or "default")
+        for sub in layer.modules():
+            forward = getattr(type(sub), "forward", None)  # under its decorators
+            code = getattr(inspect.unwrap(forward), "__code__", None) if forward else None
+            binds = _bindings(type(sub).__module__)
+            for var in code.co_names if code is not None else ():
+                if var in binds:
+                    func, impl = binds[var]
+                    entry[func] = impl
+    return {kind: dict(sorted(kernels.items())) for kind, kernels in out.items()}
+
+
+def reference_kernel_error(name: str, per_layer: dict[str, dict[str, str]]) -> str | None:
+    """The error `make bench-gpu` stops with on CUDA when a layer of model `name` runs
+    transformers' reference code (`layer_kernels`), naming the layer type, the kernels and the
+    install; None when every kernel is a fast one."""
+    slow = []
+    for kind, kernels in per_layer.items():
+        funcs = sorted(func for func, impl in kernels.items() if impl == "reference")
+        if funcs:
+            slow.append(f"{kind} layers run {', '.join(funcs)} on transformers' reference code")
+    if not slow:
+        return None
+    return (
+        f"{name} on CUDA: " + "; ".join(slow) + " (correct, but many times slower: figures "
+        f"taken so say little about this GPU). Install the kernels (the `[gpu]` extra: "
+        f"flash-linear-attention, causal-conv1d) with: {GPU_INSTALL}"
+    )
 
 
 def describe_kernels(report: dict[str, str]) -> str:

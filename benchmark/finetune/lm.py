@@ -38,10 +38,16 @@ def load(
     return (model.to(device) if device is not None else model), tokenizer
 
 
-def save(model: Any, tokenizer: Any, out_dir: Path) -> None:
+def save(model: Any, tokenizer: Any, out_dir: Path, dtype: str | None = None) -> None:
     """A plain model folder (config, safetensors, tokenizer with its chat template), with the
-    key/value cache switched back on for generation (training may turn it off)."""
+    key/value cache switched back on for generation (training may turn it off); `dtype`
+    (float32 | bfloat16): the weights are cast to it first (the config records it), None keeps
+    theirs."""
+    import torch
+
     Path(out_dir).mkdir(parents=True, exist_ok=True)
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
     model.config.use_cache = True
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # Part of every fine-tuned model's key: bump it with any change here, in dataset.py or train.py
 # that changes the weights a recipe trains to, so no model of older code is reused.
-FINETUNE_VERSION = 1
+FINETUNE_VERSION = 2  # 2: float32 master weights under bfloat16 autocast (was pure bfloat16)
 MARKER = "COMPLETE"
 FINGERPRINT_VERSION = 2  # COMPLETE's fingerprint: 2 = consultants.fingerprint (whole)
 INFO = "finetune.json"

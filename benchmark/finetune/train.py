@@ -7,7 +7,14 @@ thinking block open (the consultant's thinking phase then stops at once), the an
 end-of-turn token. The prompt and the answer are tokenized apart, as generation sees them, and
 the loss is on the answer tokens only (prompt labels -100). `lora` (PEFT, optional) trains
 adapters and merges them, so the result is always a plain model directory. Loading, padding and
-saving are benchmark.finetune.lm's, shared with Agent-BRACE's RL (benchmark.brace.joint)."""
+saving are benchmark.finetune.lm's, shared with Agent-BRACE's RL (benchmark.brace.joint).
+
+Precision: the weights are always loaded and updated in float32 (master weights); `dtype:
+bfloat16` runs the forward and backward passes under torch.autocast(bfloat16) (the Trainer's
+`bf16`, on a GPU and on a CPU alike) and saves the trained model in bfloat16. Why: at the
+learning rates a real model is fine-tuned with (about 1e-5), most AdamW updates are smaller than
+half a bfloat16 step of the weight they change, so weights held in bfloat16 round them away and
+barely move (tests/test_finetune.py measures it)."""
 
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ from benchmark.vocabulary import THINK_END, THINK_START
 log = logging.getLogger(__name__)
 IGNORE = -100  # label of a token the loss skips
 THINK_CLOSE = THINK_END + "\n\n"
+MASTER_DTYPE = "float32"  # the dtype the weights are held and updated in
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class TrainSettings:
     scheduler: str = "linear"  # transformers' lr_scheduler_type
     weight_decay: float = 0.0
     max_length: int = 4096  # an example longer than this (prompt + answer tokens) is an error
-    dtype: str = "float32"  # float32 | bfloat16 (GPU)
+    dtype: str = "float32"  # float32 | bfloat16: autocast compute and saved dtype (fp32 masters)
     gradient_checkpointing: bool = False
     lora: Mapping[str, Any] | None = None  # {r, alpha, dropout, target_modules}: PEFT adapters
 
@@ -120,12 +128,15 @@ def fine_tune(
     """Fine-tune the model at `base_dir` (a local directory, or a hub id in the local cache) on
     `examples` and save model + tokenizer to `out_dir`; `load_kwargs` go to from_pretrained
     (revision, local_files_only, trust_remote_code). The Trainer's scratch directory is
-    `<out_dir>.trainer`. Returns training statistics."""
+    `<out_dir>.trainer`. Returns training statistics (with the master, autocast and saved
+    dtypes)."""
     import torch
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    model, tokenizer = lm.load(base_dir, settings.dtype, device=None, **dict(load_kwargs or {}))
+    # float32 master weights whatever settings.dtype is (the module docstring says why)
+    model, tokenizer = lm.load(base_dir, MASTER_DTYPE, device=None, **dict(load_kwargs or {}))
+    autocast = settings.dtype == "bfloat16"
     rows = [encode(tokenizer, e, settings.max_length) for e in examples]
     cuda = torch.cuda.is_available()
     if settings.lora:
@@ -140,7 +151,7 @@ def fine_tune(
         lr_scheduler_type=settings.scheduler,
         warmup_steps=settings.warmup,
         weight_decay=settings.weight_decay,
-        bf16=settings.dtype == "bfloat16" and cuda,
+        bf16=autocast,  # torch.autocast(bfloat16) around forward and backward, CPU or GPU
         **_checkpointing(TrainingArguments, settings.gradient_checkpointing),
         seed=int(seed),
         data_seed=int(seed),
@@ -167,7 +178,7 @@ def fine_tune(
     model = trainer.model
     if settings.lora:
         model = model.merge_and_unload()
-    lm.save(model, tokenizer, out_dir)
+    lm.save(model, tokenizer, out_dir, dtype=settings.dtype)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     tokens = sum(len(r["input_ids"]) for r in rows)
     return {
@@ -180,6 +191,9 @@ def fine_tune(
         "loss_last": losses[-1] if losses else None,
         "train_loss": float(result.training_loss),
         "device": "cuda" if cuda else "cpu",
+        "master_dtype": MASTER_DTYPE,
+        "autocast": settings.dtype if autocast else None,
+        "saved_dtype": settings.dtype,
     }
 
 
