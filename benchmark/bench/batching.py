@@ -2,7 +2,6 @@
 prompts answered greedily by the lean loop and by choice scoring, batched "padded" (one
 left-padded forward per step) and "by_length" (one unpadded forward per length and step, on the
 stored prefix), interleaved: wall time, the model's forward calls and whether the answers agree.
-`make bench-gpu` runs it on the Qwen3.5 shapes (benchmark.bench.gpu); on a CPU,
 `python -m benchmark.bench.batching` runs it on the tiny model and the tiny Qwen3.5 with 64 ASK+
 (stateful) prompts: the measurement behind `auto`'s choice on a CPU (docs/performance.md)."""
 
