@@ -157,6 +157,12 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         assert {"chunk_gated_delta_rule", "causal_conv1d_fn"} <= set(layers["linear_attention"])
         assert layers["full_attention"] == {"attention": "sdpa"}
         assert entry["kernels"]["prefix_reuse"] == "unpadded"
+        # batching across prompt lengths, measured on this device: one forward per step padded
+        b = entry["batching"]
+        assert b["auto"] == "by_length" and b["distinct_lengths"] > 1  # a CPU's choice
+        for kind in ("lean", "choices"):
+            assert b[kind]["same_answers"] is True
+            assert b[kind]["padded"]["forwards"] < b[kind]["by_length"]["forwards"]
     gate = data["models"]["qwen3.5-2b"]["gate"]
     assert gate["identical"] is True and 0 < gate["runs"]["lockstep"]["ir"] < 1
     assert gate["margin_bits"] > 0 and gate["calibration"]["half_gap_bits"] > 0

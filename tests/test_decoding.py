@@ -88,13 +88,14 @@ def test_openai_body_sends_sampling_fields_only_when_sampling():
         "messages": MESSAGES,
         "max_tokens": 8,
         "temperature": 0.0,
+        "top_p": 1.0,  # explicit, and neutral when greedy: never the server's model default
         "chat_template_kwargs": {"enable_thinking": False},
     }
     sampled = c._body(query(SAMPLED))
     assert sampled["temperature"] == 0.8 and sampled["top_p"] == 0.9 and sampled["top_k"] == 40
     assert sampled["seed"] == query_seed(query(SAMPLED)) % 2**31
     plain = c._body(query(Decoding(temperature=1.0)))
-    assert "top_p" not in plain and "top_k" not in plain and "seed" not in plain
+    assert plain["top_p"] == 1.0 and "top_k" not in plain and "seed" not in plain
 
 
 # ------------------------------------------------------------------------------ config

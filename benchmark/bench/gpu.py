@@ -122,7 +122,48 @@ def measure_model(
     entry["split"] = {bs: _split(entry, bs) for bs in entry["throughput"]}
     clock.section(f"{name}: ASK+ decisions at IR 0 and IR 1")
     entry["decisions"] = decision_rates(consultant, root, sizes)
+    clock.section(f"{name}: batching across prompt lengths (padded vs by_length)")
+    entry["batching"] = batching_comparison(consultant, messages, actions, sizes, device)
     return entry
+
+
+def batching_comparison(
+    consultant: InMemoryHFConsultant, messages: list, actions: tuple, sizes: GpuSizes, device: str
+) -> dict[str, Any]:
+    """The measurement behind `slm.backend.batching=auto` on this device: the largest batch of
+    ASK+ prompts (mixed lengths) answered greedily and by choice scoring, padded against one
+    forward per length (benchmark.bench.batching)."""
+    import torch
+
+    from benchmark.bench.batching import compare_batching
+    from benchmark.consultants import Decoding, Query
+
+    decoding = Decoding(max_new_tokens=min(8, sizes.answer_tokens))  # the lean greedy path
+    n = max(sizes.batch_sizes)
+    queries = [
+        Query(
+            messages=messages[i % len(messages)],
+            actions=actions,
+            render_answer=lambda a, r: a,
+            decoding=decoding,
+        )
+        for i in range(n)
+    ]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    out = compare_batching(consultant, queries, repeats=sizes.repeats, sync=sync)
+    out["distinct_lengths"] = len({len(consultant.encode(q)) for q in queries})
+    out["auto"] = consultant.batching
+    for kind in ("lean", "choices"):
+        r = out[kind]
+        print(
+            f"batching {kind}: padded {r['padded']['median_s']:.3f} s ({r['padded']['forwards']} "
+            f"forwards), by_length {r['by_length']['median_s']:.3f} s "
+            f"({r['by_length']['forwards']} forwards) for {n} prompts of "
+            f"{out['distinct_lengths']} lengths; same answers: {r['same_answers']}; "
+            f"auto here: {out['auto']}",
+            flush=True,
+        )
+    return out
 
 
 def model_checks(name: str, entry: dict[str, Any]) -> list[Check]:
@@ -172,6 +213,12 @@ def model_checks(name: str, entry: dict[str, Any]) -> list[Check]:
         if split is not None and key != "ir0":
             for part in ("prefill", "decode"):
                 out.append(Check("gpu", f"{name} ASK+ {label}: {part} ms/query", split[part], "ms"))
+    for kind, r in entry["batching"].items() if "batching" in entry else ():
+        if isinstance(r, dict):  # padded against per-length: same answers, and the speed ratio
+            label = f"{name} batching {kind}: padded same answers as by_length"
+            out.append(Check("gpu", label, float(r["same_answers"]), "x", target=1.0))
+            label = f"{name} batching {kind}: padded speed-up over by_length"
+            out.append(Check("gpu", label, r["padded_speedup"], "x"))
     out.append(
         Check("gpu", f"{name} memory ({entry['memory_kind']})", entry["memory_bytes"] / GIB, "GiB")
     )

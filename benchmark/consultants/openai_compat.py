@@ -244,13 +244,15 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     def sampling_keys(self, d: Decoding) -> dict[str, Any]:
         """Every sampling key of the decoding, explicitly, also when off (module docstring); the
         seed of a sampled query is the query's own (`_body`)."""
-        keys: dict[str, Any] = {"temperature": d.temperature, "top_p": d.top_p}
+        # greedy: the neutral filters (hf ignores top_p/top_k when it does not sample)
+        top_p, top_k = (d.top_p, d.top_k) if d.sampling else (1.0, 0)
+        keys: dict[str, Any] = {"temperature": d.temperature, "top_p": top_p}
         if self.vllm_like:
-            keys |= {"top_k": d.top_k or -1, "min_p": 0.0}
+            keys |= {"top_k": top_k or -1, "min_p": 0.0}
             keys["repetition_penalty"] = d.repetition_penalty
         else:  # OpenAI's fields; the others only when on
-            if d.top_k > 0:
-                keys["top_k"] = d.top_k
+            if top_k > 0:
+                keys["top_k"] = top_k
             if d.repetition_penalty != 1.0:
                 keys["repetition_penalty"] = d.repetition_penalty
         return keys
