@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.brace import settings
+from benchmark.brace import checks as settings
 from benchmark.brace.models import COMPLETE, model_complete
 from tests.conftest import REPO, compose_cfg, run_cli
 
@@ -104,8 +104,9 @@ def test_the_trainer_job_trains_reports_and_a_rerun_does_nothing_again(tmp_path)
     cfg = _toy(tmp_path, "brace.algorithm=ppo")
     first = run_job(cfg, tmp_path / "job1", [], multirun=False)
     out = Path(cfg.brace.out)
-    assert all(model_complete(out / d / r) for d in ("sft", "rl-always")
-               for r in ("belief", "policy"))  # fmt: skip
+    assert all(model_complete(out / "sft" / r) for r in ("belief", "policy"))
+    assert model_complete(out / "rl-always")  # one record for both roles' RL models
+    assert {p.name for p in (out / "rl-always").iterdir()} >= {"belief", "policy", COMPLETE}
     assert first["complete"] and first["rl"]["algorithm"] == "ppo"
     assert first["rl"]["value_loss"]["policy"] and "train_r_env" in first["gains"]
     assert json.loads((tmp_path / "job1" / "summary.json").read_text())["gains"] == first["gains"]
@@ -164,3 +165,24 @@ def test_kill_9_while_a_model_is_saved_then_the_rerun_recomputes_and_finishes(tm
     report = json.loads((out / "brace_train.json").read_text())
     assert report["complete"] and report["rl"]["algorithm"] == "grpo"
     assert not saved.exists()  # the killed build's work folder was cleaned up
+
+
+def test_the_plan_of_brace_tw_lists_every_row(tmp_path):
+    """`python -m benchmark.plan +experiment=brace_tw`: the six rows on the three TextWorld
+    games, three runs each; nothing is trained or built to plan them (the trained rows' models
+    and the tiny base are "not built yet"), and no row is invalid."""
+    from benchmark.plan import plan_sweep
+    from benchmark.plan_data import INVALID
+
+    plan = plan_sweep([f"paths.root={tmp_path}", "+experiment=brace_tw"])
+    assert plan.jobs == 3 * 6 * 3
+    rows = {(o.split("=")[1]) for c in plan.cells for o in c.overrides if o.startswith("method=")}
+    assert rows == {"brace_agent", "brace_frozen_belief", "brace_base", "brace_react",
+                    "brace_mem1", "brace_direct_rl"}  # fmt: skip
+    envs = {o.split("=")[1] for c in plan.cells for o in c.overrides if o.startswith("env=")}
+    assert envs == {"tw_quest", "tw_treasure", "tw_cooking"}
+    assert not [c.note for c in plan.cells if c.status == INVALID]
+    assert all(c.note.startswith("model not built yet") for c in plan.cells), {
+        c.note for c in plan.cells
+    }
+    assert not (tmp_path / "models").exists() or not list((tmp_path / "models").rglob(COMPLETE))

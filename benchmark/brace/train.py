@@ -6,7 +6,7 @@
 It composes the root config (benchmark.config: conf/brace/ is its `brace` group; `brace=<row>`
 picks a row: agent_brace, frozen_belief, direct_rl), sweeps with `-m` through the same
 launchers (hydra/launcher=slurm runs each job on SLURM), checks every setting before any work
-(benchmark.brace.settings), then runs the pipeline (benchmark.brace.pipeline) into `brace.out`.
+(benchmark.brace.checks), then runs the pipeline (benchmark.brace.pipeline) into `brace.out`.
 A rerun with the same settings finds the complete models and report there and does nothing
 again; a half-saved model (a kill) is set aside and made again; a complete model made with
 other settings is refused. Each job dir gets the report (summary.json; reused.json when nothing
@@ -26,7 +26,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import benchmark  # noqa: F401 - registers the config resolvers
 from benchmark.brace.pipeline import brace_prompt, task_for  # noqa: F401 - the trainer's names
 from benchmark.config import CONF
 
@@ -36,14 +35,14 @@ log = logging.getLogger("benchmark.brace.train")
 def check(cfg: DictConfig, overrides: list[str]) -> tuple[Any, list[str] | None]:
     """(the checked settings, ask mode's job overrides): every bad value raises SettingsError
     naming its key, before anything is made."""
-    from benchmark.brace import pipeline, settings
+    from benchmark.brace import checks, pipeline
     from benchmark.store import Store
 
-    s = settings.check(cfg)
+    s = checks.check(cfg)
     try:
         job = pipeline.ask_job(s, overrides)
     except Exception as err:  # noqa: BLE001 - Hydra's or validation's message, named
-        raise settings.SettingsError(f"brace.mode=ask: its job ({overrides}): {err}") from err
+        raise checks.SettingsError(f"brace.mode=ask: its job ({overrides}): {err}") from err
     pipeline.check_models(s, job, Store.of(cfg.paths).digests_dir())
     return s, job
 
@@ -54,7 +53,7 @@ def run_job(cfg: DictConfig, job_dir: Path, overrides: list[str], multirun: bool
     carries on; alone, a refused setting exits with its message."""
     from benchmark import results
     from benchmark.brace import pipeline
-    from benchmark.brace.settings import SettingsError
+    from benchmark.brace.checks import SettingsError
     from benchmark.store import Store
 
     job_dir = Path(job_dir)
