@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.brace import curves, joint, rollout
+from benchmark.brace.rl import train_rl
 from benchmark.seeds import Splits
 from benchmark.store import Store
 
@@ -46,9 +47,10 @@ RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 
 # the arguments that shape each stage's models: a model made with other values is never reused
 SFT_ARGS = ("env", "base", "root", "teacher_episodes", "sft_examples", "sft_epochs", "sft_batch",
-            "sft_lr", "sft_roles", "seed")  # fmt: skip
+            "sft_lr", "sft_roles", "seed", "train_games")  # fmt: skip
 RL_ARGS = ("mode", "tau", "override", "rl_iterations", "rl_seeds", "rl_group", "rl_lr",
-           "rl_max_steps", "rl_belief_samples")  # fmt: skip
+           "rl_max_steps", "rl_belief_samples", "algorithm", "rl_policy_iterations",
+           "frozen_belief", "train_games")  # fmt: skip
 COMPLETE = "complete.json"  # a model folder's completion record, written last
 
 
@@ -65,6 +67,12 @@ def check_args(a: Any) -> None:
             raise SystemExit(f"--{name.replace('_', '-')} {getattr(a, name)}: must be > 0")
     if a.rl_max_steps < 0:
         raise SystemExit(f"--rl-max-steps {a.rl_max_steps}: must be >= 0 (0: the env's length)")
+    try:
+        rl_settings(a)
+    except ValueError as err:
+        raise SystemExit(str(err)) from err
+    if a.train_games < 0:
+        raise SystemExit(f"--train-games {a.train_games}: must be >= 0 (0: the env's own pool)")
     roles = set(a.sft_roles.split(","))
     if not roles or not roles <= {"belief", "policy"}:
         raise SystemExit(f"--sft-roles {a.sft_roles!r}: allowed belief, policy or both")
@@ -77,6 +85,15 @@ def check_args(a: Any) -> None:
                              "prompt=brace", "tracking=none", *a.override]))  # fmt: skip
         except Exception as err:  # noqa: BLE001 - Hydra's or validation's message, named
             raise SystemExit(f"--override {a.override}: {err}") from err
+
+
+def rl_settings(a: Any) -> Any:
+    """The RL stage's settings (benchmark.brace.rl.RLSettings), checked."""
+    from benchmark.brace.rl import RLSettings
+
+    return RLSettings(iterations=a.rl_iterations, policy_iterations=a.rl_policy_iterations,
+                      seeds_per_step=a.rl_seeds, group=a.rl_group, learning_rate=a.rl_lr,
+                      belief_samples=a.rl_belief_samples).check()  # fmt: skip
 
 
 def stage_args(a: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -129,13 +146,18 @@ def build_model(directory: Path, make: Any, args: dict[str, Any]) -> None:
     build_once(directory, make_whole, model_complete)
 
 
-def task_for(env: str, max_steps: int | None = None) -> Any:
-    """The env's task, with its episodes capped at `max_steps` (RL rollouts; None: as is)."""
+def task_for(env: str, max_steps: int | None = None, train_games: int = 0) -> Any:
+    """The env's task, with its episodes capped at `max_steps` (RL rollouts; None: as is) and,
+    for a TextWorld env, its training pool of `train_games` games (0: the env's own)."""
     from benchmark.envs import load_env_cfg, make_task
 
     cfg = load_env_cfg(env)
     if max_steps is not None:
         cfg.task.max_steps = int(max_steps)
+    if train_games:
+        if "train_games" not in cfg.task:
+            raise SystemExit(f"--train-games {train_games}: env {env} has no training pool")
+        cfg.task.train_games = int(train_games)
     return make_task(cfg)
 
 
@@ -256,6 +278,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "update of a seed's rollouts)",
     )
     ap.add_argument("--reward-episodes", type=int, default=16)
+    ap.add_argument("--algorithm", choices=("ppo", "grpo"), default="ppo",
+                    help="RL algorithm: ppo (the paper's: a GAE critic, policy then joint PPO) "
+                    "or grpo (group-relative, no critic)")  # fmt: skip
+    ap.add_argument("--rl-policy-iterations", type=int, default=2,
+                    help="ppo: iterations of the policy alone before the joint ones")  # fmt: skip
+    ap.add_argument("--frozen-belief", action="store_true",
+                    help="the belief model frozen, the policy trained (the ablation)")  # fmt: skip
+    ap.add_argument("--train-games", type=int, default=0,
+                    help="TextWorld: games in the training pool (0: the env's own)")  # fmt: skip
     ap.add_argument("--mode", choices=("slm", "ask"), default="slm")
     ap.add_argument("--tau", type=float, default=0.5)
     ap.add_argument(
@@ -291,9 +322,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(a.threads)
 
-    task = task_for(a.env)  # an unknown env fails here, with its own message
+    task = task_for(a.env, None, a.train_games)  # an unknown env fails here, with its message
     try:  # before any work: a cap the env refuses fails here, not after SFT
-        rl_task = task_for(a.env, a.rl_max_steps or None)
+        rl_task = task_for(a.env, a.rl_max_steps or None, a.train_games)
     except Exception as err:  # hydra wraps the task's ValueError
         raise SystemExit(f"--rl-max-steps {a.rl_max_steps}: {err.__cause__ or err}; "
                          "0 plays the env's own episode length") from err  # fmt: skip
@@ -369,11 +400,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
 
         def make_rl(work: Path) -> None:
-            report["rl"] = joint.train(
-                rl_task, prompt, sft, {r: work / r for r in rl}, train_seeds=rl_seeds,
-                splits=splits, iterations=a.rl_iterations, seeds_per_step=a.rl_seeds,
-                group=a.rl_group, learning_rate=a.rl_lr, gate=gate, policy=policy,
-                belief_samples=a.rl_belief_samples, seed=a.seed,
+            report["rl"] = train_rl(
+                a.algorithm, rl_task, prompt, sft, {r: work / r for r in rl},
+                train_seeds=rl_seeds, splits=splits, settings=rl_settings(a),
+                train_belief=not a.frozen_belief, gate=gate, policy=policy, seed=a.seed,
                 log=lambda row: print("rl", row, flush=True),
             )  # fmt: skip
 
