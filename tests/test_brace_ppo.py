@@ -183,3 +183,29 @@ def test_lora_checkpointing_bf16_dry_run_trains_and_saves_a_plain_model(tiny, tm
         not (a == b).all()
         for a, b in zip(saved.state_dict().values(), base.state_dict().values(), strict=True)
     )
+
+
+def test_a_bad_rl_setting_of_the_cli_is_refused_before_any_work(tmp_path):
+    from benchmark.brace.train import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"rl policy_iterations=-1: must be >= 0"):
+        main(["--env", "empty5x5_random", "--out", str(out), "--rl-policy-iterations", "-1"])
+    with pytest.raises(SystemExit, match=r"--train-games 3: env empty5x5_random has no training"):
+        main(["--env", "empty5x5_random", "--out", str(out), "--train-games", "3"])
+    assert not out.exists()
+
+
+def test_context_per_step_is_the_longest_prompt_of_a_step():
+    from benchmark.brace import context
+    from benchmark.brace.rollout import StepLog, Turn
+
+    def turn(n):
+        return Turn("", [], None, (), "", extra={"prompt_ids": [0] * n})
+
+    logs = [StepLog(200, 0, None, [], [], [], [turn(5), turn(9)]),
+            StepLog(201, 0, None, [], [], [], [turn(7)]),
+            StepLog(200, 1, None, [], [], [], [turn(12)])]  # fmt: skip
+    assert context.per_step(logs) == {0: 8.0, 1: 12.0}
+    assert context.summary({0: 8.0, 1: 12.0}) == {"steps": 2, "first": 8.0, "last": 12.0,
+                                                  "max": 12.0, "mean": 10.0}  # fmt: skip
