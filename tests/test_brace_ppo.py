@@ -183,3 +183,29 @@ def test_lora_checkpointing_bf16_dry_run_trains_and_saves_a_plain_model(tiny, tm
         not (a == b).all()
         for a, b in zip(saved.state_dict().values(), base.state_dict().values(), strict=True)
     )
+
+
+def test_a_bad_rl_setting_of_the_cli_is_refused_before_any_work(tmp_path):
+    """The trainer job's up-front check (benchmark.brace.checks) applies RLSettings' rules,
+    naming the key as the command line spells it."""
+    from benchmark.brace.checks import SettingsError, check
+    from tests.conftest import compose_cfg
+
+    with pytest.raises(SettingsError, match=r"brace.rl.policy_iterations=-1: must be >= 0"):
+        check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.rl.policy_iterations=-1"))
+    assert not (tmp_path / "models").exists()
+
+
+def test_context_per_step_is_the_longest_prompt_of_a_step():
+    from benchmark.brace import context
+    from benchmark.brace.rollout import StepLog, Turn
+
+    def turn(n):
+        return Turn("", [], None, (), "", extra={"prompt_ids": [0] * n})
+
+    logs = [StepLog(200, 0, None, [], [], [], [turn(5), turn(9)]),
+            StepLog(201, 0, None, [], [], [], [turn(7)]),
+            StepLog(200, 1, None, [], [], [], [turn(12)])]  # fmt: skip
+    assert context.per_step(logs) == {0: 8.0, 1: 12.0}
+    assert context.summary({0: 8.0, 1: 12.0}) == {"steps": 2, "first": 8.0, "last": 12.0,
+                                                  "max": 12.0, "mean": 10.0}  # fmt: skip

@@ -33,8 +33,8 @@ import numpy as np
 
 from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
-from benchmark.brace.rl import RLSettings
 from benchmark.brace.rollout import StepLog, run
+from benchmark.brace.settings import RLSettings
 from benchmark.finetune import lm
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
