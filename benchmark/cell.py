@@ -32,8 +32,10 @@ from benchmark.tuning import OBJECTIVE_KEYS, Objective
 # the hf backend's prefix KV reuse and lean decode loop give token-identical answers
 # (tests/test_prefix_cache.py, tests/test_choices.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer; nor does declaring that the server returns prompt log-probabilities
+# not change an answer; nor does declaring that the server returns prompt log-probabilities,
+# nor the command that trains a two-model consultant's models (conf/slm/brace_trained.yaml)
 BACKEND_EXECUTION_KEYS = (
+    "trained_by",
     "prefix_cache",
     "lean_max_new_tokens",
     "wait_timeout",

@@ -58,9 +58,10 @@ def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
 def test_the_rows_and_their_model_folders(tmp_path):
     """The rows are conf/brace options; each row's models go to its own folder per training
     seed, named by the env they train on, which the evaluation methods read."""
-    s = {row: settings.check(compose_cfg(tmp_path, "env=tw_quest", f"brace={row}",
-                                         "brace.seed=2")) for row in  # fmt: skip
-         ("agent_brace", "frozen_belief", "direct_rl")}
+    s = {
+        row: settings.check(compose_cfg(tmp_path, "env=tw_quest", f"brace={row}", "brace.seed=2"))
+        for row in ("agent_brace", "frozen_belief", "direct_rl")  # fmt: skip
+    }
     assert s["agent_brace"].algorithm == "ppo" and s["agent_brace"].train_belief
     assert not s["frozen_belief"].train_belief and s["frozen_belief"].roles == ("belief", "policy")
     assert s["direct_rl"].raw_history and s["direct_rl"].roles == ("policy",)
@@ -124,10 +125,10 @@ KILLABLE = """
 import sys, time
 from pathlib import Path
 import benchmark.finetune.lm as lm
-real = lm.save
+real, marker = lm.save, Path(sys.argv[1])
 def save(model, tokenizer, out_dir):
     real(model, tokenizer, out_dir)
-    Path(sys.argv[1]).write_text(str(out_dir))
+    marker.write_text(str(out_dir))
     time.sleep(600)
 lm.save = save
 from benchmark.brace.train import cli
@@ -141,14 +142,18 @@ def test_kill_9_while_a_model_is_saved_then_the_rerun_recomputes_and_finishes(tm
     marker = tmp_path / "saving"
     args = [f"paths.root={tmp_path}", *TOY, "brace.algorithm=grpo"]
     env = dict(os.environ, BENCHMARK_ROOT=str(tmp_path), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(marker), *args], cwd=REPO,
+    script = tmp_path / "killable_trainer.py"
+    script.write_text(KILLABLE)
+    proc = subprocess.Popen([sys.executable, str(script), str(marker), *args], cwd=REPO,
                             env=env, start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 300
         while not marker.exists() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         assert marker.exists(), "the trainer never saved a model"
-        os.killpg(proc.pid, signal.SIGKILL)  # kill -9 inside the save (files written, not published)
+        os.killpg(
+            proc.pid, signal.SIGKILL
+        )  # kill -9 inside the save (files written, not published)
         proc.wait(30)
     finally:
         if proc.poll() is None:
@@ -186,3 +191,35 @@ def test_the_plan_of_brace_tw_lists_every_row(tmp_path):
         c.note for c in plan.cells
     }
     assert not (tmp_path / "models").exists() or not list((tmp_path / "models").rglob(COMPLETE))
+
+
+# the TextWorld preset at toy size: a 2-game training pool, 2-step RL episodes, one test
+# episode of at most 3 steps per cell, one run
+TOY_TW = ["env.task.train_games=2", "brace.teacher_episodes=2", "brace.sft_examples=4",
+          "brace.sft_epochs=1", "brace.held_out_episodes=1", "brace.reward_episodes=1",
+          "brace.rl_max_steps=2", "brace.rl.iterations=1", "brace.rl.policy_iterations=1",
+          "brace.rl.seeds_per_step=1", "brace.rl.group=2", "brace.rl.minibatch=4",
+          "brace.seed=0"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path):
+    """+experiment=brace_tw_train then +experiment=brace_tw, one run, as a user runs them: the
+    three trained rows train on Quest, the six rows are evaluated on the three games (the test
+    games read the Quest models), and the report has the belief table with the Brier score and
+    the runs table."""
+    train = run_cli(tmp_path, "+experiment=brace_tw_train", "-m", *TOY_TW,
+                    module="benchmark.brace.train", timeout=900)  # fmt: skip
+    assert "3 jobs: 3 completed" in train.stdout, train.stdout[-3000:]
+    for row in ("agent_brace", "frozen_belief", "direct_rl"):
+        assert model_complete(tmp_path / f"models/brace/tw_quest/{row}-s0/rl-always")
+    frozen = json.loads((tmp_path / "models/brace/tw_quest/frozen_belief-s0/brace_train.json"
+                         ).read_text())  # fmt: skip
+    assert frozen["rl"]["value_loss"]["belief"] == [None] * len(frozen["rl"]["history"])
+    evaluate = run_cli(tmp_path, "+experiment=brace_tw", "-m", *TOY_TW, "eval.n_episodes=1",
+                       "env.task.max_steps=3", timeout=900)  # fmt: skip
+    assert "18 jobs: 18 completed" in evaluate.stdout, evaluate.stdout[-3000:]
+    (sweep,) = (tmp_path / "sweeps" / "brace_tw").iterdir()
+    report = run_cli(tmp_path, str(sweep), module="benchmark.report", timeout=600)
+    text = (sweep / "report" / "report.md").read_text()
+    assert "Brier" in text and "belief_brier.png" in text, report.stdout[-2000:]

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.brace import curves, measure, rollout
-from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.brace.checks import Settings
+from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.store import Store
 
 # where the RL models of each mode go: named by the gate a cell of that mode runs (the

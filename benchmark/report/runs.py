@@ -49,7 +49,9 @@ def runs_table(sweep: Sweep) -> Table | None:
         metric = [v[0] for c in cells if (v := c.value(c.metric or "reward")) is not None]
         cols = [str(len(cells)), _mean_std(metric)]
         for _, field in FIELDS[1:]:
-            vals = [float(c.summary[field]) for c in cells if (c.summary or {}).get(field) is not None]
+            vals = [
+                float(c.summary[field]) for c in cells if (c.summary or {}).get(field) is not None
+            ]
             cols.append(_mean_std(vals, 0 if field.startswith("context") else 3))
         table.rows.append(([env_label(key[0]), key[1]], cols))
     return table
