@@ -60,6 +60,7 @@ CLIS = (
     "benchmark.prompts",
     "benchmark.consultants.cache",
     "benchmark.brace.train",
+    "benchmark.brace.context",
     "benchmark.protocol",
 )
 

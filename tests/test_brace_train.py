@@ -215,7 +215,8 @@ def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path)
         assert model_complete(tmp_path / f"models/brace/tw_quest/{row}-s0/rl-always")
     frozen = json.loads((tmp_path / "models/brace/tw_quest/frozen_belief-s0/brace_train.json"
                          ).read_text())  # fmt: skip
-    assert frozen["rl"]["value_loss"]["belief"] == [None] * len(frozen["rl"]["history"])
+    assert not any(frozen["rl"]["value_loss"].get("belief") or [])  # the belief never updated
+    assert frozen["rl"]["value_loss"]["policy"]
     evaluate = run_cli(tmp_path, "+experiment=brace_tw", "-m", *TOY_TW, "eval.n_episodes=1",
                        "env.task.max_steps=3", timeout=900)  # fmt: skip
     assert "18 jobs: 18 completed" in evaluate.stdout, evaluate.stdout[-3000:]

@@ -22,12 +22,14 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmark.brace import curves, measure, rollout
-from benchmark.brace.checks import Settings
 from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.store import Store
+
+if TYPE_CHECKING:
+    from benchmark.brace.checks import Settings
 
 # where the RL models of each mode go: named by the gate a cell of that mode runs (the
 # methods brace_agent / brace_frozen_belief / brace_direct_rl read <out>/rl-<gate>/<role>)
@@ -36,9 +38,10 @@ REPORT = "brace_train.json"
 PROMPT = {"belief": "brace", "history": "history"}  # brace.policy_input -> conf/prompt option
 
 
-def task_for(env: Any, max_steps: int | None = None) -> Any:
+def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> Any:
     """The env's task (a conf/env option's name or an env config), with its episodes capped at
-    `max_steps` (RL rollouts; None: as is)."""
+    `max_steps` (RL rollouts; None: as is) and a TextWorld training pool of `train_games` games
+    (0: the env's own)."""
     from omegaconf import OmegaConf
 
     from benchmark.envs import load_env_cfg, make_task
@@ -46,6 +49,10 @@ def task_for(env: Any, max_steps: int | None = None) -> Any:
     cfg = load_env_cfg(env) if isinstance(env, str) else OmegaConf.create(env)
     if max_steps is not None:
         cfg.task.max_steps = int(max_steps)
+    if train_games:
+        if "train_games" not in cfg.task:
+            raise SystemExit(f"train_games={train_games}: env {cfg.name} has no training pool")
+        cfg.task.train_games = int(train_games)
     return make_task(cfg)
 
 
