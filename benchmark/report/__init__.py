@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark import results
-from benchmark.report import aggregate, analysis, belief, frontier, objectives, runs
+from benchmark.report import aggregate, analysis, belief, frontier, objectives
+from benchmark.report import runs as runs_report
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
@@ -61,7 +62,7 @@ TABLES = (
     frontier.TABLE,
     objectives.TABLE,
     aggregate.TABLE,
-    runs.TABLE,
+    runs_report.TABLE,
 )
 PLOTS = (
     "reward_vs_ir",
@@ -121,7 +122,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         frontier.frontier_table(sweep),
         objectives.objectives_table(sweep, steps),
         aggregate.aggregate_table(sweep),
-        runs.runs_table(sweep),
+        runs_report.runs_table(sweep),
     ):
         if table is not None and table.rows:
             if report.protocol:  # every caption names the protocol (and keys cells override)
