@@ -49,8 +49,9 @@ def check_root(args: list[str]) -> None:
         raise SystemExit(f"Error: {exc}") from None
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """Move `-m` where Hydra's parser wants it, run, and exit as the sweep's tally says."""
+def cli(argv: list[str] | None = None, app=None) -> int:
+    """Move `-m` where Hydra's parser wants it, run, and exit as the sweep's tally says; `app`:
+    another Hydra app on the same config (the Agent-BRACE trainer), default this one."""
     from benchmark import tally
 
     args, multirun = split_multirun(sys.argv[1:] if argv is None else argv)
@@ -58,7 +59,7 @@ def cli(argv: list[str] | None = None) -> int:
     tally.LAST = tally.STARTED = None
     check_root(args)
     try:
-        main()
+        (app or main)()
     except SystemExit:  # Hydra reported an error: a multirun still says how its cells went
         tally.after_abort()
         raise

@@ -34,9 +34,11 @@ from benchmark.tuning import OBJECTIVE_KEYS, Objective
 # tests/test_batching.py);
 # how long the openai backend waits for its server, and the file its address is read from, do
 # not change an answer; nor does declaring that the server returns log-probabilities, which of
-# its two ways choice scoring takes them (the same raw log-probabilities), or how long a request
-# waits for a server that restarts
+# its two ways choice scoring takes them (the same raw log-probabilities), how long a request
+# waits for a server that restarts, or the command that trains a two-model consultant's models
+# (conf/slm/brace_trained.yaml)
 BACKEND_EXECUTION_KEYS = (
+    "trained_by",
     "prefix_cache",
     "lean_max_new_tokens",
     "batching",

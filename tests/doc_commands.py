@@ -60,6 +60,7 @@ CLIS = (
     "benchmark.prompts",
     "benchmark.consultants.cache",
     "benchmark.brace.train",
+    "benchmark.brace.context",
     "benchmark.protocol",
 )
 
@@ -292,11 +293,14 @@ def parse_cli(module: str, args: list[str], known: bool = False) -> Parsed:
     raise AssertionError(f"{module} ran without parsing its arguments")
 
 
-def compose_jobs(overrides: list[str], every_job: bool) -> int:
+def compose_jobs(overrides: list[str], every_job: bool, validate=None) -> int:
     """Compose (and validate) the jobs of `python -m benchmark <overrides> -m`: every job, or the
-    base and the last job (the fast suite). Returns the number of jobs the sweep has."""
+    base and the last job (the fast suite). Returns the number of jobs the sweep has.
+    `validate`: the check of each job's config (default: the app's, benchmark.validate)."""
     from benchmark.config import session, sweep_jobs
-    from benchmark.validate import validate
+
+    if validate is None:
+        from benchmark.validate import validate
 
     _, jobs = sweep_jobs(overrides)  # composes the sweep's base config
     chosen = jobs if every_job else jobs[-1:]
@@ -322,6 +326,13 @@ def check(command: Command, every_job: bool = False) -> str:
         if flags:
             raise ValueError(f"python -m benchmark takes overrides and -m only, got {flags}")
         return f"{compose_jobs(args, every_job)} jobs compose"
+    if module == "benchmark.brace.train":  # a Hydra app: its settings checked as a job does
+        from benchmark.brace.checks import check as check_settings
+
+        flags = [a for a in args if a.startswith("-") and a not in ("-m", "--multirun")]
+        if flags:
+            raise ValueError(f"python -m benchmark.brace.train takes overrides and -m, got {flags}")
+        return f"{compose_jobs(args, every_job, check_settings)} trainer jobs compose and check"
     if module == "benchmark.prompts":
         return _check_prompts(args)
     if module == "benchmark.dashboard":

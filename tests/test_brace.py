@@ -226,7 +226,7 @@ def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(t
     """slm=finetuned's held-out measure parses one answer per state; prompt=brace's first answer
     is the belief update, after which the session asks the act round: the measure says so
     (not_measured), never an invalid rate of 1.0 for answers nobody scored."""
-    from benchmark.brace.train import brace_prompt, task_for
+    from benchmark.brace.pipeline import brace_prompt, task_for
     from benchmark.consultants.tiny import build_tiny
     from benchmark.finetune.dataset import MultiRoundConsultation, _label, parse
     from benchmark.finetune.store import measure

@@ -5,13 +5,10 @@ only (a validation seed is refused; every episode the loop plays is a training s
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 
 from benchmark.brace import joint, rollout
-from benchmark.brace.train import brace_prompt, task_for
+from benchmark.brace.pipeline import brace_prompt, task_for
 from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
 
@@ -114,7 +111,7 @@ def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch):
 def test_rl_gains_are_paired_differences_with_cis():
     """RL - SFT on the same held-out states and training seeds: a model better on every state
     has a CI above 0; seeds where a model made no belief update are left out of that pair."""
-    from benchmark.brace.train import gains
+    from benchmark.brace.measure import gains
 
     def side(correct, r_belief, r_env, per_seed_belief):
         return (
@@ -136,82 +133,11 @@ def test_rl_gains_are_paired_differences_with_cis():
     assert g["train_r_belief"] == {**g["train_r_belief"], "n": 1, "diff_mean": 0.5}
 
 
-@pytest.mark.slow
-def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
-    """The whole CLI at toy size: SFT, RL, the held-out rollouts (validation seeds, each model on
-    its own beliefs) paired with the training reward; a second run into the same --out reuses
-    both models and keeps what their training reported."""
-    from benchmark.brace.train import main
-
-    args = ["--env", "empty5x5_random", "--out", str(tmp_path / "out"), "--root", str(tmp_path),
-            "--teacher-episodes", "2", "--sft-examples", "4", "--sft-epochs", "1",
-            "--held-out-episodes", "1", "--rl-iterations", "1", "--rl-seeds", "1",
-            "--rl-group", "2", "--rl-max-steps", "2", "--reward-episodes", "1"]  # fmt: skip
-    first = main(args)
-    rollouts = first["held_out_rollouts"]
-    assert set(rollouts) == {"sft", "rl"}
-    assert rollouts["rl"]["per_seed"]["r_env"] == [rollouts["rl"]["r_env"]["mean"]]  # seed 0
-    assert "held_out_rollout_r_env" in first["gains"] and "train_r_env" in first["gains"]
-    history = first["rl"]["history"]
-    assert len(history) == 1
-    assert (tmp_path / "out" / "rl-always.png").stat().st_size > 0  # the training curves
-    again = main(args)
-    assert again["rl"] == {**first["rl"], "reused": True}
-    assert again["sft"]["belief"] == first["sft"]["belief"]  # the SFT's own report, kept
-    assert again["held_out"]["sft"]["per_state"] == first["held_out"]["sft"]["per_state"]
-    kept = list((tmp_path / "out").glob("brace_train.*.json"))  # the first report, not erased
-    assert len(kept) == 1 and json.loads(kept[0].read_text())["gains"] == first["gains"]
-    # other arguments never reuse (nor overwrite) these models: refused before any work
-    before = (tmp_path / "out" / "sft" / "belief" / "complete.json").read_bytes()
-    with pytest.raises(SystemExit, match=r"trained with other arguments \(sft_lr"):
-        main([*args, "--sft-lr", "1e-2"])
-    assert (tmp_path / "out" / "sft" / "belief" / "complete.json").read_bytes() == before
-
-
-def test_a_cap_the_env_refuses_fails_before_any_work(tmp_path):
-    """HigherLower always plays 51 decisions: capping its RL episodes is refused up front,
-    naming the flag and what it allows, before a directory or a model is made."""
-    from benchmark.brace.train import main
-
-    out = tmp_path / "out"
-    with pytest.raises(SystemExit, match=r"--rl-max-steps 6: .*51 decisions; 0 plays"):
-        main(["--env", "higherlower", "--out", str(out), "--rl-max-steps", "6"])
-    assert not out.exists()
-
-
-@pytest.mark.parametrize(
-    "flag, value, message",
-    [
-        ("--rl-iterations", "-1", "--rl-iterations -1: must be >= 1"),
-        ("--sft-examples", "0", "--sft-examples 0: must be >= 1"),
-        ("--sft-lr", "0", "--sft-lr 0.0: must be > 0"),
-        ("--sft-roles", "critic", "--sft-roles 'critic': allowed belief, policy or both"),
-    ],
-)
-def test_a_bad_argument_is_refused_before_any_work(tmp_path, flag, value, message):
-    from benchmark.brace.train import main
-
-    out = tmp_path / "out"
-    with pytest.raises(SystemExit, match=re.escape(message)):
-        main(["--env", "empty5x5_random", "--out", str(out), flag, value])
-    assert not out.exists()
-
-
-def test_a_bad_override_of_the_ask_job_is_refused_before_any_work(tmp_path):
-    from benchmark.brace.train import main
-
-    out = tmp_path / "out"
-    with pytest.raises(SystemExit, match="--override"):
-        main(["--env", "empty5x5_random", "--out", str(out), "--mode", "ask",
-              "--override", "policy.no_such_key=1"])  # fmt: skip
-    assert not out.exists()
-
-
 def test_a_half_saved_model_folder_is_set_aside_and_made_again(tmp_path):
     """What a kill -9 while saving used to leave (a 0-byte config.json, no completion record)
     is never trusted: the folder is set aside, never deleted, and the model made again whole;
     a model made whole is reused, and one whose file changed since is not."""
-    from benchmark.brace.train import build_model, model_complete
+    from benchmark.brace.models import build_model, model_complete
 
     target = tmp_path / "sft" / "belief"
     target.mkdir(parents=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark.analysis.belief import belief_metrics, calibration, context_by_step
+from benchmark.analysis.belief import belief_metrics, brier_by_step, calibration, context_by_step
 from benchmark.analysis.steps import step_record
 from benchmark.brace.teacher import teacher_claims
 from benchmark.consultants.base import Answer
@@ -99,6 +99,13 @@ def test_summary_fields_and_calibration_per_label():
     # ECE over named labels: confirmed |0.5-1|*2, probable |0.5-0.7|*2, doubtful |0-0.1|*1
     assert m["belief_ece"] == pytest.approx((1.0 + 0.4 + 0.1) / 5)
     assert context_by_step(rows) == ([0, 1, 3], [100.0, 100.0, 300.0])
+    # Brier: (label probability - truth)^2 per verifiable claim, 'unknown' at 0: seed 1 step 0
+    # 0, 0.09, 0.49; step 1 1, 1; seed 2 step 0 0.01 (step 3 holds no claim)
+    assert m["belief_brier"] == pytest.approx((0 + 0.09 + 0.49 + 1 + 1 + 0.01) / 6)
+    assert m["belief_brier_first_mean"] == pytest.approx((0.58 / 3 + 0.01) / 2)
+    assert m["belief_brier_last_mean"] == pytest.approx((1.0 + 0.01) / 2)
+    steps, brier = brier_by_step(rows)
+    assert steps == [0, 1] and brier == pytest.approx([(0.58 / 3 + 0.01) / 2, 1.0])
     assert belief_metrics([{"seed": 1, "step": 0}]) == {}  # no fields: nothing added
 
 
@@ -121,9 +128,40 @@ def test_report_shows_the_belief_table_and_the_context_plot(tmp_path):
     table = rb.belief_table(sweep, steps)
     assert [r[0][0] for r in table.rows] == ["a", "b"]
     assert table.rows[0][1][1] == "100 -> 180" and table.rows[1][1][1] == "150 -> 150"
-    assert table.rows[1][1][2].startswith("1.000") and table.rows[1][1][5] == "1.00 (5)"
+    assert table.rows[1][1][2].startswith("1.000") and table.rows[1][1][7] == "1.00 (5)"
+    assert table.rows[1][1][5] == "0.000" and table.rows[1][1][6] == "0.000 -> 0.000"
+    assert table.rows[0][1][5] == rb.DASH  # no claims: no Brier
     path = rb.context_plot(sweep, steps, tmp_path)
     assert path is not None and path.stat().st_size > 1000
+    brier = rb.brier_plot(sweep, steps, tmp_path)
+    assert brier is not None and brier.name == "belief_brier.png"
+    assert rb.brier_plot(Sweep(root=tmp_path, cells=cells[:1], config=None, experiment="b"),
+                         steps, tmp_path) is None  # raw history: no claims, no plot  # fmt: skip
+
+
+def test_the_runs_table_gives_mean_and_std_over_distinct_cells(tmp_path):
+    """Three trained runs (three cells) give a mean and a std; an untrained row swept over the
+    three runs is one cell, counted once."""
+    from benchmark.report.model import Cell, Sweep
+    from benchmark.report.runs import runs_table
+
+    def cell(job, h, slm, success, brier=None):
+        s = {"cell_hash": h, "success_mean": success, "context_tokens_mean": 500.0}
+        if brier is not None:
+            s["belief_brier"] = brier
+        return Cell(job, "ok", env="tw_quest", metric="success", gate="always", slm=slm,
+                    prompt="brace", summary=s)  # fmt: skip
+
+    cells = [cell("0", "a", "roles-agent_brace-agent_brace", 0.6, 0.3),
+             cell("1", "b", "roles-agent_brace-agent_brace", 0.8, 0.2),
+             cell("2", "c", "roles-agent_brace-agent_brace", 0.7, 0.1),
+             *(cell(str(j), "u", "tiny_small", 0.2) for j in (3, 4, 5))]  # fmt: skip
+    table = runs_table(Sweep(root=tmp_path, cells=cells, config=None, experiment="brace_tw"))
+    rows = {labels[1]: values for labels, values in table.rows}
+    trained = next(v for k, v in rows.items() if "agent_brace" in k)
+    assert trained[:2] == ["3", "0.700 ± 0.100"] and trained[3] == "0.200 ± 0.100"
+    untrained = next(v for k, v in rows.items() if "agent_brace" not in k)
+    assert untrained[:2] == ["1", "0.200 ± 0.000"]
 
 
 def test_a_belief_cell_records_belief_quality_end_to_end(tmp_path):

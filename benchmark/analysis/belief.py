@@ -19,7 +19,11 @@ episode mean over queried steps, CI over episodes), context_tokens_first/last_me
 and last queried step of each episode); belief_correctness_mean (per episode mean of
 belief_score, CI), belief_update_failure_rate, belief_calibration {label: n, share_true,
 nominal}, belief_ece (the n-weighted mean |share_true - nominal| over the labels that name a
-probability, i.e. all but 'unknown')."""
+probability, i.e. all but 'unknown'); belief_brier (the Brier score of the certainty labels:
+the mean over verifiable claims of (nominal - p_true)^2, 'unknown' at nominal 0 as Agent-BRACE
+reads it: "unknown corresponds to a nominal probability of approximately 0"), with
+belief_brier_first/last_mean (each episode's first and last held step). Per step:
+`brier_by_step` (the report's belief_brier plot) and `context_by_step`."""
 
 from __future__ import annotations
 
@@ -95,6 +99,24 @@ def calibration(records: list[dict]) -> dict[str, dict[str, float | int | None]]
     }
 
 
+def claim_brier(label: str, p_true: float) -> float:
+    """A claim's squared gap between its label's probability and whether its fact holds."""
+    from benchmark.vocabulary import LABEL_P
+
+    return (LABEL_P.get(label, 0.0) - float(p_true)) ** 2
+
+
+def step_brier(record: dict) -> float | None:
+    """The mean Brier score of a step's verifiable claims (None: none verifiable)."""
+    gaps = [claim_brier(lb, p) for lb, p in record.get("belief_claims") or [] if p is not None]
+    return float(np.mean(gaps)) if gaps else None
+
+
+def brier_by_step(records: list[dict]) -> tuple[list[int], list[float]]:
+    """Mean Brier score per step index over the episodes holding verifiable claims then."""
+    return _by_step(records, step_brier)
+
+
 def belief_metrics(records: list[dict]) -> dict[str, Any]:
     """The cell's context-length and belief summary fields ({} when no record has them)."""
     out: dict[str, Any] = {}
@@ -117,14 +139,25 @@ def belief_metrics(records: list[dict]) -> dict[str, Any]:
     n = sum(c["n"] for c in named)
     if n:
         out["belief_ece"] = sum(c["n"] * abs(c["share_true"] - c["nominal"]) for c in named) / n
+    gaps = [claim_brier(lb, p) for r in held for lb, p in r["belief_claims"] if p is not None]
+    if gaps:
+        out["belief_brier"] = float(np.mean(gaps))
+        briers = _per_episode([{**r, "brier": step_brier(r)} for r in held], "brier")
+        out["belief_brier_first_mean"] = float(np.mean([v[0] for v in briers.values()]))
+        out["belief_brier_last_mean"] = float(np.mean([v[-1] for v in briers.values()]))
     return out
 
 
 def context_by_step(records: list[dict]) -> tuple[list[int], list[float]]:
     """Mean context_tokens per step index over the episodes queried at that step (the plot)."""
+    return _by_step(records, lambda r: r.get("context_tokens"))
+
+
+def _by_step(records: list[dict], value: Any) -> tuple[list[int], list[float]]:
     by: dict[int, list[float]] = defaultdict(list)
     for r in records:
-        if r.get("context_tokens") is not None:
-            by[int(r["step"])].append(float(r["context_tokens"]))
+        v = value(r)
+        if v is not None:
+            by[int(r["step"])].append(float(v))
     steps = sorted(by)
     return steps, [float(np.mean(by[s])) for s in steps]

@@ -64,6 +64,7 @@ def train(
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as exc:
         raise ImportError("GRPO needs TRL: pip install -e '.[rl]' (trl>=1.16)") from exc
+    import torch
     from transformers import AutoTokenizer
 
     rows = {
@@ -83,7 +84,7 @@ def train(
         learning_rate=learning_rate,
         temperature=temperature,
         beta=0.0,  # no reference model (the paper's PPO keeps a KL term; a GPU run can set it)
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),  # the trainer on the model's device
         seed=seed,
         logging_steps=1,
         save_strategy="no",

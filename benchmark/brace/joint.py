@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
 from benchmark.brace.rollout import StepLog, run
 from benchmark.consultants import Answer, Consultant, Query
@@ -164,9 +165,11 @@ def samples(groups: dict[int, list[list[StepLog]]], weights: BeliefWeights = DEF
 
 
 def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[str, Any],
-                         batch: list[tuple[str, dict, float]], micro: int = 8) -> dict[str, float]:  # fmt: skip
-    """One optimizer step per role on -mean(A x mean completion log-prob); completions with a
-    zero advantage carry no gradient and are skipped."""
+                         batch: list[tuple[str, dict, float]], micro: int = 8,
+                         bf16: bool = False) -> dict[str, float]:  # fmt: skip
+    """One optimizer step per role on -mean(A x mean completion log-prob) (the completion
+    tokens' log-probs only: benchmark.brace.tokens); completions with a zero advantage carry
+    no gradient and are skipped."""
     import torch
 
     losses = {}
@@ -181,18 +184,11 @@ def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[st
         pad = lm.pad_id(tok)
         for k in range(0, len(mine), micro):
             chunk = mine[k : k + micro]
-            seqs = [ids["prompt_ids"] + ids["completion_ids"] for ids, _ in chunk]
-            width = max(map(len, seqs))
-            x = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=model.device)
-            att = torch.tensor(
-                [[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=model.device
-            )
-            logp = torch.log_softmax(model(input_ids=x, attention_mask=att).logits[:, :-1], -1)
-            tok_logp = logp.gather(-1, x[:, 1:, None])[..., 0]
+            pairs = [(ids["prompt_ids"], ids["completion_ids"]) for ids, _ in chunk]
+            tok_logp, _ = tokens.completion_forward(model, pairs, pad, bf16=bf16)
             loss = 0.0
-            for j, (ids, adv) in enumerate(chunk):
-                start, n = len(ids["prompt_ids"]) - 1, len(ids["completion_ids"])
-                loss = loss - adv * tok_logp[j, start : start + n].mean()
+            for logp, (_, adv) in zip(tok_logp, chunk, strict=True):
+                loss = loss - adv * logp.mean()
             loss = loss / len(mine)
             loss.backward()
             total += loss.item()
@@ -221,27 +217,38 @@ def train(
     belief_samples: int = 1,
     seed: int = 0,
     log: Any = print,
+    settings: Any = None,
 ) -> dict[str, Any]:
     """GRPO of the models at `model_dirs` (role -> dir; the same dir for both roles = one model
     with two prompts, trained on both) on episodes of `train_seeds` (training seeds only);
-    saves each trained role to `out_dirs[role]`. Returns the mean rewards per iteration."""
+    saves each trained role to `out_dirs[role]`. Returns the mean rewards per iteration.
+    `settings` (benchmark.brace.rl.RLSettings): the weights' dtype, LoRA, gradient
+    checkpointing and bf16 autocast (None: float32, full fine-tuning)."""
     import torch
 
     check_training_seeds(train_seeds, splits)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     loaded: dict[str, tuple[Any, Any]] = {}
+    memory = {} if settings is None else {
+        "dtype": settings.dtype, "lora_rank": settings.lora_rank,
+        "lora_alpha": settings.lora_alpha,
+        "gradient_checkpointing": settings.gradient_checkpointing}  # fmt: skip
+    bf16 = bool(settings is not None and settings.bf16_autocast)
     for role, d in model_dirs.items():
         same = next((r for r, o in model_dirs.items() if o == d and r in loaded), None)
-        loaded[role] = loaded[same] if same else lm.load(d)  # float32, on the GPU if any
+        # on the model's device (the GPU if any); LoRA etc. only on a model that trains
+        trains = any(model_dirs[r] == d for r in train_roles)
+        loaded[role] = loaded[same] if same else tokens.load_for_rl(d, train=trains, **memory)
     optimizers: dict[str, Any] = {}
     for role in train_roles:
         model = loaded[role][0]
         shared = next((r for r in optimizers if loaded[r][0] is model), None)
         if shared is None:
             optimizers[role] = torch.optim.AdamW(
-                model.parameters(), lr=learning_rate, weight_decay=0.0
-            )
+                [p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                weight_decay=0.0,
+            )  # fmt: skip
     # a role whose model another role shares trains through that role's optimizer
     train_models = {r: loaded[r] for r in optimizers}
     sampler = Sampler(loaded, temperature, belief_samples=belief_samples)
@@ -259,7 +266,7 @@ def train(
         # one model with two prompts: both roles' completions update it
         merged = [(next(r for r in train_models if loaded[r][0] is loaded[role][0]), ids, a)
                   for role, ids, a in batch if any(loaded[r][0] is loaded[role][0] for r in train_models)]  # fmt: skip
-        losses = policy_gradient_step(train_models, optimizers, merged)
+        losses = policy_gradient_step(train_models, optimizers, merged, bf16=bf16)
         row = {
             "iteration": it,
             "seeds": seeds,
@@ -273,6 +280,9 @@ def train(
         }
         history.append(row)
         log(row)
+    plain: dict[int, Any] = {}  # one model with two prompts: merged once
     for role, d in out_dirs.items():
-        lm.save(*loaded[role], Path(d))
+        model = loaded[role][0]
+        plain.setdefault(id(model), tokens.plain(model))
+        lm.save(plain[id(model)], loaded[role][1], Path(d))
     return {"history": history}

@@ -51,6 +51,23 @@ def role_configs(belief: Any, policy: Any, path: Any = None) -> dict[str, dict[s
     return out
 
 
+def check_trained(belief: Any, policy: Any, path: Any, trained_by: str | None,
+                  error: type[Exception]) -> None:  # fmt: skip
+    """A role whose model a trainer makes (`trained_by`) and whose folder is not there yet:
+    `error` naming the role, its location and the command that trains it."""
+    if not trained_by:
+        return
+    from pathlib import Path
+
+    for role, cfg in role_configs(belief, policy, path).items():
+        where = cfg.get("path")
+        if where is not None and not Path(str(where)).is_dir():
+            raise error(
+                f"slm.backend.path.{role}={where!r}: the {role} model is not trained yet; "
+                f"train it first: {trained_by}"
+            )
+
+
 def _target(cfg: dict[str, Any]) -> type[Consultant]:
     from hydra.utils import get_class
 
@@ -66,9 +83,14 @@ class RolesConsultant(Consultant):
 
     uses_digests = True  # make_consultant passes the results store's digest cache
 
-    def __init__(self, belief: Any, policy: Any, path: Any = None, digests: str | None = None):
+    def __init__(self, belief: Any, policy: Any, path: Any = None, digests: str | None = None,
+                 trained_by: str | None = None):  # fmt: skip
+        """`trained_by`: the command that makes the roles' models (conf/slm/brace_trained.yaml):
+        while a folder is missing, the cell's identity is "not built yet" (the plan) and
+        building the consultant fails naming that command."""
         from hydra.utils import instantiate
 
+        check_trained(belief, policy, path, trained_by, ConsultantError)
         self.roles: dict[str, Consultant] = {}
         for role, cfg in role_configs(belief, policy, path).items():
             extra = (
@@ -98,9 +120,17 @@ class RolesConsultant(Consultant):
 
     @classmethod
     def weights_identity(
-        cls, belief: Any, policy: Any, path: Any = None, **extra: object
+        cls,
+        belief: Any,
+        policy: Any,
+        path: Any = None,
+        trained_by: str | None = None,
+        **extra: object,
     ) -> str | None:
         """Both roles' weights identities (`ModelNotBuilt` while either is not made)."""
+        from benchmark.consultants import ModelNotBuilt
+
+        check_trained(belief, policy, path, trained_by, ModelNotBuilt)
         extra = {k: v for k, v in extra.items() if not k.startswith("_")}  # hydra's keys
         ids = {
             role: _target(cfg).weights_identity(**_args(cfg), **extra)

@@ -106,11 +106,15 @@ def run(
 
     def hook(event: Any) -> None:
         d = event.decision
-        if d is None or d.belief is None:
+        if d is None:
             return
         ep = event.episode
         key = (ep.seed, ep.steps)
         turns = [recorder.log.pop((*key, r)) for r in (0, 1) if (*key, r) in recorder.log]
+        if d.belief is None:  # a prompt without a belief (raw history): the act round only
+            if turns:
+                logs.append(StepLog(ep.seed, ep.steps, snapshot(ep), [], [], [], turns))
+            return
         truth = snapshot(ep)
         previous = held.get(ep.seed, list(INITIAL_BELIEF))
         held[ep.seed] = list(d.belief)

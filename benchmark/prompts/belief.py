@@ -139,6 +139,7 @@ class BeliefPrompt(PromptVariant):
 
 class BeliefSession(PromptSession):
     v: BeliefPrompt
+    header = "BELIEF"  # what the act round calls the kept state
 
     def __init__(self, variant: BeliefPrompt, episode: Episode, with_expert: bool):
         super().__init__(variant, episode, with_expert)
@@ -188,16 +189,26 @@ class BeliefSession(PromptSession):
         system = self.family.system(
             self.task, actions, "basic", self.v.rationale, autopilot is not None
         )
-        system += "\n- Decide from the BELIEF (what is known and how surely) and the CURRENT VIEW."
+        system += f"\n- Decide from the {self.header} ({self.header_meaning}) and the CURRENT VIEW."
         user = "\n\n".join(
             [
                 self.task_text(),
-                "BELIEF:\n" + "\n".join(self.belief),
+                f"{self.header}:\n" + "\n".join(self.belief),
                 "CURRENT VIEW:\n" + self.current_view(autopilot),
                 blocks.output_format(actions, self.v.rationale),
             ]
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    header_meaning = "what is known and how surely"
+
+    def parse_update(self, text: str | None) -> list[str]:
+        """The new belief of an update's answer ([]: none; the previous one is kept)."""
+        return parse_belief(text, self.v.max_claims)
+
+    def held_claims(self) -> list[str] | None:
+        """The belief as claims to score against the true state (None: no claims)."""
+        return list(self.belief)
 
     def render_belief(self, action_name: str, reason: str) -> str:
         """A valid belief update for the oracle/dice consultants: the observed claims (the
@@ -211,7 +222,7 @@ class BeliefSession(PromptSession):
         update = Query(self.update_messages(), actions, self.render_belief, self.v.update_decoding,
                        expert, (ep.seed, ep.steps, 0), role=BELIEF_ROLE)  # fmt: skip
         first = yield [update]
-        claims = parse_belief(first[0].text, self.v.max_claims)
+        claims = self.parse_update(first[0].text)
         if claims:
             self.belief = claims
         else:
@@ -227,6 +238,6 @@ class BeliefSession(PromptSession):
             None if name is None else actions.index(name),
             [*first, *second],
             parse_reason(text),
-            belief=list(self.belief),
+            belief=self.held_claims(),
             belief_updated=bool(claims),
         )

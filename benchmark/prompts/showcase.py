@@ -37,7 +37,7 @@ FEEDBACK_VARIANTS = (
     "hwbp_pf",
     "complete",
 )
-VARIANTS = (*ASK_VARIANTS, *FEEDBACK_VARIANTS, "belief")
+VARIANTS = (*ASK_VARIANTS, *FEEDBACK_VARIANTS, "belief", "react", "mem1")
 # groups the prompt tools do not need; deleting them keeps `show` working whatever they hold
 _UNUSED_GROUPS = ("policy", "slm", "gate", "tracking")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmark import results
 from benchmark.report import aggregate, analysis, belief, frontier, objectives
+from benchmark.report import runs as runs_report
 from benchmark.report.loading import load_sweep, policy_runs
 from benchmark.report.model import FAILED, MISSING, OK, Layout, Sweep, build_rows, protocol_caption
 from benchmark.report.render import Table
@@ -61,6 +62,7 @@ TABLES = (
     frontier.TABLE,
     objectives.TABLE,
     aggregate.TABLE,
+    runs_report.TABLE,
 )
 PLOTS = (
     "reward_vs_ir",
@@ -70,6 +72,7 @@ PLOTS = (
     "learning_curves",
     *analysis.PLOTS,
     belief.PLOT,
+    belief.BRIER_PLOT,
     frontier.PLOT,
 )
 OUTPUTS = (
@@ -119,6 +122,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         frontier.frontier_table(sweep),
         objectives.objectives_table(sweep, steps),
         aggregate.aggregate_table(sweep),
+        runs_report.runs_table(sweep),
     ):
         if table is not None and table.rows:
             if report.protocol:  # every caption names the protocol (and keys cells override)
@@ -132,6 +136,7 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
         lambda: figures.learning_curves_plot(runs, out),
         lambda: analysis.roc_plot(sweep, steps, out),
         lambda: belief.context_plot(sweep, steps, out),
+        lambda: belief.brier_plot(sweep, steps, out),
         lambda: frontier.frontier_plot(sweep, out),
     ):
         path = draw()

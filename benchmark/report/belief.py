@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark.analysis.belief import belief_metrics, context_by_step
+from benchmark.analysis.belief import belief_metrics, brier_by_step, context_by_step
 from benchmark.report.model import (
     Cell,
     Sweep,
@@ -24,6 +24,7 @@ from benchmark.report.render import DASH, Table, fmt
 
 TABLE = "belief"
 PLOT = "context_length"
+BRIER_PLOT = "belief_brier"
 LABEL_COLUMNS = ("confirmed", "almost certain", "probable", "possible", "unlikely", "doubtful")
 
 
@@ -65,6 +66,8 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             "belief correct",
             "update fail",
             "ECE",
+            "Brier",
+            "Brier first -> last",
             *(f"true|{lb}" for lb in LABEL_COLUMNS),
         ],
         notes=[
@@ -74,7 +77,10 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             "miscalibrated label, 0 wrong). true|label: share of claims with that label whose "
             "fact holds (n claims); calibrated when it matches the label's probability "
             "(confirmed 1, almost certain 0.9, probable 0.7, possible 0.5, unlikely 0.3, "
-            "doubtful 0.1); ECE: their n-weighted mean gap."
+            "doubtful 0.1); ECE: their n-weighted mean gap. Brier: the mean squared gap between "
+            "a claim's label probability ('unknown' at 0, as Agent-BRACE reads it) and whether "
+            "its fact holds, over verifiable claims; first -> last: each episode's first and "
+            "last held step (belief_brier.png: per step)."
         ],
     )
     for c, m in cells:
@@ -92,6 +98,10 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
                 if m.get("belief_update_failure_rate") is None
                 else f"{m['belief_update_failure_rate']:.3f}",
                 DASH if m.get("belief_ece") is None else f"{m['belief_ece']:.3f}",
+                DASH if m.get("belief_brier") is None else f"{m['belief_brier']:.3f}",
+                DASH
+                if m.get("belief_brier_first_mean") is None
+                else f"{m['belief_brier_first_mean']:.3f} -> {m['belief_brier_last_mean']:.3f}",
                 *(
                     f"{cal[lb]['share_true']:.2f} ({cal[lb]['n']})" if lb in cal else DASH
                     for lb in LABEL_COLUMNS
@@ -103,24 +113,34 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
 
 def context_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
     """Mean context tokens per step, one panel per env, one line per cell with the records."""
+    return _per_step_plot(sweep, steps, out, context_by_step, PLOT, "context tokens")
+
+
+def brier_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
+    """Mean Brier score of the certainty labels per step (Agent-BRACE's calibration over an
+    episode), one panel per env, one line per cell with verifiable claims."""
+    return _per_step_plot(sweep, steps, out, brier_by_step, BRIER_PLOT, "Brier score")
+
+
+def _per_step_plot(sweep, steps, out: Path, by_step, name: str, what: str) -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [c for c in sweep.ok if any("context_tokens" in r for r in steps.get(c.job, []))]
+    cells = [c for c in sweep.ok if by_step(steps.get(c.job, []))[0]]
     if not cells:
         return None
     envs = [e for e in sweep.envs() if any(c.env == e for c in cells)]
     fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
     for ax, env in zip(axes[0], envs, strict=True):
         for c in sorted((c for c in cells if c.env == env), key=method_order):
-            x, y = context_by_step(steps[c.job])
+            x, y = by_step(steps[c.job])
             ax.plot(x, y, marker=".", markersize=3, label=f"{method_label(c)} ({c.job})")
-        ax.set(title=env_label(env), xlabel="step", ylabel="context tokens (mean over episodes)")
+        ax.set(title=env_label(env), xlabel="step", ylabel=f"{what} (mean over episodes)")
         ax.legend(loc="best")
     fig.tight_layout()
-    path = out / f"{PLOT}.png"
+    path = out / f"{name}.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -8,6 +8,7 @@ stateful adds the known map (the exits walked, room -> command -> room)."""
 from __future__ import annotations
 
 from benchmark.envs.family import Family
+from benchmark.envs.textworld import brace
 from benchmark.envs.textworld.task import TextMemory, TextView
 
 RATIONALE_RULE = (
@@ -107,3 +108,7 @@ class TextWorldFamily(Family):
 
     def reason(self, episode, action):
         return "the next step of the objective"
+
+    # Agent-BRACE: the teacher's belief and the claim rules (benchmark.envs.textworld.brace)
+    brace_teacher = staticmethod(brace.brace_teacher)
+    brace_rules = staticmethod(brace.brace_rules)

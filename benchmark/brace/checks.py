@@ -1,0 +1,138 @@
+"""The trainer's settings (conf/brace/, the `brace` node of a job config), checked before any
+work: every count, rate and switch, the RL stage's numbers (benchmark.brace.rl.RLSettings) and
+the episode cap the env accepts. A bad value fails here with a message naming its key and what
+is allowed (docs/bad-input.md); nothing is made, trained or written before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+MODES = ("slm", "ask")
+POLICY_INPUTS = ("belief", "history")
+ROLES = ("belief", "policy")
+POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes",
+            "reward_episodes", "threads")  # fmt: skip
+RATES = ("sft_epochs", "sft_lr")
+# the keys that shape the SFT models (the RL models: all of them); execution keys stay out
+EXECUTION = ("threads", "measure_base", "skip_rl", "out")
+SFT_KEYS = ("base", "teacher_episodes", "sft_examples", "sft_epochs", "sft_batch", "sft_lr",
+            "sft_roles", "seed", "policy_input")  # fmt: skip
+
+
+class SettingsError(ValueError):
+    """A trainer setting that is refused, named by its key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The checked `brace` node: `values` (plain, resolved), the RL stage's settings, the env
+    config the models train on, and the training identity of each stage."""
+
+    values: dict[str, Any]
+    rl: Any  # benchmark.brace.rl.RLSettings
+    env: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def out(self) -> Path:
+        return Path(self.values["out"])
+
+    @property
+    def raw_history(self) -> bool:
+        return self.values["policy_input"] == "history"
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return ("policy",) if self.raw_history else ROLES
+
+    def sft_identity(self) -> dict[str, Any]:
+        """What made the SFT models: the env (resolved), the SFT keys."""
+        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS}}
+
+    def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What made the RL models: every key but the execution ones, the RL stage's numbers,
+        and (ask mode) the job whose PPO and gate it uses."""
+        keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
+        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job}
+
+
+def _fail(key: str, value: Any, why: str) -> None:
+    raise SettingsError(f"brace.{key}={value!r}: {why}")
+
+
+def check(cfg: DictConfig) -> Settings:
+    """The `brace` node of `cfg`, checked (SettingsError names the first bad key)."""
+    from benchmark.brace.rl import ALGORITHMS, RLSettings
+    from benchmark.config import option_file
+
+    node = cfg.get("brace")
+    if node is None:
+        raise SettingsError("no `brace` node: compose through benchmark.config (conf/brace/)")
+    values = OmegaConf.to_container(node, resolve=True)
+    known = set(OmegaConf.load(option_file("brace", "agent_brace")))
+    if sorted(set(values) - known):
+        raise SettingsError(
+            f"brace.{sorted(set(values) - known)[0]}: unknown key; allowed {', '.join(sorted(known))}"
+        )
+    if values["algorithm"] not in ALGORITHMS:
+        _fail("algorithm", values["algorithm"], f"allowed {', '.join(ALGORITHMS)}")
+    for key, allowed in (("mode", MODES), ("policy_input", POLICY_INPUTS)):
+        if values[key] not in allowed:
+            _fail(key, values[key], f"allowed {', '.join(allowed)}")
+    for key in ("train_belief", "skip_rl", "measure_base"):
+        if not isinstance(values[key], bool):
+            _fail(key, values[key], "allowed true, false")
+    for key in (*POSITIVE, "seed", "rl_max_steps"):
+        if isinstance(values[key], bool) or not isinstance(values[key], int):
+            _fail(key, values[key], "must be an integer")
+    for key in POSITIVE:
+        if values[key] < 1:
+            _fail(key, values[key], "must be >= 1")
+    for key in RATES:
+        if not isinstance(values[key], (int, float)) or not values[key] > 0:
+            _fail(key, values[key], "must be > 0")
+    if values["rl_max_steps"] < 0:
+        _fail("rl_max_steps", values["rl_max_steps"], "must be >= 0 (0: the env's own length)")
+    roles = values["sft_roles"]
+    if not isinstance(roles, list) or not set(roles) <= set(ROLES):
+        _fail("sft_roles", roles, "allowed a list of belief, policy (e.g. [belief], [])")
+    if values["policy_input"] == "history" and "belief" in roles:
+        _fail("sft_roles", roles, "policy_input=history has no belief model: [] or [policy]")
+    if not isinstance(values["tau"], (int, float)) or values["tau"] < 0:
+        _fail("tau", values["tau"], "must be a number >= 0 (bits)")
+    if values["base"] is not None and not Path(values["base"]).is_dir():
+        _fail("base", values["base"], "not a model directory (null: the tiny_small model)")
+    rl = values.get("rl")
+    try:
+        rl_settings = RLSettings.of(rl if isinstance(rl, dict) else {})
+    except (TypeError, ValueError) as err:  # "rl <field>=<value>: why" -> brace.rl.<field>=...
+        text = str(err)
+        raise SettingsError(
+            "brace.rl" + text[11:] if text.startswith("rl settings") else "brace.rl." + text[3:]
+        ) from err
+    env = OmegaConf.to_container(cfg.env, resolve=True)
+    _check_cap(cfg, values["rl_max_steps"])
+    return Settings(values=values, rl=rl_settings, env=env)
+
+
+def _check_cap(cfg: DictConfig, max_steps: int) -> None:
+    """The env's task with its episodes capped at `max_steps` (0: as is) must build: an env
+    that refuses a cap (HigherLower plays its 51 decisions) fails here, before any work."""
+    from benchmark.brace.pipeline import task_for
+
+    try:
+        task_for(cfg.env, max_steps or None)
+    except Exception as err:  # noqa: BLE001 - hydra wraps the task's ValueError
+        raise SettingsError(
+            f"brace.rl_max_steps={max_steps}: {err.__cause__ or err}; 0 plays the env's own "
+            "episode length"
+        ) from err

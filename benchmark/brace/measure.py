@@ -1,0 +1,100 @@
+"""Agent-BRACE's measurements, each with 95% bootstrap CIs: a belief model's greedy updates on
+teacher-forced held-out states (`held_out`), the models' greedy rollouts on training seeds
+(`training_reward`) and on held-out seeds (`rollout_reward`, each model on its OWN beliefs), and
+RL's gains over SFT paired on the same states and seeds (`gains`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.brace import joint, rollout
+from benchmark.seeds import Splits
+
+# training-reward fields averaged per seed over its updates (name -> joint.samples' raw key)
+PER_SEED = {"r_belief": "belief", "format": "gate", "correctness": "correctness"}
+
+
+def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
+    """A belief model's greedy updates on teacher-forced held-out states: format compliance,
+    correctness and R_belief, each with its CI over states."""
+    from benchmark.brace.sft import rewards_at
+    from benchmark.finetune.store import answer_all
+
+    answers, seconds = answer_all(Path(model_dir), states)
+    rewards = rewards_at([a.text for a in answers], states)
+    return {
+        "format": rollout.mean_ci([r.gate for r in rewards]),
+        "correctness": rollout.mean_ci([r.correctness for r in rewards]),
+        "r_belief": rollout.mean_ci([r.total for r in rewards]),
+        "seconds": round(seconds, 1),
+        "example": answers[0].text if answers else "",
+        # per state, in the states' order: what the paired SFT vs RL comparison reads (`gains`)
+        "per_state": {
+            "correctness": [round(r.correctness, 4) for r in rewards],
+            "r_belief": [round(r.total, 4) for r in rewards],
+        },
+    }
+
+
+def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
+                    splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The models' greedy rollouts on training seeds (refused otherwise): `rollout_reward`."""
+    from benchmark.seeds import check_training_seeds
+
+    check_training_seeds(seeds, splits)
+    return rollout_reward(task, prompt, dirs, seeds, gate, policy)
+
+
+def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
+                   gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The models' greedy rollouts on `seeds`, each update following the model's OWN previous
+    belief (what RL trains on, unlike the teacher-forced `held_out`): R_env per episode,
+    R_belief, format and correctness per update, with CIs, and per seed for pairing."""
+    from benchmark.finetune import lm
+
+    models = {role: lm.load(d) for role, d in dirs.items()}
+    _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
+    per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
+    raw = {k: [v for r in per_seed for v in r[k]] for k in PER_SEED.values()}
+    env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
+    return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
+            "format": rollout.mean_ci(raw["gate"]),
+            "correctness": rollout.mean_ci(raw["correctness"]),
+            # per seed, in `seeds` order (R_belief: the mean of its updates, None without one)
+            "per_seed": {"r_env": env, **{key: [
+                round(float(np.mean(r[raw_key])), 4) if r[raw_key] else None for r in per_seed]
+                for key, raw_key in PER_SEED.items()}}}  # fmt: skip
+
+
+def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """RL's gains (SFT+RL minus SFT), paired: on the same held-out states (correctness,
+    R_belief) and the same training seeds (R_env; R_belief, format and correctness averaged
+    over a seed's updates, seeds where either model made no update left out), the same for the
+    held-out rollouts (validation seeds on the models' own beliefs), each with its 95% bootstrap CI
+    (benchmark.metrics.paired_difference): a CI above 0 is a gain."""
+    from benchmark.metrics import paired_difference
+
+    ho, tr = report.get("held_out") or {}, report["train_reward"]
+    out = {
+        f"held_out_{k}": paired_difference(ho["rl"]["per_state"][k], ho["sft"]["per_state"][k])
+        for k in ("correctness", "r_belief")
+        if ho.get("rl") and ho.get("sft")  # no belief model (raw history): none
+    }
+    rollouts = {"train": tr, "held_out_rollout": report.get("held_out_rollouts")}
+    for prefix, side in rollouts.items():
+        for k in ("r_env", *PER_SEED) if side else ():
+            if k not in side["rl"]["per_seed"]:  # a report written before the field existed
+                continue
+            pairs = [
+                (a, b)
+                for a, b in zip(side["rl"]["per_seed"][k], side["sft"]["per_seed"][k], strict=True)
+                if a is not None and b is not None
+            ]
+            if pairs:
+                diff = paired_difference(*zip(*pairs, strict=True))
+                out[f"{prefix}_{k}"] = {**diff, "n": len(pairs)}
+    return out

@@ -1,0 +1,77 @@
+"""The numbers and switches of Agent-BRACE's RL stage (benchmark.brace.rl), checked up front."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+ALGORITHMS = ("ppo", "grpo")  # benchmark.brace.rl.train_rl
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """The RL stage's numbers. `iterations`: joint iterations (both roles, or the policy alone
+    when the belief is frozen); `policy_iterations`: PPO iterations of the policy alone before
+    them (the paper's policy PPO stage; PPO only). One iteration = one rollout batch of
+    `seeds_per_step` training seeds x `group` episodes each, then the update."""
+
+    iterations: int = 4
+    policy_iterations: int = 2
+    seeds_per_step: int = 4
+    group: int = 4
+    learning_rate: float = 1e-4
+    temperature: float = 1.0
+    belief_samples: int = 1  # GRPO only: updates sampled per belief state
+    # PPO (the paper's Tables 9-10 are not in our copy of the paper: these are chosen, docs/brace.md)
+    ppo_epochs: int = 2  # passes over each rollout batch
+    minibatch: int = 8  # completions per gradient step
+    clip: float = 0.2  # the surrogate's ratio clip
+    gamma: float = 1.0  # GAE discount over the tokens of an episode
+    lam: float = 0.95  # GAE lambda
+    value_coef: float = 0.5  # weight of the critic's loss
+    value_learning_rate: float = 1e-3  # the value head's own rate
+    max_grad_norm: float = 1.0
+    # memory (a 3-4B model on one GPU): weights' dtype, LoRA rank (0: full fine-tuning),
+    # gradient checkpointing, bf16 autocast of the forward passes
+    dtype: str = "float32"
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    gradient_checkpointing: bool = False
+    bf16_autocast: bool = False
+
+    def check(self) -> RLSettings:
+        """Every value, with a message naming it and what is allowed; returns self."""
+        for name in ("iterations", "seeds_per_step", "group", "belief_samples", "ppo_epochs",
+                     "minibatch"):  # fmt: skip
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"rl {name}={getattr(self, name)}: must be >= 1")
+        for name in ("policy_iterations", "lora_rank"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"rl {name}={getattr(self, name)}: must be >= 0")
+        for name in ("learning_rate", "value_learning_rate", "clip", "max_grad_norm",
+                     "lora_alpha"):  # fmt: skip
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"rl {name}={getattr(self, name)}: must be > 0")
+        for name in ("gamma", "lam"):
+            if not 0 <= float(getattr(self, name)) <= 1:
+                raise ValueError(f"rl {name}={getattr(self, name)}: must be in [0, 1]")
+        if not float(self.temperature) > 0:
+            raise ValueError(f"rl temperature={self.temperature}: must be > 0 (RL samples)")
+        if float(self.value_coef) < 0:
+            raise ValueError(f"rl value_coef={self.value_coef}: must be >= 0")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"rl dtype={self.dtype!r}: allowed {', '.join(DTYPES)}")
+        return self
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> RLSettings:
+        """From a mapping (a Hydra node): an unknown key is refused, naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"rl settings {unknown}: unknown; allowed {sorted(known)}")
+        return cls(**dict(values)).check()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,211 @@
+"""Agent-BRACE's PPO (benchmark.brace.ppo, tokens, rl): GAE against a hand-computed example,
+completion-only log-probs equal to the full log-softmax, the clipped update moving an advantaged
+completion up and a disadvantaged one down, the critic learning a fixed batch, the frozen
+belief staying byte-identical while the policy trains, and the LoRA + gradient checkpointing +
+bf16 path as a CPU dry run of the tiny model."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from benchmark.brace import ppo, rl, tokens
+from benchmark.brace.rl import RLSettings
+from benchmark.finetune import lm
+from benchmark.seeds import DEFAULT_SPLITS
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from benchmark.consultants.tiny import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "m", 0, "small")
+
+
+def test_gae_equals_the_hand_computed_example():
+    # deltas: 1 - .4 = .6; .9 x .4 - .2 = .16; .9 x .2 - .5 = -.32; gamma lam = .72
+    adv, ret = ppo.gae([0, 0, 1], [0.5, 0.2, 0.4], gamma=0.9, lam=0.8)
+    assert adv == pytest.approx([-0.32 + 0.72 * 0.592, 0.16 + 0.72 * 0.6, 0.6])
+    assert ret == pytest.approx(adv + np.array([0.5, 0.2, 0.4]))
+    # gamma = lambda = 1: the advantage is the return less the value (Monte Carlo)
+    adv, _ = ppo.gae([0, 0, 1], [0.5, 0.2, 0.4], gamma=1, lam=1)
+    assert adv == pytest.approx([0.5, 0.8, 0.6])
+    with pytest.raises(ValueError, match="3 rewards but 2 values"):
+        ppo.gae([0, 0, 1], [0.1, 0.2], 1, 1)
+
+
+def test_completion_log_probs_equal_the_full_log_softmax(tiny):
+    model, tok = lm.load(tiny)
+    pairs = [([5, 6, 7, 8], [9, 10, 11]), ([3, 4], [5, 6, 7, 8, 9])]  # padded to one width
+    got, _ = tokens.completion_forward(model, pairs, lm.pad_id(tok))
+    for (p, c), logp in zip(pairs, got, strict=True):
+        assert logp.shape == (len(c),)
+        assert logp.detach().numpy() == pytest.approx(
+            tokens.full_logprobs(model, p, c).detach().numpy(), abs=1e-5
+        )
+    with pytest.raises(ValueError, match="pair 0: a prompt and a completion"):
+        tokens.completion_forward(model, [([1], [])], 0)
+
+
+def _learner(tiny, **kw):
+    model, tok = lm.load(tiny)
+    settings = RLSettings(**{"learning_rate": 1e-2, "ppo_epochs": 1, "minibatch": 8, **kw})
+    return ppo.Learner(model, tok, settings.check())
+
+
+def _items(learner, pairs, advantages, returns):
+    import torch
+
+    logp, _ = learner.forward(pairs)
+    return [(pair, lp.detach(), torch.full_like(lp, a), torch.full_like(lp, r))
+            for pair, lp, a, r in zip(pairs, logp, advantages, returns, strict=True)]  # fmt: skip
+
+
+def test_the_update_raises_an_advantaged_completion_and_lowers_a_disadvantaged_one(tiny):
+    learner = _learner(tiny, value_coef=0.0)
+    pairs = [([5, 6, 7], [20, 21, 22]), ([5, 6, 7], [30, 31, 32])]
+    items = _items(learner, pairs, [1.0, -1.0], [0.0, 0.0])
+    old = [float(x[1].sum()) for x in items]
+    stats = ppo.ppo_update(learner, items)
+    new = [float(x.detach().sum()) for x in learner.forward(pairs)[0]]
+    assert new[0] > old[0] + 1e-3 and new[1] < old[1] - 1e-3, (old, new)
+    assert set(stats) == {"policy_loss", "value_loss", "clip_frac", "approx_kl"}
+    assert stats["policy_loss"] == pytest.approx(0.0, abs=1e-6)  # ratio 1: -(mean A) = 0
+
+
+def test_the_critic_learns_a_fixed_batch(tiny):
+    learner = _learner(tiny, value_learning_rate=1e-2, learning_rate=1e-6)
+    pairs = [([5, 6, 7], [20, 21, 22]), ([8, 9], [30, 31])]
+    items = _items(learner, pairs, [0.0, 0.0], [1.0, 0.5])
+    losses = [ppo.ppo_update(learner, items)["value_loss"] for _ in range(30)]
+    assert losses[0] == pytest.approx(0.5 * (3 * 1.0 + 2 * 0.25) / 5)  # zero head at start
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_settings_are_refused_with_the_bad_value_named():
+    with pytest.raises(ValueError, match=r"rl iterations=-1: must be >= 1"):
+        RLSettings(iterations=-1).check()
+    with pytest.raises(ValueError, match=r"rl lam=1.5: must be in \[0, 1\]"):
+        RLSettings(lam=1.5).check()
+    with pytest.raises(ValueError, match=r"rl dtype='fp8': allowed float32, bfloat16"):
+        RLSettings(dtype="fp8").check()
+    with pytest.raises(ValueError, match=r"rl settings \['critic'\]: unknown"):
+        RLSettings.of({"critic": 1})
+    with pytest.raises(ValueError, match=r"brace algorithm 'dqn': allowed ppo, grpo"):
+        rl.train_rl("dqn", None, None, {}, {}, train_seeds=[200], splits=DEFAULT_SPLITS,
+                    settings=RLSettings())  # fmt: skip
+    with pytest.raises(ValueError, match="seed 5 is in the validation split"):
+        ppo.train(None, None, {}, {}, train_seeds=[200, 5], splits=DEFAULT_SPLITS,
+                  settings=RLSettings())  # fmt: skip
+
+
+def _alternating_outcomes(monkeypatch):
+    """Episodes alternately won and lost (the untrained tiny model never wins): the rewards
+    by hand, the rollouts, models and updates real."""
+    outcome = itertools.cycle([1.0, 0.0])
+    real = ppo.run
+
+    def run(*a, **kw):
+        rows, logs = real(*a, **kw)
+        by_seed = {s: next(outcome) for s in sorted({x.seed for x in logs})}
+        for x in logs:
+            x.success = by_seed[x.seed]
+        return rows, logs
+
+    monkeypatch.setattr(ppo, "run", run)
+
+
+@pytest.mark.parametrize("train_belief", [False, True])
+def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
+    tiny, tmp_path, monkeypatch, train_belief
+):
+    from benchmark.brace.train import brace_prompt, task_for
+
+    _alternating_outcomes(monkeypatch)
+    monkeypatch.setattr(ppo, "belief_reward", _length_reward)
+    prompt = brace_prompt()
+    prompt.update_decoding = type(prompt.update_decoding)(max_new_tokens=8)
+    out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
+    settings = RLSettings(iterations=1, policy_iterations=1, seeds_per_step=2, group=1,
+                          learning_rate=1e-2)  # fmt: skip
+    result = rl.train_rl("ppo", task_for("empty5x5_random", 2), prompt,
+                         {"belief": tiny, "policy": tiny}, out, train_seeds=[300, 301],
+                         splits=DEFAULT_SPLITS, settings=settings, train_belief=train_belief,
+                         log=lambda r: None)  # fmt: skip
+    weights = "model.safetensors"
+    same_policy = (out["policy"] / weights).read_bytes() == (tiny / weights).read_bytes()
+    same_belief = (out["belief"] / weights).read_bytes() == (tiny / weights).read_bytes()
+    assert not same_policy  # the policy trained
+    assert same_belief is not train_belief  # frozen: byte for byte the model it started from
+    assert [r["stage"] for r in result["history"]] == ["policy", "joint"]
+    assert len(result["value_loss"]["policy"]) == 2
+    assert all(v is not None and v >= 0 for v in result["value_loss"]["policy"])
+    if train_belief:  # updated after the joint stage's batch only
+        assert result["value_loss"]["belief"][0] is None
+        assert result["value_loss"]["belief"][1] is not None
+        assert (out["belief"] / ppo.VALUE_HEAD).exists()
+    else:
+        assert (
+            "belief" not in result["value_loss"] and not (out["belief"] / ppo.VALUE_HEAD).exists()
+        )
+    assert result["history"][0]["context_tokens"] > 0
+
+
+def _length_reward(text, previous, truth, teacher, success, weights=None):
+    from benchmark.brace.rewards import BeliefReward
+
+    r = float(len(text or "") % 3)  # differs between updates: a gradient for the belief
+    return BeliefReward(r, 1.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_lora_checkpointing_bf16_dry_run_trains_and_saves_a_plain_model(tiny, tmp_path):
+    """The GPU recipe's switches on the CPU with the tiny model: LoRA adapters only are
+    trained, gradient checkpointing and bf16 autocast on; the saved folder is a plain model
+    (adapters merged) that loads and differs from the base."""
+    settings = RLSettings(lora_rank=4, gradient_checkpointing=True, bf16_autocast=True,
+                          learning_rate=5e-2, ppo_epochs=2).check()  # fmt: skip
+    model, tok = tokens.load_for_rl(tiny, lora_rank=4, gradient_checkpointing=True)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert model.get_base_model().is_activation_checkpointing
+    learner = ppo.Learner(model, tok, settings)
+    pairs = [([5, 6, 7], [20, 21, 22]), ([5, 6, 7], [30, 31, 32])]
+    items = _items(learner, pairs, [1.0, -1.0], [1.0, 0.0])
+    stats = ppo.ppo_update(learner, items)
+    assert stats["value_loss"] > 0
+    ppo.save_role("policy", (model, tok), learner, tiny, tmp_path / "p")
+    saved, _ = lm.load(tmp_path / "p")
+    assert not any("lora" in k for k in saved.state_dict())
+    base, _ = lm.load(tiny)
+    assert any(
+        not (a == b).all()
+        for a, b in zip(saved.state_dict().values(), base.state_dict().values(), strict=True)
+    )
+
+
+def test_a_bad_rl_setting_of_the_cli_is_refused_before_any_work(tmp_path):
+    """The trainer job's up-front check (benchmark.brace.checks) applies RLSettings' rules,
+    naming the key as the command line spells it."""
+    from benchmark.brace.checks import SettingsError, check
+    from tests.conftest import compose_cfg
+
+    with pytest.raises(SettingsError, match=r"brace.rl.policy_iterations=-1: must be >= 0"):
+        check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.rl.policy_iterations=-1"))
+    assert not (tmp_path / "models").exists()
+
+
+def test_context_per_step_is_the_longest_prompt_of_a_step():
+    from benchmark.brace import context
+    from benchmark.brace.rollout import StepLog, Turn
+
+    def turn(n):
+        return Turn("", [], None, (), "", extra={"prompt_ids": [0] * n})
+
+    logs = [StepLog(200, 0, None, [], [], [], [turn(5), turn(9)]),
+            StepLog(201, 0, None, [], [], [], [turn(7)]),
+            StepLog(200, 1, None, [], [], [], [turn(12)])]  # fmt: skip
+    assert context.per_step(logs) == {0: 8.0, 1: 12.0}
+    assert context.summary({0: 8.0, 1: 12.0}) == {"steps": 2, "first": 8.0, "last": 12.0,
+                                                  "max": 12.0, "mean": 10.0}  # fmt: skip
