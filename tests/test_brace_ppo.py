@@ -117,7 +117,7 @@ def _alternating_outcomes(monkeypatch):
     monkeypatch.setattr(ppo, "run", run)
 
 
-@pytest.mark.parametrize("train_belief", [False, True])
+@pytest.mark.parametrize("train_belief", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
     tiny, tmp_path, monkeypatch, train_belief
 ):
