@@ -146,7 +146,8 @@ def test_pipeline_measures_held_out_rollouts_and_reuses_its_models(tmp_path):
     args = ["--env", "empty5x5_random", "--out", str(tmp_path / "out"), "--root", str(tmp_path),
             "--teacher-episodes", "2", "--sft-examples", "4", "--sft-epochs", "1",
             "--held-out-episodes", "1", "--rl-iterations", "1", "--rl-seeds", "1",
-            "--rl-group", "2", "--rl-max-steps", "2", "--reward-episodes", "1"]  # fmt: skip
+            "--rl-group", "2", "--rl-max-steps", "2", "--reward-episodes", "1",
+            "--rl-policy-iterations", "0"]  # fmt: skip
     first = main(args)
     rollouts = first["held_out_rollouts"]
     assert set(rollouts) == {"sft", "rl"}
