@@ -117,7 +117,7 @@ def _alternating_outcomes(monkeypatch):
     monkeypatch.setattr(ppo, "run", run)
 
 
-@pytest.mark.parametrize("train_belief", [False, True])
+@pytest.mark.parametrize("train_belief", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
     tiny, tmp_path, monkeypatch, train_belief
 ):
@@ -209,3 +209,24 @@ def test_context_per_step_is_the_longest_prompt_of_a_step():
     assert context.per_step(logs) == {0: 8.0, 1: 12.0}
     assert context.summary({0: 8.0, 1: 12.0}) == {"steps": 2, "first": 8.0, "last": 12.0,
                                                   "max": 12.0, "mean": 10.0}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_direct_action_rl_trains_the_policy_alone_on_raw_history(tiny, tmp_path, monkeypatch):
+    """raw_history: the policy on a prompt without a belief round (prompt=history), no belief
+    model; its act rounds are logged and trained."""
+    from benchmark.brace.context import history_prompt
+    from benchmark.brace.train import task_for
+
+    _alternating_outcomes(monkeypatch)
+    out = {"policy": tmp_path / "p"}
+    settings = RLSettings(iterations=1, policy_iterations=0, seeds_per_step=2, group=1,
+                          learning_rate=1e-2)  # fmt: skip
+    result = rl.train_rl("ppo", task_for("empty5x5_random", 2), history_prompt(),
+                         {"policy": tiny}, out, train_seeds=[300, 301], splits=DEFAULT_SPLITS,
+                         settings=settings, raw_history=True, log=lambda r: None)  # fmt: skip
+    (row,) = result["history"]
+    assert result["trained_roles"] == ["policy"] and row["updates"] == 0  # no belief round
+    assert row["context_tokens"] > 0 and row["value_loss"]["policy"] is not None
+    weights = "model.safetensors"
+    assert (out["policy"] / weights).read_bytes() != (tiny / weights).read_bytes()
