@@ -57,6 +57,7 @@ CLIS = (
     "benchmark.serve",
     "benchmark.policy",
     "benchmark.bench",
+    "benchmark.bench.batching",
     "benchmark.prompts",
     "benchmark.consultants.cache",
     "benchmark.brace.train",

@@ -70,14 +70,20 @@ def _panel_metrics(view) -> list[tuple[str, str, str]]:
 
 def test_every_preset_has_a_dashboard_entry():
     """A new preset fails here until the `dashboard:` entry of its YAML says what its dashboard
-    answers (or `why_none`: train, demo, smoke, finetune need none)."""
+    answers (or `why_none`: train, demo, smoke, finetune, brace_tw_train need none)."""
     questions = {}
     for p in PRESET_FILES:
         with contextlib.suppress(DashboardError):
             questions[p] = question_of(p)
     missing = [p for p in PRESET_FILES if p not in questions]
     assert not missing, f"presets without a `dashboard:` entry in conf/experiment/: {missing}"
-    assert {p for p, q in questions.items() if q is None} == {"train", "demo", "smoke", "finetune"}
+    assert {p for p, q in questions.items() if q is None} == {
+        "train",
+        "demo",
+        "smoke",
+        "finetune",
+        "brace_tw_train",
+    }
 
 
 @pytest.mark.parametrize("preset", PRESET_FILES)
