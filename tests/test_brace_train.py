@@ -126,8 +126,8 @@ import sys, time
 from pathlib import Path
 import benchmark.finetune.lm as lm
 real, marker = lm.save, Path(sys.argv[1])
-def save(model, tokenizer, out_dir):
-    real(model, tokenizer, out_dir)
+def save(model, tokenizer, out_dir, *args, **kwargs):
+    real(model, tokenizer, out_dir, *args, **kwargs)
     marker.write_text(str(out_dir))
     time.sleep(600)
 lm.save = save

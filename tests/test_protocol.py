@@ -85,6 +85,8 @@ PRESET_OWN = {
     },
     "recurrent": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
 }
+# the feedback paper's other presets build on +experiment=feedback and own what it owns
+PRESET_OWN["feedback_table5"] = PRESET_OWN["feedback_curves"] = PRESET_OWN["feedback"]
 # preset -> its tuning (scope, n_trials) under each protocol
 PRESET_TUNING = {
     "table1": {"paper": ("shared", 15), "official": ("cell", 15), "suite": ("cell", 15)},
