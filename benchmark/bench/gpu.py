@@ -136,19 +136,12 @@ def batching_comparison(
     import torch
 
     from benchmark.bench.batching import compare_batching
-    from benchmark.consultants import Decoding, Query
+    from benchmark.bench.gpu_consultant import query_batch
+    from benchmark.consultants import Decoding
 
     decoding = Decoding(max_new_tokens=min(8, sizes.answer_tokens))  # the lean greedy path
     n = max(sizes.batch_sizes)
-    queries = [
-        Query(
-            messages=messages[i % len(messages)],
-            actions=actions,
-            render_answer=lambda a, r: a,
-            decoding=decoding,
-        )
-        for i in range(n)
-    ]
+    queries = query_batch(messages, actions, decoding, n)
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
     out = compare_batching(consultant, queries, repeats=sizes.repeats, sync=sync)
     out["distinct_lengths"] = len({len(consultant.encode(q)) for q in queries})

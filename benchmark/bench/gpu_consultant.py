@@ -42,6 +42,21 @@ def ask_plus_messages(task: Any, n: int) -> list[list[dict[str, str]]]:
     return out
 
 
+def query_batch(
+    messages: list, actions: tuple[str, ...], decoding: Decoding, n: int
+) -> list[Query]:
+    """n queries over the ASK+ prompts (cycled), answered as bare actions, with one decoding."""
+    return [
+        Query(
+            messages=messages[i % len(messages)],
+            actions=actions,
+            render_answer=lambda a, r: a,
+            decoding=decoding,
+        )
+        for i in range(n)
+    ]
+
+
 def _sync(device: str) -> None:
     import torch
 
@@ -77,15 +92,7 @@ def throughput(
     )
     out: dict[str, Any] = {}
     for bs in sizes.batch_sizes:
-        queries = [
-            Query(
-                messages=messages[i % len(messages)],
-                actions=actions,
-                render_answer=lambda a, r: a,
-                decoding=decoding,
-            )
-            for i in range(bs)
-        ]
+        queries = query_batch(messages, actions, decoding, bs)
         times, answers = timed_answers(consultant, queries, sizes.repeats, device)
         gen_tokens = sum(a.generated_tokens for a in answers)
         prompt_tokens = sum(a.prompt_tokens for a in answers)
@@ -113,9 +120,7 @@ def choice_throughput(
     decoding = Decoding(max_new_tokens=sizes.answer_tokens, mode="choices")
     out: dict[str, Any] = {}
     for bs in sizes.batch_sizes:
-        queries = [
-            Query(messages[i % len(messages)], actions, lambda a, r: a, decoding) for i in range(bs)
-        ]
+        queries = query_batch(messages, actions, decoding, bs)
         times, answers = timed_answers(consultant, queries, sizes.repeats, device)
         if not all(a.choices and a.text in actions for a in answers):
             raise RuntimeError("choice scoring returned an answer without per-action scores")
