@@ -7,6 +7,8 @@ through here."""
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -33,24 +35,59 @@ def option_file(group: str, name: str) -> Path:
     return CONF / group / f"{name}.yaml"
 
 
+# compositions a session keeps for the jobs that share their config-group choices
+SHARED_COMPOSITIONS = 32
+
+
+def is_defaults_override(override: str, conf_dir: Path) -> bool:
+    """Whether an override acts on the defaults list (`env=x`, `+experiment=y`, `hydra/launcher=z`,
+    `~slm`) or on the hydra node, rather than on a value of the composed config (`gate.tau=0.5`,
+    `++gate.tau=auto`, `seed=3`): Hydra's rule, a key that names a config group, read off
+    conf_dir's folders; `/` and `@` only occur in group keys."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return "/" in key or "@" in key or key.startswith("hydra") or (conf_dir / key).is_dir()
+
+
 @contextlib.contextmanager
 def session(conf_dir: Path | str | None = None) -> Iterator[Composer]:
     """A compose function `(overrides, hydra=False) -> config` over `conf_dir` (default conf/),
     for composing many configs with one Hydra initialisation. Hydra's global state, if a running
-    app holds it, is restored afterwards."""
+    app holds it, is restored afterwards.
+
+    A sweep's jobs mostly differ in values (`gate.tau=0.1,0.2,...`), and a Hydra composition
+    costs 0.1-0.5 s: jobs with the same defaults overrides share one composition (the last
+    SHARED_COMPOSITIONS kept), a copy of which gets the job's value overrides applied by Hydra's
+    own code, in their order, as Hydra applies them after composing the defaults list; the
+    result equals a composition of the whole job (tests/test_config.py)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
+    conf = Path(conf_dir or CONF)
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
+    parser = OverridesParser.create()
+
+    @functools.lru_cache(maxsize=SHARED_COMPOSITIONS)
+    def defaults_composition(overrides: tuple[str, ...]) -> DictConfig:
+        return hydra_compose("config", overrides=list(overrides))
 
     def composer(overrides: Sequence[str] = (), hydra: bool = False) -> DictConfig:
-        return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra)
+        if hydra:
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+        defaults = tuple(o for o in overrides if is_defaults_override(o, conf))
+        values = parser.parse_overrides([o for o in overrides if not is_defaults_override(o, conf)])
+        if any(v.is_sweep_override() for v in values):  # Hydra's own error for a sweep in a job
+            return hydra_compose("config", overrides=list(overrides))
+        cfg = copy.deepcopy(defaults_composition(defaults))
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
 
     try:
-        with initialize_config_dir(config_dir=str(conf_dir or CONF), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             yield composer
     finally:
         GlobalHydra.instance().clear()

@@ -4,12 +4,14 @@ subprocess with its own outputs root; the JSON must carry every section with rat
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
 from benchmark.bench.common import Check, format_table
 from benchmark.bench.cpu_settings import SECTIONS, TARGETS
+from benchmark.bench.released import SRC_VAR, checkout
 from tests.conftest import run_cli
 
 
@@ -33,6 +35,14 @@ def test_checks_compare_against_their_targets():
     assert "gate" in table and ">= 5 x" in table and "PASS" in table
 
 
+def test_a_released_checkout_that_is_not_one_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(SRC_VAR, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"{SRC_VAR}=.*no src/ask"):
+        checkout()
+    monkeypatch.delenv(SRC_VAR)
+    assert checkout() is None
+
+
 @pytest.mark.slow
 def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
     proc = _bench(tmp_path, "--quick")
@@ -53,6 +63,11 @@ def test_quick_cpu_bench_writes_every_section_with_ratios_and_targets(tmp_path):
         assert targets[section]["value"] > 0
     training = {c["name"]: c for c in data["sections"]["training"]["checks"]}
     assert training["2 env workers: weights identical to 1"]["value"] == 1.0
+    released = data["sections"]["training"]["released"]  # the released code's training loop
+    if os.environ.get(SRC_VAR):
+        assert all(released["steps_per_s"][k] > 0 for k in ("suite", "released"))
+    else:
+        assert SRC_VAR in released["skipped"]
     ev = data["sections"]["evaluation"]
     assert ev["identical"] is True  # lockstep and sequential give the same episodes
     assert 0 < ev["median"]["lockstep"]["ir"] < 1

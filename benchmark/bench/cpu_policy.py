@@ -155,7 +155,9 @@ class PolicySections:
         )
         self.check(s, f"DummyVecEnv x{default_envs}", sps[f"{default_envs}_envs"], "steps/s")
         self.check(s, "single env", sps["1_env"], "steps/s")
+        released = self._released_training(threads)
         return {
+            "released": released,
             "params": {
                 "env": "fourrooms",
                 "total_timesteps": steps,
@@ -168,6 +170,55 @@ class PolicySections:
             "steps_per_s": sps,
             "steps_per_s_all": times,
         }
+
+    def _released_training(self, threads: int) -> dict[str, Any]:
+        """The official recipe on FourRooms (1 env, n_steps 2048, batch 64, constant LR 3e-4): the
+        suite's training (benchmark.policy.train.build_model under protocol=official) against the
+        released train_ppo.py's model (benchmark.bench.released), the same steps, interleaved;
+        validation callbacks off on both sides. Skipped without ASK_POMDP_SRC."""
+        from benchmark.bench import released
+        from benchmark.envs import make_task
+        from benchmark.policy.train import as_dict, build_model
+
+        src = released.checkout()
+        if src is None:
+            why = f"{released.SRC_VAR} is not set (a checkout of github jrzmnt/ask-pomdp)"
+            print(f"  training vs the released code's loop: skipped, {why}")
+            return {"skipped": why}
+        cfg = self.cfg("env=fourrooms", "protocol=official")
+        task = make_task(cfg.env)
+        policy = as_dict(cfg.policy)
+        if self.sizes.train_n_steps is not None:
+            policy["ppo"] = {**(policy.get("ppo") or {}), "n_steps": self.sizes.train_n_steps}
+
+        def suite(rep: int):
+            return build_model(task, {**policy, "seed": int(policy["seed"]) + rep})
+
+        def theirs(rep: int):
+            return released.fourrooms_ppo(src, int(policy["seed"]) + rep, self.sizes.train_n_steps)
+
+        times: dict[str, list[float]] = {"suite": [], "released": []}
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            for rep in range(self.sizes.train_repeats):
+                for key, build in (("suite", suite), ("released", theirs)):
+                    model = build(rep)
+                    t0 = time.perf_counter()
+                    model.learn(total_timesteps=self.sizes.train_steps)
+                    times[key].append(model.num_timesteps / (time.perf_counter() - t0))
+                    model.get_env().close()
+        finally:
+            torch.set_num_threads(old)
+        sps = {k: statistics.median(v) for k, v in times.items()}
+        s = "training"
+        self.check(
+            s,
+            "official recipe: the suite's training vs the released code's (steps/s)",
+            sps["suite"] / sps["released"],
+        )
+        self.check(s, "official recipe, the released code's training", sps["released"], "steps/s")
+        return {"checkout": str(src), "steps_per_s": sps, "steps_per_s_all": times}
 
     def _policy(self, cfg: Any, task: Any):
         if self.policy is None:  # sections run on their own: train the short policy here
