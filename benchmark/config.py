@@ -48,6 +48,15 @@ def is_defaults_override(override: str, conf_dir: Path) -> bool:
     return "/" in key or "@" in key or key.startswith("hydra") or (conf_dir / key).is_dir()
 
 
+@functools.lru_cache(maxsize=SHARED_COMPOSITIONS)
+def _defaults_composition(conf_dir: str, overrides: tuple[str, ...]) -> DictConfig:
+    """The composition of `overrides` over conf_dir, by the session initialised on it (the conf
+    files are read once a process, as Hydra's own app reads them once a run)."""
+    from hydra import compose as hydra_compose
+
+    return hydra_compose("config", overrides=list(overrides))
+
+
 @contextlib.contextmanager
 def session(conf_dir: Path | str | None = None) -> Iterator[Composer]:
     """A compose function `(overrides, hydra=False) -> config` over `conf_dir` (default conf/),
@@ -56,7 +65,7 @@ def session(conf_dir: Path | str | None = None) -> Iterator[Composer]:
 
     A sweep's jobs mostly differ in values (`gate.tau=0.1,0.2,...`), and a Hydra composition
     costs 0.1-0.5 s: jobs with the same defaults overrides share one composition (the last
-    SHARED_COMPOSITIONS kept), a copy of which gets the job's value overrides applied by Hydra's
+    SHARED_COMPOSITIONS kept in this process), a copy of which gets the job's value overrides applied by Hydra's
     own code, in their order, as Hydra applies them after composing the defaults list; the
     result equals a composition of the whole job (tests/test_config.py)."""
     from hydra import compose as hydra_compose
@@ -71,10 +80,6 @@ def session(conf_dir: Path | str | None = None) -> Iterator[Composer]:
     GlobalHydra.instance().clear()
     parser = OverridesParser.create()
 
-    @functools.lru_cache(maxsize=SHARED_COMPOSITIONS)
-    def defaults_composition(overrides: tuple[str, ...]) -> DictConfig:
-        return hydra_compose("config", overrides=list(overrides))
-
     def composer(overrides: Sequence[str] = (), hydra: bool = False) -> DictConfig:
         if hydra:
             return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
@@ -82,7 +87,7 @@ def session(conf_dir: Path | str | None = None) -> Iterator[Composer]:
         values = parser.parse_overrides([o for o in overrides if not is_defaults_override(o, conf)])
         if any(v.is_sweep_override() for v in values):  # Hydra's own error for a sweep in a job
             return hydra_compose("config", overrides=list(overrides))
-        cfg = copy.deepcopy(defaults_composition(defaults))
+        cfg = copy.deepcopy(_defaults_composition(str(conf), defaults))
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         return cfg
 

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -80,10 +78,12 @@ _PLACEHOLDER_ROOT = Path("/compose-cfg-placeholder-root")
 
 
 def compose_fresh(root: Path, *overrides: str):
-    """compose_cfg without its cache: one Hydra composition."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=[f"paths.root={root}", "tracking=none", *overrides])
+    """compose_cfg without its cache: the app's composition (benchmark.config.session, which
+    shares one Hydra composition among override lists that differ only in values)."""
+    from benchmark.config import session
+
+    with session(CONF) as composer:
+        return composer([f"paths.root={root}", "tracking=none", *overrides])
 
 
 def run_cli(
