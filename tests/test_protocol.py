@@ -166,10 +166,21 @@ def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
     batch 64, 10 epochs, gamma 0.99, GAE 0.95, clip 0.2, no entropy bonus, LR 3e-4) but for the
     LR decayed linearly to 0, and DoorKey trained on 8x8 itself (no curriculum): under the paper
     recipe's exception the text's DoorKey recipe is spelled out (docs/protocol.md)."""
-    text_doorkey = ("policy.recipe=official", "policy.total_timesteps=2000000")
-    cfg = compose("env=doorkey8", *text_doorkey, "policy.lr_schedule=linear")
+    text_doorkey = (
+        "policy.recipe=official",
+        "policy.total_timesteps=2000000",
+        "policy.lr_schedule=linear",
+        "policy.dropout_placement=after_activation",
+        "policy.image_scale=null",
+    )
+    cfg = compose("env=doorkey8", *text_doorkey)
     assert cfg.env.task.train_gym_ids is None and cfg.policy.checkpoint == "final"
+    # every value of the paper recipe's default row but the validation cadence (not the weights)
     policy = as_dict(cfg.policy)
+    paper_row = OmegaConf.to_container(cfg.ppo_recipes.paper.default, resolve=True)
+    for key, value in paper_row.items():
+        if key not in ("eval_freq", "train_gym_ids"):  # train_gym_ids: the task's, null above
+            assert policy[key] == value, key
     validate_policy(policy)
     task = make_task(cfg.env)
     model = build_model(task, policy)
