@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from benchmark import migrate, protocol, results, workers
 from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
@@ -230,6 +230,13 @@ def _log_reused(cfg: DictConfig, spec: CellSpec, summary: dict) -> None:
     tracker.finish(0)
 
 
+def _tau_source_label(cfg: DictConfig, name: str) -> str:
+    """The shared study's cell, with the `tuning.shared` values that make it that cell (a cell
+    name need not show them: N, for one, is not in it)."""
+    shared = OmegaConf.to_container(cfg.tuning.shared, resolve=True) or {}
+    return f"{name} [{', '.join(f'{k}={v}' for k, v in sorted(shared.items()))}]"
+
+
 def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     from benchmark.build import matched_query_rate
 
@@ -242,7 +249,7 @@ def _compute(evaluation: Evaluation, cell_dir: Path, tracker: Tracker) -> dict:
     tau_from = None
     if spec.tunes_tau:
         source = evaluation.tuning_source()
-        tau_from = source.spec.name if source is not evaluation else None
+        tau_from = _tau_source_label(cfg, source.spec.name) if source is not evaluation else None
         study_dir = Store.of(cfg.paths).study_dir(spec.inputs["tau_study"])
         gate_args["tau"], trials = source.tune(study_dir, on_trial=_trial_printer(cfg))
         _write_trials(cell_dir, trials)

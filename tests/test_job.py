@@ -271,7 +271,8 @@ def test_shared_tuning_scope_runs_one_study_and_other_checkpoints_reuse_its_tau(
     final, _ = _run(trained_root, tmp_path / "f", *shared, "policy.checkpoint=final")
     studies = [d for d in (trained_root / "tuning").iterdir() if (d / "study.journal").exists()]
     assert final["tau"] == best["tau"]
-    assert best["tau_from"] == final["cell"] and final["tau_from"] is None
+    assert best["tau_from"] == f"{final['cell']} [policy.checkpoint=final]"
+    assert final["tau_from"] is None
     assert best["checkpoint_sha256"] != final["checkpoint_sha256"] or best["cell"] != final["cell"]
     assert len([d for d in studies if d.name in (best["cell_hash"], final["cell_hash"])]) == 0
     journals = {d.name for d in studies}

@@ -93,6 +93,7 @@ def _released_mc_samples(summaries, sweep, root):
     assert [s["mc_samples"] for s in summaries] == [5, 10, 20, 30, 50]
     assert len({s["tau"] for s in summaries}) == 1  # every N takes the N = 30 cell's tau ...
     assert [s["tau_from"] is None for s in summaries] == [False, False, False, True, False]
+    assert all(s["tau_from"].endswith("[gate.mc_samples=30]") for s in summaries if s["tau_from"])
     assert len(list((root / "tuning").iterdir())) == 1  # ... from its study, the only one
 
 
