@@ -214,6 +214,19 @@ def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
     assert min(rec.used) >= TRAIN_SEED_MIN and len(rec.used) >= 2
 
 
+def test_validation_cadence_never_changes_the_weights(task, tmp_path):
+    """Validation plays its own envs, greedy with dropout off: the `final` weights are the same
+    whether it runs every 128 steps or once at the end (so a long training may validate rarely)."""
+    weights = []
+    for eval_freq in (128, 10**6):
+        final = train(
+            task, job_cfg(tmp_path, eval_freq=eval_freq).policy, tmp_path / f"e{eval_freq}"
+        )
+        weights.append(load(final, task=task).policy.state_dict())
+    assert len((tmp_path / "e128" / "curve.csv").read_text().splitlines()) == 1 + 8
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
 @pytest.mark.slow
 def test_ppo_learns_better_than_random(task, tmp_path):
     cfg = job_cfg(
