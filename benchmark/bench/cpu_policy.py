@@ -126,10 +126,7 @@ class PolicySections:
                         seed=int(cfg.policy.seed) + rep,
                         workers=n_workers,
                     )
-                    t0 = time.perf_counter()
-                    model.learn(total_timesteps=steps)
-                    times[key].append(model.num_timesteps / (time.perf_counter() - t0))
-                    model.get_env().close()
+                    times[key].append(learn_steps_per_s(model, steps))
                     weights[key] = model.policy.state_dict()
                     if key == many:
                         self.policy = model.policy  # the short-trained policy later sections use
@@ -204,10 +201,7 @@ class PolicySections:
             for rep in range(self.sizes.train_repeats):
                 for key, build in (("suite", suite), ("released", theirs)):
                     model = build(rep)
-                    t0 = time.perf_counter()
-                    model.learn(total_timesteps=self.sizes.train_steps)
-                    times[key].append(model.num_timesteps / (time.perf_counter() - t0))
-                    model.get_env().close()
+                    times[key].append(learn_steps_per_s(model, self.sizes.train_steps))
         finally:
             torch.set_num_threads(old)
         sps = {k: statistics.median(v) for k, v in times.items()}
@@ -233,6 +227,15 @@ class PolicySections:
                 torch.set_num_threads(old)
             self.policy = model.policy
         return self.policy
+
+
+def learn_steps_per_s(model: Any, steps: int) -> float:
+    """Train `model` for `steps` steps; its steps/s. Its training envs are closed after."""
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    rate = model.num_timesteps / (time.perf_counter() - t0)
+    model.get_env().close()
+    return rate
 
 
 def new_ppo(
