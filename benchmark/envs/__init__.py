@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.config import CONF
+from benchmark.config import CONF, load_yaml
 from benchmark.envs.base import CardView, Episode, Memory, NavView, Task
 from benchmark.envs.family import Family, available_families, family_of, get_family
 
@@ -37,12 +37,10 @@ def available_envs() -> list[str]:
 
 def load_env_cfg(name: str) -> Any:
     """The env config `name` as an OmegaConf node, without composing the whole job config."""
-    from omegaconf import OmegaConf
-
     path = ENV_CONF_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"unknown env {name!r}; available: {available_envs()}")
-    return OmegaConf.load(path)
+    return load_yaml(path)
 
 
 def make_task(env_cfg: Any) -> Task:

@@ -64,8 +64,6 @@ def prompt_cfg(
     interpolation, `sampling: ${oc.select:slm.decoding,null}`, resolves to greedy decoding on its
     own, which is what the showcase renders; a test checks that both agree). `overrides`: Hydra
     overrides of the composed config (protocol=..., prompt.<key>=...)."""
-    from omegaconf import OmegaConf
-
     from benchmark import config
 
     if composed:
@@ -74,7 +72,7 @@ def prompt_cfg(
     path = config.option_file("prompt", prompt)
     if not path.is_file():
         raise ValueError(f"unknown prompt {prompt!r}; available: {config.options('prompt')}")
-    cfg = OmegaConf.load(path)
+    cfg = config.load_yaml(path)
     cfg.rationale = bool(rationale)
     return cfg
 
@@ -96,7 +94,10 @@ def variant_for(
 
 
 def supported(env: str, prompt: str) -> bool:
-    variant, task = variant_for(env, prompt)
+    return _checks(*variant_for(env, prompt))
+
+
+def _checks(variant: PromptVariant, task: Task) -> bool:
     try:
         variant.check(task)
     except ValueError:
@@ -227,12 +228,17 @@ def show(
 
 def golden_cases() -> list[tuple[str, str, bool]]:
     """Every supported (env, variant, rationale) combination, pinned by tests/golden."""
-    from benchmark.envs import available_envs
+    from hydra.utils import instantiate
 
+    from benchmark.envs import available_envs, load_env_cfg, make_task
+
+    # `supported` for each pair, with each variant and task built once (checks change neither)
+    variants = {prompt: instantiate(prompt_cfg(prompt), _convert_="all") for prompt in VARIANTS}
     cases = []
     for env in available_envs():
-        for prompt in VARIANTS:
-            if supported(env, prompt):
+        task = make_task(load_env_cfg(env))
+        for prompt, variant in variants.items():
+            if _checks(variant, task):
                 cases += [(env, prompt, False), (env, prompt, True)]
     return cases
 
