@@ -43,15 +43,61 @@ def _bindings(module_name: str) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     module = sys.modules.get(module_name)
     for var, value in vars(module).items() if module is not None else ():
-        closure = getattr(value, "__closure__", None)
-        if not callable(value) or not closure:
+        binding = _binding(value)
+        if binding is not None:
+            out[var] = binding
+    return out
+
+
+def _binding(value: Any, depth: int = 3) -> tuple[str, str] | None:
+    """(kernel function name, implementation) when `value` is transformers' kernel-or-reference
+    wrapper, else None. The wrapper is a closure over `func_name`, `package` and
+    `is_new_implementation`; with the `kernels` package installed, transformers hands it on to
+    `kernels`, which wraps it again in a torch Module whose `forward` closes over it, so the
+    closure cells (and `__wrapped__`, and a Module's `forward`) are followed a few levels down."""
+    if depth < 0 or not callable(value):
+        return None
+    free = _closure(value)
+    if {"is_new_implementation", "func_name", "package"} <= set(free):
+        fast = bool(free["is_new_implementation"])
+        return str(free["func_name"]), str(free["package"]) if fast else "reference"
+    for candidate in _inner_functions(value):
+        found = _binding(candidate, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _inner_functions(value: Any) -> list[Any]:
+    """The functions a wrapper `value` hands its call on to: the functions in its closure, its
+    `__wrapped__`, and for a torch Module instance (a `kernels` wrapper) its `forward`."""
+    inner = [*_closure(value).values(), getattr(value, "__wrapped__", None)]
+    if not inspect.isfunction(value) and not inspect.isclass(value):
+        inner.append(getattr(type(value), "forward", None))
+    return [f for f in inner if f is not value and inspect.isfunction(f)]
+
+
+def _unwrapped(value: Any, depth: int = 3) -> list[Any]:
+    """`value` (when a function) and the functions its wrappers hand the call on to, `depth`
+    wrappers down (`_inner_functions`)."""
+    found = [value] if inspect.isfunction(value) else []
+    if depth > 0:
+        for fn in _inner_functions(value):
+            found += _unwrapped(fn, depth - 1)
+    return found
+
+
+def _closure(value: Any) -> dict[str, Any]:
+    """A function's closure as {free variable: value}; {} for anything else or an empty cell."""
+    closure = getattr(value, "__closure__", None)
+    if not inspect.isfunction(value) or not closure:
+        return {}
+    out = {}
+    for name, cell in zip(value.__code__.co_freevars, closure, strict=True):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # an empty cell
             continue
-        free = dict(
-            zip(value.__code__.co_freevars, (c.cell_contents for c in closure), strict=True)
-        )
-        if "is_new_implementation" in free and "func_name" in free and "package" in free:
-            fast = bool(free["is_new_implementation"])
-            out[var] = (str(free["func_name"]), str(free["package"]) if fast else "reference")
     return out
 
 
@@ -75,12 +121,27 @@ def layer_kernels(model: Any) -> dict[str, dict[str, str]]:
         for sub in layer.modules():
             forward = getattr(type(sub), "forward", None)  # under its decorators
             code = getattr(inspect.unwrap(forward), "__code__", None) if forward else None
-            binds = _bindings(type(sub).__module__)
-            for var in code.co_names if code is not None else ():
-                if var in binds:
-                    func, impl = binds[var]
-                    entry[func] = impl
+            if code is not None:
+                entry.update(_kernel_calls(code, type(sub).__module__))
     return {kind: dict(sorted(kernels.items())) for kind, kernels in out.items()}
+
+
+def _kernel_calls(code: Any, module_name: str, depth: int = 2) -> dict[str, str]:
+    """{kernel: implementation} of the bound kernel functions the code `code` calls, directly or
+    through helpers of its own modeling module `module_name` (transformers 5.25's Qwen3.5 layer
+    calls `causal_conv1d_forward`, which calls the bound `causal_conv1d_fn`), `depth` levels down."""
+    binds = _bindings(module_name)
+    module = sys.modules.get(module_name)
+    out: dict[str, str] = {}
+    for var in code.co_names:
+        if var in binds:
+            func, impl = binds[var]
+            out[func] = impl
+        elif depth > 0 and module is not None and var in vars(module):
+            for fn in _unwrapped(vars(module)[var]):
+                if fn.__module__ == module_name:
+                    out.update(_kernel_calls(fn.__code__, module_name, depth - 1))
+    return out
 
 
 def reference_kernel_error(name: str, per_layer: dict[str, dict[str, str]]) -> str | None:
