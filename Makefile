@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu demo test test-fast lint format golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu demo test test-fast lint format test-policy golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ lint: $(VENV_STAMP) ## ruff lint + format check + the layer contracts (import-li
 format: $(VENV_STAMP) ## ruff format + autofix
 	.venv/bin/ruff format benchmark tests
 	.venv/bin/ruff check --fix benchmark tests
+
+test-policy: $(VENV_STAMP) ## retrain the tests' committed small PPO policy (tests/data/small-policy) after its recipe or the training code changed
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.small_policy rebuild
 
 golden: $(VENV_STAMP) ## re-record the golden prompt files of tests/golden (review the diff; a test run never writes them)
 	PYTHONPATH=$(CURDIR) $(PY) -m tests.golden_prompts record

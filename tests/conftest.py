@@ -1,5 +1,6 @@
 """Compose the real configuration once, shrink it for CPU, and give each test its own outputs root.
-A short PPO run on Empty-Random-5x5 is trained once per session and shared.
+A short PPO run on Empty-Random-5x5 is shared by the session: committed (tests/small_policy.py),
+or trained once per run when the committed one is not the current recipe's.
 
 Tests marked `slurm` need a real single-node cluster (launchers/local-slurm): where its binaries
 are missing they skip with the list of what is missing, unless BENCHMARK_REQUIRE_SLURM=1 (CI,
@@ -160,12 +161,15 @@ def textworld_games(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def trained_root(shared_root, tmp_path_factory) -> Path:
-    """`shared_root` with the small Empty-Random-5x5 PPO checkpoint trained: once per run, in a
+    """`shared_root` with the small Empty-Random-5x5 PPO checkpoint: the committed one
+    (tests/small_policy.py) when it is the current recipe's, else trained once per run, in a
     folder the run's worker processes share (the first to get there trains, benchmark.policy
-    trains a checkpoint once across processes), then copied into this worker's root."""
+    trains a checkpoint once across processes); then copied into this worker's root."""
     from benchmark.policy import ensure
+    from tests import small_policy
 
     built = run_scratch(tmp_path_factory) / "trained-policy"
+    small_policy.seed(built)  # the committed copy, when it is the current recipe's
     ensure(compose_cfg(built, "env=empty5x5_random", *SMALL_POLICY))
     shutil.copytree(built / "checkpoints", shared_root / "checkpoints", dirs_exist_ok=True)
     return shared_root

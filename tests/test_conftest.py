@@ -1,5 +1,6 @@
 """The tests' own helpers (tests/conftest.py): a composition from compose_cfg's cache is the one
-Hydra composes with the root; the TextWorld games of a run live in the run's folder."""
+Hydra composes with the root; the TextWorld games of a run live in the run's folder; the committed
+small policy is the current recipe's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from benchmark.envs.textworld import games
+from tests import small_policy
 from tests.conftest import REPO, compose_cfg, compose_fresh
 
 CASES = [
@@ -41,3 +43,18 @@ def test_a_root_given_in_the_overrides_wins_as_in_hydra(tmp_path):
 def test_textworld_games_go_to_the_runs_folder_not_the_checkout(textworld_games):
     assert games.default_root() == textworld_games
     assert REPO not in textworld_games.parents
+
+
+def test_the_committed_small_policy_is_the_current_recipes_and_intact(tmp_path):
+    """tests/data/small-policy holds the checkpoint the tests' small recipe trains today: same
+    recipe hash in its name, every zip matching its manifest. A recipe, split or training-code
+    version change renames what `ensure` wants: rebuild it then."""
+    from benchmark.policy.checkpoints import intact
+
+    target, source = small_policy.wanted(tmp_path), small_policy.committed()
+    remedy = "rebuild it with `make test-policy` and commit tests/data/small-policy"
+    assert source is not None, f"no committed small policy in {small_policy.COMMITTED}: {remedy}"
+    assert source.name == target.name, f"{source.name} is not {target.name}: {remedy}"
+    assert intact(source), f"{source} does not match its COMPLETE manifest: {remedy}"
+    assert small_policy.seed(tmp_path) and intact(target)
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in source.iterdir())
