@@ -202,3 +202,26 @@ def test_padding_of_a_batch_is_never_penalized():
     assert torch.equal(got[0], alone(torch.tensor([[3, 4, 2]]), scores[:1].clone())[0])
     assert torch.equal(got[1], alone(torch.tensor([[5, 6, 7, 8, 9]]), scores[1:].clone())[0])
     assert not torch.equal(got[0], alone(ids[:1], scores[:1].clone())[0])
+
+
+def test_a_checkpoints_own_penalty_never_applies_when_the_decoding_says_off(models, tmp_path):
+    """A model whose generation config carries repetition_penalty (Qwen2.5's has 1.05) answers
+    at decoding 1.0 exactly as without it, in generate() and the lean loop alike: the cell says
+    1.0, so 1.0 is what runs."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    on, off = models
+    path = tmp_path / "tiny-with-penalty"
+    shutil.copytree(on.model.name_or_path, path)
+    gc = GenerationConfig.from_pretrained(path)
+    gc.repetition_penalty = 1.5
+    gc.save_pretrained(path)
+    queries = ask_queries(tmp_path, "fourrooms", "stateful", n=3)
+    plain = [g.new_ids for g in off.generate(queries)]
+    assert [g.new_ids for g in off.generate(with_penalty(queries, 1.5))] != plain  # it matters
+    for kw in ({"prefix_cache": 0, "lean_max_new_tokens": 0}, {}):  # generate(), lean
+        own = HFConsultant(path=str(path), num_threads=1, **kw)
+        assert own.model.generation_config.repetition_penalty == 1.5
+        assert [g.new_ids for g in own.generate(queries)] == plain, kw

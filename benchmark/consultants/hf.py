@@ -188,7 +188,16 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             getattr(self, "batching_setting", "auto"), self.device.type
         )
         gc = copy.deepcopy(self.model.generation_config)
-        gc.update(temperature=None, top_p=None, top_k=None, min_p=None, do_sample=False)
+        # the decoding owns sampling and the repetition penalty: the checkpoint's own values
+        # (Qwen2.5's generation config has repetition_penalty 1.05) never apply unasked
+        gc.update(
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            min_p=None,
+            do_sample=False,
+            repetition_penalty=1.0,
+        )
         gc.pad_token_id, gc.eos_token_id = self.pad_id, self.eos_ids
         self._base_gc = gc
         self._lean_ok = self.lean_max_new_tokens > 0 and plain_greedy(gc)
