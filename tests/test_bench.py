@@ -274,6 +274,19 @@ def test_deadline_stops_the_running_section_with_its_name():
     time.sleep(0.05)
     with pytest.raises(ValueError, match="> 0"):
         Deadline(0)
+    # the alarm inside a library that wraps it (transformers' lazy import: ModuleNotFoundError
+    # from it) is still the budget's stop, so the bench exits with the budget's code
+    with pytest.raises(BudgetExceeded, match="ran out in section 'import'"):
+        with Deadline(0.2, "test") as clock:
+            clock.section("import")
+            try:
+                while True:
+                    time.sleep(0.01)
+            except BudgetExceeded as exc:
+                raise ModuleNotFoundError("Could not import module 'Qwen3_5ForCausalLM'") from exc
+    with pytest.raises(KeyError):  # any other error passes through unchanged
+        with Deadline(5.0):
+            raise KeyError("x")
 
 
 def test_table1_projection_divides_each_cells_work_by_its_models_rate():

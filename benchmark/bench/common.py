@@ -232,8 +232,24 @@ class Deadline:
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         import signal
 
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
+        # the alarm can fire inside a library that wraps what it catches (transformers' lazy
+        # import turns it into a ModuleNotFoundError): the budget is still what stopped the run
+        cause = budget_cause(exc)
+        if cause is not None and cause is not exc:
+            raise cause
+
+
+def budget_cause(exc: BaseException | None) -> BudgetExceeded | None:
+    """The BudgetExceeded `exc` is or was raised from (its __cause__ / __context__ chain)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, BudgetExceeded):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
