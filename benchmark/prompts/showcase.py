@@ -85,12 +85,18 @@ def variant_for(
     overrides: tuple[str, ...] = (),
 ) -> tuple[PromptVariant, Task]:
     """A new variant object (no carried state) and the task."""
-    from hydra.utils import instantiate
-
     from benchmark.envs import load_env_cfg, make_task
 
-    variant = instantiate(prompt_cfg(prompt, rationale, composed, overrides), _convert_="all")
-    return variant, make_task(load_env_cfg(env))
+    return build_variant(prompt, rationale, composed, overrides), make_task(load_env_cfg(env))
+
+
+def build_variant(
+    prompt: str, rationale: bool = False, composed: bool = False, overrides: tuple[str, ...] = ()
+) -> PromptVariant:
+    """A new variant object of the prompt option `prompt` (`prompt_cfg`)."""
+    from hydra.utils import instantiate
+
+    return instantiate(prompt_cfg(prompt, rationale, composed, overrides), _convert_="all")
 
 
 def supported(env: str, prompt: str) -> bool:
@@ -228,12 +234,10 @@ def show(
 
 def golden_cases() -> list[tuple[str, str, bool]]:
     """Every supported (env, variant, rationale) combination, pinned by tests/golden."""
-    from hydra.utils import instantiate
-
     from benchmark.envs import available_envs, load_env_cfg, make_task
 
     # `supported` for each pair, with each variant and task built once (checks change neither)
-    variants = {prompt: instantiate(prompt_cfg(prompt), _convert_="all") for prompt in VARIANTS}
+    variants = {prompt: build_variant(prompt) for prompt in VARIANTS}
     cases = []
     for env in available_envs():
         task = make_task(load_env_cfg(env))
