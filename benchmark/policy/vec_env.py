@@ -1,7 +1,7 @@
 """PPO's training envs stepped on several cores (`policy.env_workers`): the n envs are dealt into
-contiguous shards, each a DummyVecEnv in a forked worker process; the learner sends every shard
-its actions at once and joins what they return in env order, so env stepping runs in parallel
-while the learner waits for it.
+contiguous shards, each a DummyVecEnv, the first in the learner's process and each other in a
+forked worker; the learner sends every worker its actions at once, steps its own shard meanwhile
+and joins what they return in env order, so env stepping runs in parallel.
 
 Each env is built by the same factory, seeded, reset and stepped by the same DummyVecEnv code as
 in one process, so a training's observations, rewards, and so its weights, are those of
@@ -58,27 +58,56 @@ def _serve(remote: Any, parent_remote: Any, build: Callable[[], DummyVecEnv]) ->
             cmd, data = remote.recv()
         except (EOFError, KeyboardInterrupt):
             break
-        if cmd == "step":
-            venv.step_async(data)
-            remote.send(venv.step_wait())
-        elif cmd == "reset":
-            venv._seeds, venv._options = data  # what VecEnv.seed / set_options set in one process
-            remote.send((venv.reset(), venv.reset_infos))
-        elif cmd == "call":  # get_attr, set_attr, env_method, env_is_wrapped on local indices
-            name, args, kwargs = data
-            remote.send(getattr(venv, name)(*args, **kwargs))
-        elif cmd == "spaces":
-            remote.send((venv.observation_space, venv.action_space))
-        elif cmd == "pickle":
-            remote.send(cloudpickle.dumps(venv))
-        elif cmd == "close":
-            venv.close()
+        reply = _handle(venv, cmd, data)
+        if cmd == "close":
             remote.close()
             break
+        remote.send(reply)
+
+
+def _handle(venv: DummyVecEnv, cmd: str, data: Any) -> Any:
+    """One command of the learner on a shard's DummyVecEnv, and its reply."""
+    if cmd == "step":
+        venv.step_async(data)
+        return venv.step_wait()
+    if cmd == "reset":
+        venv._seeds, venv._options = data  # what VecEnv.seed / set_options set in one process
+        return venv.reset(), venv.reset_infos
+    if cmd == "call":  # get_attr, set_attr, env_method, env_is_wrapped on local indices
+        name, args, kwargs = data
+        return getattr(venv, name)(*args, **kwargs)
+    if cmd == "spaces":
+        return venv.observation_space, venv.action_space
+    if cmd == "pickle":
+        return cloudpickle.dumps(venv)
+    if cmd == "close":
+        return venv.close()
+    raise ValueError(f"unknown shard command {cmd!r}")
+
+
+class _LocalShard:
+    """The learner's own shard, behind the same send/recv as a worker's pipe: a command runs when
+    its reply is received, so a step of this shard runs while the workers step theirs."""
+
+    def __init__(self, build: Callable[[], DummyVecEnv]) -> None:
+        self.venv, self.pending = build(), None
+
+    def send(self, message: tuple[str, Any]) -> None:
+        self.pending = message
+        if message[0] == "close":
+            self.recv()
+
+    def recv(self) -> Any:
+        (cmd, data), self.pending = self.pending, None
+        return _handle(self.venv, cmd, data)
+
+    def close(self) -> None:
+        self.pending = None
 
 
 class ShardedVecEnv(VecEnv):
-    """n envs in `workers` forked processes of contiguous shards (module docstring)."""
+    """n envs in `workers` contiguous shards: this process and `workers` - 1 forked ones (module
+    docstring)."""
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], workers: int) -> None:
         shards = [list(s) for s in np.array_split(np.arange(len(env_fns)), workers) if len(s)]
@@ -87,8 +116,10 @@ class ShardedVecEnv(VecEnv):
 
     def _start(self, sizes: list[int], builders: list[Callable[[], DummyVecEnv]]) -> None:
         context = multiprocessing.get_context("fork")  # factories are inherited, never pickled
-        self.sizes, self.remotes, self.processes = sizes, [], []
-        for build in builders:
+        # the first shard steps in this process (while the workers step theirs): one pipe less
+        # per step, and the learner's core is not idle while it waits
+        self.sizes, self.remotes, self.processes = sizes, [_LocalShard(builders[0])], []
+        for build in builders[1:]:
             remote, child = context.Pipe()
             process = context.Process(target=_serve, args=(child, remote, build), daemon=True)
             process.start()
