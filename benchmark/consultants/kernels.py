@@ -49,22 +49,17 @@ def _bindings(module_name: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _binding(value: Any, depth: int = 3) -> tuple[str, str] | None:
+def _binding(value: Any) -> tuple[str, str] | None:
     """(kernel function name, implementation) when `value` is transformers' kernel-or-reference
     wrapper, else None. The wrapper is a closure over `func_name`, `package` and
     `is_new_implementation`; with the `kernels` package installed, transformers hands it on to
     `kernels`, which wraps it again in a torch Module whose `forward` closes over it, so the
-    closure cells (and `__wrapped__`, and a Module's `forward`) are followed a few levels down."""
-    if depth < 0 or not callable(value):
-        return None
-    free = _closure(value)
-    if {"is_new_implementation", "func_name", "package"} <= set(free):
-        fast = bool(free["is_new_implementation"])
-        return str(free["func_name"]), str(free["package"]) if fast else "reference"
-    for candidate in _inner_functions(value):
-        found = _binding(candidate, depth - 1)
-        if found is not None:
-            return found
+    wrappers are followed a few levels down (`_unwrapped`)."""
+    for fn in _unwrapped(value):
+        free = _closure(fn)
+        if {"is_new_implementation", "func_name", "package"} <= set(free):
+            fast = bool(free["is_new_implementation"])
+            return str(free["func_name"]), str(free["package"]) if fast else "reference"
     return None
 
 
