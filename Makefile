@@ -4,28 +4,49 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu demo test test-fast lint format test-policy golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu lock test-latest demo test test-fast lint format test-policy golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(VENV_STAMP): pyproject.toml
+# the exact versions of requirements.lock (pip constraints), checked after the install
+$(VENV_STAMP): pyproject.toml requirements.lock
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, CPU build (GPU users: see docs/development.md "GPU install")
-	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -c requirements.lock "torch==2.13.0"
+	$(PY) -m pip install -q -c requirements.lock -e ".[dev]"
+	$(PY) -m benchmark.lockfile check
 	touch $(VENV_STAMP)
 
-install: $(VENV_STAMP) ## build .venv from nothing (torch CPU wheel first, then the package + dev extras)
+install: $(VENV_STAMP) ## build .venv from nothing: the locked versions (requirements.lock), torch CPU wheel first, then the package + dev extras
+
+# the newest versions pyproject.toml's ranges allow, in a venv of their own (the lock is not read)
+LATEST := .venv-latest
+$(LATEST)/.installed: pyproject.toml
+	rm -rf $(LATEST) && python3 -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install -q --upgrade pip
+	$(LATEST)/bin/python -m pip install -q "torch==2.13.0"
+	$(LATEST)/bin/python -m pip install -q -e ".[dev]"
+	touch $@
+
+lock: ## rewrite requirements.lock from a fresh install of pyproject.toml's ranges (review the diff, then make test)
+	rm -f $(LATEST)/.installed
+	$(MAKE) $(LATEST)/.installed
+	$(LATEST)/bin/python -m benchmark.lockfile write
+
+test-latest: $(LATEST)/.installed ## the fast tests against the newest allowed versions (what the next `make lock` would bring)
+	$(LATEST)/bin/python -m pytest -q -m "not slow"
 
 # CUDA build of torch first, then the package with the [gpu] kernels compiled against it
 TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/cu128
 install-gpu: ## the one-line GPU install: .venv with a CUDA torch and the [dev,gpu] extras (flash-linear-attention, causal-conv1d; needs nvcc)
 	test -d .venv || python3 -m venv .venv
-	$(PY) -m pip install -q --upgrade pip setuptools wheel ninja packaging
+	$(PY) -m pip install -q --upgrade pip setuptools wheel ninja
+	$(PY) -m pip install -q -c requirements.lock packaging
 	$(PY) -m pip install -q "torch==2.13.0" --index-url $(TORCH_CUDA_INDEX)
-	$(PY) -m pip install -q --no-build-isolation -e ".[dev,gpu]"
+	$(PY) -m pip install -q -c requirements.lock --no-build-isolation -e ".[dev,gpu]"
+	$(PY) -m benchmark.lockfile check --extra-ok
 	touch $(VENV_STAMP)
 
 demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure

@@ -147,6 +147,7 @@ def provenance() -> dict:
 
     import torch
 
+    from benchmark import lockfile
     from benchmark.policy.provenance import package_versions
 
     def git(*args: str) -> str:
@@ -167,6 +168,7 @@ def provenance() -> dict:
         "git_dirty": bool(git("status", "--porcelain")),
         "python": sys.version.split()[0],
         "packages": versions,
+        "lock": lockfile.provenance(),
         "hostname": socket.gethostname(),
         "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),

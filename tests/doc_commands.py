@@ -63,6 +63,7 @@ CLIS = (
     "benchmark.brace.train",
     "benchmark.brace.context",
     "benchmark.protocol",
+    "benchmark.lockfile",
 )
 
 
