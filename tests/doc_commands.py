@@ -64,6 +64,7 @@ CLIS = (
     "benchmark.brace.context",
     "benchmark.protocol",
     "benchmark.lockfile",
+    "benchmark.presets",
 )
 
 

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from benchmark.build import prepare, shared_tuning_config
-from tests.conftest import CONF
+from tests.conftest import CONF, REPO
 
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
     "table1": (3 * 4 * 2, 3 * 4),  # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B}
@@ -110,3 +110,33 @@ def test_policies_preset_trains_two_at_a_time_unless_told_otherwise():
     assert default.hydra.launcher._target_.endswith("JoblibLauncher")
     assert default.hydra.launcher.n_jobs == 2
     assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+
+
+def test_docs_presets_table_is_every_preset():
+    """docs/presets.md's table is generated from conf/experiment: a preset added, removed or
+    redescribed without re-running `python -m benchmark.presets` fails here."""
+    from benchmark.config import options
+    from benchmark.presets import table
+
+    text = (REPO / "docs" / "presets.md").read_text()
+    start, end = "<!-- presets:start -->\n", "<!-- presets:end -->"
+    shown = text[text.index(start) + len(start) : text.index(end)]
+    assert shown == table(), "re-run: python -m benchmark.presets (docs/presets.md)"
+    assert all(f"| `{name}` |" in shown for name in options("experiment"))
+
+
+def test_a_preset_without_an_opening_comment_is_named(tmp_path, monkeypatch):
+    from benchmark import presets
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "bare.yaml").write_text("# @package _global_\nseed: 1\n")
+    monkeypatch.setattr(presets, "CONF", tmp_path)
+    with pytest.raises(ValueError, match=r"conf/experiment/bare.yaml has no opening comment"):
+        presets.preset("bare")
+    (tmp_path / "experiment" / "told.yaml").write_text(
+        "# @package _global_\n# Trains it. Then more.\n#   python -m benchmark.brace.train "
+        "+experiment=told -m   # the trainer\n"
+    )
+    assert presets.preset("told") == presets.Preset(
+        "told", "python -m benchmark.brace.train +experiment=told -m", "Trains it"
+    )
