@@ -8,6 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.metrics import RATES
+
 METHOD_GROUPS = ("method", "gate", "slm", "prompt")  # what the `method` label is made of
 OWN_GROUP_KEYS = ("prompt.planner_hint",)  # swept keys the `method` label does not show
 AXES = {"gate.tau": "tau", "gate.mc_samples": "mc_samples"}  # config key -> its summary key
@@ -25,7 +27,7 @@ class Question:
 
     title: str
     text: str
-    metrics: tuple[str, ...] = ("reward", "metric", "ir", "or", "invalid_rate")
+    metrics: tuple[str, ...] = ("reward", "metric", *RATES)
     report: bool = False
     curves: bool = False
 
@@ -129,8 +131,7 @@ def sweep_axes(cfg: DictConfig) -> dict[str, list[str]]:
 def family_metrics(env: str, names: tuple[str, ...]) -> dict[str, str]:
     """Panel title -> summary key of the env family's metrics (`benchmark.metrics.MAIN_FIGURE`:
     IR and OR as per-episode means, the invalid rate pooled over queries)."""
-    from benchmark.metrics import MAIN_FIGURE
-    from benchmark.report.tables import RATES
+    from benchmark.metrics import BY_NAME
 
     metric = env_metric(env)
     out = {}
@@ -140,11 +141,8 @@ def family_metrics(env: str, names: tuple[str, ...]) -> dict[str, str]:
         elif name == "metric":
             out[metric] = f"{metric}_mean"
         else:
-            figure = MAIN_FIGURE[name]
-            label, definition, _ = RATES[name]
-            out[f"{label} ({definition})"] = (
-                figure if figure.endswith("_pooled") else f"{figure}_mean"
-            )
+            m = BY_NAME[name]
+            out[f"{m.label} ({m.definition})"] = m.summary_key()
     return out
 
 

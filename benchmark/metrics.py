@@ -6,26 +6,83 @@ Each rate is summarised two ways: `<rate>_mean`, the mean over episodes of the p
 and `<rate>_pooled`, the ratio of the sums over all episodes (steps or queries pooled), each with
 a bootstrap CI over episodes. `MAIN_FIGURE` names the one the report's main tables show
 (docs/protocol.md says why): IR and OR as per-episode means, as the ASK+ paper's Table 1 reports
-them; the invalid-answer rate pooled over queries."""
+them; the invalid-answer rate pooled over queries. Every metric is declared once, in `METRICS`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-SUMMARY_METRICS = ("reward", "success", "accuracy", "length", "ir", "or", "invalid_rate")
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric, declared once: the episode row, the summary, the report's tables, the progress
+    lines and the dashboards all read this declaration (`METRICS`), so a new metric is one entry.
+
+    `name`: the episode row's key and the summary's prefix (`<name>_mean`, `<name>_ci95_low`...).
+    `pooled`: for a rate, the (numerator, denominator) counts of an episode row; the row's rate is
+    their ratio and the summary adds `<name>_pooled`, the ratio of their sums. `over`: what a
+    pooled figure pools. `main`: the figure the main tables show, "mean" (per-episode) or
+    "pooled". `of_queried`: its per-episode figure counts only episodes with a query."""
+
+    name: str
+    label: str
+    definition: str
+    pooled: tuple[str, str] | None = None
+    over: str = ""
+    main: str = "mean"
+    of_queried: bool = False
+
+    @property
+    def is_rate(self) -> bool:
+        return self.pooled is not None
+
+    @property
+    def main_figure(self) -> str:
+        """The summary metric the main tables show (`Cell.value` reads `<figure>_mean`, or the
+        pooled figure itself, with `<figure>_ci95_low/high`)."""
+        return f"{self.name}_pooled" if self.main == "pooled" else self.name
+
+    def summary_key(self) -> str:
+        """The summary.json key of the main figure's value."""
+        figure = self.main_figure
+        return figure if figure.endswith("_pooled") else f"{figure}_mean"
+
+
+METRICS = (
+    Metric("reward", "reward", "episode return"),
+    Metric("success", "success", "goal reached"),
+    Metric("accuracy", "accuracy", "fraction of correct guesses"),
+    Metric("length", "steps", "decisions in the episode"),
+    Metric("ir", "IR", "queried steps / steps", pooled=("queries", "length"), over="steps"),
+    Metric(
+        "or",
+        "OR",
+        "steps whose action differs from PPO's / steps",
+        pooled=("overwrites", "length"),
+        over="steps",
+    ),
+    Metric(
+        "invalid_rate",
+        "invalid",
+        "unparseable answers / queries",
+        pooled=("invalid", "queries"),
+        over="queries",
+        main="pooled",
+        of_queried=True,
+    ),
+)
+BY_NAME = {m.name: m for m in METRICS}
+SUMMARY_METRICS = tuple(m.name for m in METRICS)
+RATES = tuple(m.name for m in METRICS if m.is_rate)
 N_BOOT = 2000
-# rate -> the summary metric the main tables show for it (`Cell.value` reads `<name>_mean`, or
-# `<name>` for a pooled figure, with `<name>_ci95_low/high`)
-MAIN_FIGURE = {"ir": "ir", "or": "or", "invalid_rate": "invalid_rate_pooled"}
+# rate -> the summary metric the main tables show for it
+MAIN_FIGURE = {m.name: m.main_figure for m in METRICS if m.is_rate}
 # pooled rate -> (numerator count, denominator count) of an episode row
-POOLED = {
-    "ir": ("queries", "length"),
-    "or": ("overwrites", "length"),
-    "invalid_rate": ("invalid", "queries"),
-}
+POOLED = {m.name: m.pooled for m in METRICS if m.pooled}
 
 
 def bootstrap_ci(
@@ -72,13 +129,14 @@ def paired_difference(a: Sequence[float], b: Sequence[float], seed: int = 0) -> 
 
 
 def episode_rates(row: dict) -> dict:
-    """Add ir / or / invalid_rate to an episode row from its counts."""
-    steps = max(int(row["length"]), 1)
-    row["ir"] = row["queries"] / steps
-    row["or"] = None if row.get("overwrites") is None else row["overwrites"] / steps
-    # 0.0 for an episode without queries is a placeholder kept so that episodes.jsonl stays
-    # byte-identical; summarize() leaves such episodes out of the invalid-rate figures
-    row["invalid_rate"] = row["invalid"] / row["queries"] if row["queries"] else 0.0
+    """Add every rate of METRICS to an episode row from its counts: None where the numerator is
+    not counted (OR without a PPO policy), 0.0 where the denominator is 0 (an episode without
+    queries: a placeholder kept so that episodes.jsonl stays byte-identical; summarize() leaves
+    such episodes out of an `of_queried` rate's figures)."""
+    for rate in RATES:
+        num_key, den_key = POOLED[rate]
+        num, den = row.get(num_key), row[den_key]
+        row[rate] = None if num is None else num / den if den else 0.0
     return row
 
 
@@ -89,7 +147,7 @@ def summarize(rows: list[dict]) -> dict[str, float]:
     when nothing was queried), and totals (cost)."""
     out: dict[str, float] = {"n_episodes": len(rows)}
     for metric in SUMMARY_METRICS:
-        of = [r for r in rows if r.get("queries")] if metric == "invalid_rate" else rows
+        of = [r for r in rows if r.get("queries")] if BY_NAME[metric].of_queried else rows
         values = [r.get(metric) for r in of]
         values = [v for v in values if v is not None]
         if not values:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from benchmark.metrics import MAIN_FIGURE, cache_hit_share
+from benchmark.metrics import MAIN_FIGURE, RATES, cache_hit_share
 
 PLAIN_FRACTION = 0.1  # a plain line at every tenth of the work ...
 PLAIN_INTERVAL_S = 30.0  # ... or every 30 s, whichever comes first
@@ -147,7 +147,7 @@ def result_block(summary: dict, files: dict[str, str]) -> str:
     consultant cost, cache hits, and where the result files are."""
     metric = summary.get("metric") or "success"
     lines = [f"cell {summary.get('cell')}  ({summary.get('cell_hash')})"]
-    for name in ("reward", metric, "ir", "or", "invalid_rate"):
+    for name in ("reward", metric, *RATES):
         key = MAIN_FIGURE.get(name, name)  # the figure the report's main tables show
         mean = summary.get(key if key.endswith("_pooled") else f"{key}_mean")
         if mean is None:

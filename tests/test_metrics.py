@@ -116,3 +116,54 @@ def test_cache_hit_share():
     assert cache_hit_share(old) == 0.5
     assert cache_hit_share({"cache": {"hits": 1, "misses": 3}}) == 0.25
     assert cache_hit_share({"cache": {"hits": None, "misses": None}}) is None
+
+
+def test_every_reader_takes_the_rates_from_their_declaration():
+    """A metric is declared once (benchmark.metrics.METRICS): the episode row, the summary, the
+    report's details columns and csv fields, the progress block and the dashboards' default
+    panels follow the declarations, not lists of their own."""
+    from benchmark.dashboard_design import Question, family_metrics
+    from benchmark.metrics import BY_NAME, METRICS, RATES, episode_rates, summarize
+    from benchmark.progress import result_block
+
+    rows = [
+        episode_rates(
+            {
+                "reward": 1.0,
+                "success": 1.0,
+                "length": 4,
+                "queries": 2,
+                "overwrites": 1,
+                "invalid": 1,
+            }
+        ),
+        episode_rates(
+            {
+                "reward": 0.0,
+                "success": 0.0,
+                "length": 6,
+                "queries": 0,
+                "overwrites": 0,
+                "invalid": 0,
+            }
+        ),
+    ]
+    assert [rows[0][r] for r in RATES] == [0.5, 0.25, 0.5]
+    assert rows[1]["invalid_rate"] == 0.0  # the placeholder of an episode without queries
+    summary = summarize(rows)
+    for m in METRICS:
+        if m.is_rate:
+            num, den = m.pooled
+            assert summary[f"{m.name}_pooled"] == pytest.approx(
+                sum(r[num] for r in rows) / sum(r[den] for r in rows)
+            )
+    # of_queried: the episode without queries does not count in the per-episode figure
+    assert summary["invalid_rate_mean"] == pytest.approx(0.5)
+    assert summary["ir_mean"] == pytest.approx(0.25)
+    block = result_block({**summary, "metric": "success", "cell": "c", "cell_hash": "h"}, {})
+    for rate in RATES:
+        assert BY_NAME[rate].main_figure in block
+    assert Question("t", "x").metrics == ("reward", "metric", *RATES)
+    panels = family_metrics("fourrooms", ("reward", "metric", *RATES))
+    assert list(panels.values())[2:] == [BY_NAME[r].summary_key() for r in RATES]
+    assert panels["invalid (unparseable answers / queries)"] == "invalid_rate_pooled"

@@ -12,7 +12,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchmark.metrics import MAIN_FIGURE, cache_hit_share, paired_difference
+from benchmark.metrics import (
+    BY_NAME,
+    MAIN_FIGURE,
+    RATES,
+    SUMMARY_METRICS,
+    cache_hit_share,
+    paired_difference,
+)
 from benchmark.policy.names import threshold_name
 from benchmark.report.model import (
     FAILED,
@@ -40,24 +47,18 @@ def status_mark(c: Cell) -> str:
     return f"{c.status.upper()} (job {c.job})"
 
 
-# rate -> (column label, definition, what a pooled figure pools over)
-RATES = {
-    "ir": ("IR", "queried steps / steps", "steps"),
-    "or": ("OR", "steps whose action differs from PPO's / steps", "steps"),
-    "invalid_rate": ("invalid", "unparseable answers / queries", "queries"),
-}
-
-
 def rate_note(rates) -> str:
-    """What the main table's rate columns are: the definition and the figure MAIN_FIGURE picks."""
+    """What the main table's rate columns are: the definition and the figure each rate's
+    declaration (benchmark.metrics.METRICS) picks."""
     parts = []
     for rate in rates:
-        label, definition, over = RATES[rate]
-        pooled = MAIN_FIGURE[rate].endswith("_pooled")
-        how = f"pooled over all {over} of the cell" if pooled else "mean over episodes"
-        if rate == "invalid_rate":
+        m = BY_NAME[rate]
+        how = (
+            f"pooled over all {m.over} of the cell" if m.main == "pooled" else "mean over episodes"
+        )
+        if m.of_queried:
             how += " (episodes without queries do not count)"
-        parts.append(f"{label} = {definition}, {how}")
+        parts.append(f"{m.label} = {m.definition}, {how}")
     return "; ".join(parts) + (
         ". CIs resample episodes; the details table has both the per-episode mean and the "
         "pooled figure of each rate."
@@ -65,9 +66,11 @@ def rate_note(rates) -> str:
 
 
 def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
+    # a rate over queries (the invalid rate) only where some cell had a consultant answer
+    rates = [r for r in RATES if lay.invalid or not BY_NAME[r].of_queried]
     groups = []
     for env in sweep.envs():
-        cols = ["reward", sweep.metric_of(env), "IR", "OR"] + (["invalid"] if lay.invalid else [])
+        cols = ["reward", sweep.metric_of(env), *(BY_NAME[r].label for r in rates)]
         groups.append((env_label(env), cols))
     table = Table(
         "main",
@@ -75,7 +78,8 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
         lay.index_names(),
         groups,
     )
-    keys = ("reward", None, MAIN_FIGURE["ir"], MAIN_FIGURE["or"], MAIN_FIGURE["invalid_rate"])
+    keys = ("reward", None, *(MAIN_FIGURE[r] for r in rates))
+    queried = {MAIN_FIGURE[r] for r in rates if BY_NAME[r].of_queried}  # a dash without queries
     for row in rows:
         vals: list[str] = []
         for env in sweep.envs():
@@ -89,10 +93,11 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
                 metric = sweep.metric_of(env)
                 asked = (c.summary or {}).get("queries_total", 0) > 0
                 vals += [
-                    fmt(c.value(k or metric)) if k != keys[4] or asked else DASH for k in keys[:n]
+                    fmt(c.value(k or metric)) if k not in queried or asked else DASH
+                    for k in keys[:n]
                 ]
         table.rows.append((row.index, vals))
-    table.notes.append(rate_note(("ir", "or", "invalid_rate") if lay.invalid else ("ir", "or")))
+    table.notes.append(rate_note(rates))
     if any(not c.ok for c in sweep.cells):
         table.notes.append("FAILED / MISSING cells: see the table of failed and missing cells.")
     aliases = _checkpoint_aliases(sweep)
@@ -308,7 +313,7 @@ def details_table(sweep: Sweep, lay: Layout) -> Table | None:
             "policy seed",
             "tau",
             "episodes",
-            *(f"{RATES[r][0]} ({way})" for r in RATES for way in ("episode mean", "pooled")),
+            *(f"{BY_NAME[r].label} ({way})" for r in RATES for way in ("episode mean", "pooled")),
             "queries",
             "prompt tokens",
             "generated tokens",
@@ -362,8 +367,7 @@ def cells_csv(sweep: Sweep, lay: Layout) -> str:
         "mc_samples",
         "n_episodes",
     ]
-    metrics = ("reward", "success", "accuracy", "length", "ir", "or", "invalid_rate")
-    fields += [f"{m}_{s}" for m in metrics for s in ("mean", "ci95_low", "ci95_high")]
+    fields += [f"{m}_{s}" for m in SUMMARY_METRICS for s in ("mean", "ci95_low", "ci95_high")]
     fields += [f"{r}_pooled{s}" for r in RATES for s in ("", "_ci95_low", "_ci95_high")]
     fields += [
         "queries_total",
