@@ -3,17 +3,13 @@ extension point: found by name, its expert, its prompts at every level, and whol
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from benchmark import results
 from benchmark.envs import family_of, make_task
 from benchmark.envs.memory import MemoryTask, cue_seen
 from benchmark.prompts.ask import AskPrompt
 from benchmark.prompts.feedback import FeedbackPrompt
 from benchmark.vocabulary import LEVELS
-from tests.conftest import SMALL_POLICY, compose_cfg
 
 ENV = "memory_s11"
 
@@ -73,36 +69,3 @@ def test_the_cue_is_remembered_only_at_the_stateful_levels():
     assert "KNOWN MAP" in texts["stateful"] and "KNOWN MAP" not in texts["stateful_min"]
     assert "CUE" not in texts["basic"] and "CUE" not in texts["enriched"]
     assert "PREVIEW" in texts["enriched"] and "PREVIEW" not in texts["basic"]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # a short PPO training and six cells (2 shared cores)
-def test_every_method_runs_on_the_memory_family(tmp_path):
-    """PPO-only, SLM-only, ASK, ASK+, the oracle and the dice, with step records (the prompt
-    levels between them: test_the_cue_is_remembered_only_at_the_stateful_levels)."""
-    from benchmark.analysis.steps import STEPS_FILE, read_steps
-    from benchmark.job import run_job
-
-    small = [f"env={ENV}", *SMALL_POLICY, "eval.n_episodes=2", "eval.step_records=true"]
-    small.append("env.task.max_steps=20")  # short episodes: the expert needs at most 11 steps
-    small.append("prompt.rationale_max_new_tokens=24")  # the tiny model's answers are noise
-    gated = ["gate.tau=0.3", "gate.mc_samples=10"]
-    cells = {
-        "ppo": ["method=ppo"],
-        "slm_only": ["method=slm_only", "slm=tiny"],
-        "ask": ["method=ask", "slm=tiny", *gated],
-        "ask_plus": ["method=ask_plus", "slm=tiny", *gated],
-        "oracle": ["method=slm_only", "slm=oracle"],
-        "dice": ["method=slm_only", "slm=random"],
-    }
-    summaries = {}
-    for name, overrides in cells.items():
-        cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
-        summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
-        rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
-        assert len(rows) == 2 and all("success" in r for r in rows)
-    assert summaries["oracle"]["success_mean"] == 1.0
-    assert summaries["ppo"]["queries_total"] == 0 and summaries["slm_only"]["ir_pooled"] == 1.0
-    steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
-    assert steps and all("pos" in r and r["action_optimal"] for r in steps)
-    assert json.loads((tmp_path / "ppo" / "summary.json").read_text())["env"] == ENV

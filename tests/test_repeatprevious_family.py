@@ -8,14 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmark import results
 from benchmark.envs import available_families, family_of, make_task
 from benchmark.envs.repeatprevious import SUIT_NAMES, RepeatPreviousTask
 from benchmark.envs.truth import snapshot, verify
 from benchmark.prompts.ask import AskPrompt
 from benchmark.prompts.feedback import FeedbackPrompt
 from benchmark.vocabulary import LEVELS
-from tests.conftest import SMALL_POLICY, compose_cfg
 
 ENV = "repeatprevious_easy"
 TEST_SEEDS = range(100, 200)
@@ -134,30 +132,3 @@ def test_belief_and_teacher_claims_hold_at_the_true_state():
     assert fam.belief_steps(ep, 19, 5) == [
         f"card 20 ({SUIT_NAMES[ep.memory.suits[19]]}): named {ep.memory.actions[-1]} -> RIGHT"
     ]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a short PPO training and four cells (2 shared cores)
-def test_every_method_runs_on_the_repeatprevious_family(tmp_path):
-    """PPO-only, ASK with the oracle, the oracle and the dice alone, with step records."""
-    from benchmark.analysis.steps import STEPS_FILE, read_steps
-    from benchmark.job import run_job
-
-    small = [f"env={ENV}", *SMALL_POLICY, "eval.n_episodes=3", "eval.step_records=true"]
-    cells = {
-        "ppo": ["method=ppo"],
-        "ask": ["method=ask", "slm=oracle", "gate.tau=0.5", "gate.mc_samples=10"],
-        "oracle": ["method=slm_only", "slm=oracle"],
-        "dice": ["method=slm_only", "slm=random"],
-    }
-    summaries = {}
-    for name, overrides in cells.items():
-        cfg = compose_cfg(tmp_path / "root", *small, *overrides, "quiet=true")
-        summaries[name] = run_job(cfg, tmp_path / name, multirun=False)
-        rows = results.read_jsonl(tmp_path / name / "episodes.jsonl")
-        assert len(rows) == 3 and all("accuracy" in r for r in rows)
-    assert summaries["oracle"]["accuracy_mean"] == 1.0 and summaries["oracle"]["ir_pooled"] == 1.0
-    assert summaries["ppo"]["queries_total"] == 0 and summaries["ppo"]["accuracy_mean"] < 0.5
-    assert summaries["dice"]["accuracy_mean"] < 0.5
-    steps = read_steps(tmp_path / "oracle" / STEPS_FILE)
-    assert len(steps) == 3 * 51 and all("suit" in r and r["action_optimal"] for r in steps)
