@@ -198,8 +198,23 @@ SIZES: dict[str, dict[str, Any]] = {
 SIZES["small"] = {**SIZES["tiny"], **SIZES["small"]}  # otherwise the tiny shape
 
 
-def train_tokenizer(corpus: tuple[str, ...] = (_CORPUS,), vocab_size: int = 600) -> Any:
-    """A byte-level BPE tokenizer trained on the built-in corpus (deterministic, offline)."""
+def family_vocabularies() -> str:
+    """Every env family's own words (`Family.vocabulary`: TextWorld's rooms, objects and command
+    templates), in family-name order: the `text` size's tokenizer learns them."""
+    from benchmark.envs.family import available_families, get_family
+
+    return "\n".join(get_family(name).vocabulary() for name in available_families())
+
+
+# the small shape whose tokenizer also learned the families' words (text games): a TextWorld
+# command is a few tokens instead of a spelling, so prompts are shorter and answers easier to learn
+SIZES["text"] = {**SIZES["small"], "corpus": (_CORPUS, _CORPUS_SMALL, family_vocabularies)}
+SIZES["text"]["vocab_size"] = 4096
+
+
+def train_tokenizer(corpus: tuple = (_CORPUS,), vocab_size: int = 600) -> Any:
+    """A byte-level BPE tokenizer trained on the built-in corpus (deterministic, offline); an
+    entry of `corpus` may be a function that returns its text (read when the model is built)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -214,7 +229,8 @@ def train_tokenizer(corpus: tuple[str, ...] = (_CORPUS,), vocab_size: int = 600)
         show_progress=False,
     )
     tok.train_from_iterator(
-        [line for text in corpus for line in text.splitlines()], trainer=trainer
+        [line for text in corpus for line in (text() if callable(text) else text).splitlines()],
+        trainer=trainer,
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,

@@ -114,6 +114,12 @@ class Family:
         """Block (v): the one-shot examples."""
         raise NotImplementedError(f"family {self.name!r} has no ASK examples")
 
+    def vocabulary(self) -> str:
+        """The words this family's prompts and answers are made of, one phrase per line, for a
+        tokenizer trained offline (the tiny model's `text` size); empty where the built-in
+        corpus already covers them (grids, cards)."""
+        return ""
+
     def released(self, task: Task) -> ReleasedText | None:
         """The released code's prompts for `task` (protocol=official); None where it has none."""
         return None

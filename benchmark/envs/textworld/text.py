@@ -7,6 +7,9 @@ stateful adds the known map (the exits walked, room -> command -> room)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from benchmark.envs.family import Family
 from benchmark.envs.textworld import brace
 from benchmark.envs.textworld.task import TextMemory, TextView
@@ -22,6 +25,32 @@ class TextWorldFamily(Family):
 
     name = "textworld"
     kinds = ("text_game",)
+
+    def vocabulary(self) -> str:
+        """TextWorld's own words, from the installed package's data: every phrase of its text
+        grammars (rooms, objects, adjectives, instructions; the cooking challenge's too) and every
+        command and fact template of its game logic, placeholders removed. Deterministic for a
+        TextWorld version (the lock pins it), offline, and it covers the games' words, so a
+        command is a few tokens, not a spelling."""
+        import textworld
+
+        root = Path(textworld.__file__).parent
+        lines: list[str] = []
+        for path in sorted(root.glob("**/text_grammars/*.twg")):
+            for raw in path.read_text().splitlines():
+                if raw.startswith("#") or ":" not in raw:
+                    continue
+                for phrase in re.split(r"[;|]", raw.split(":", 1)[1]):
+                    phrase = re.sub(r"#[^#]*#|\(.*?\)|[\[\]{}<>]", " ", phrase)
+                    phrase = " ".join(phrase.split())
+                    if phrase:
+                        lines.append(phrase)
+        for path in sorted(root.glob("**/logic/*.twl")):
+            for text in re.findall(r'"([^"]+)"', path.read_text()):
+                phrase = " ".join(re.sub(r"\{[^}]*\}", " ", text).split())
+                if phrase:
+                    lines.append(phrase)
+        return "\n".join(dict.fromkeys(lines))
 
     def system(self, task, actions, level, rationale, autopilot):
         """Blocks (i)-(iii): role, the commands valid now, rules."""
