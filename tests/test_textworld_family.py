@@ -172,12 +172,108 @@ def test_clean_drops_the_banner_and_the_prompt_line():
         ),
         ("treasure", {"nb_rooms": 3}, "'treasure' takes no generation parameter \\['nb_rooms'\\]"),
         ("cooking", {"split": "test"}, "takes no generation parameter \\['split'\\]"),
-        ("treasure", {"level": 31}, "generation.level=31 is invalid: allowed 1..30"),
+        ("treasure", {"level": 31}, "generation.level=31 is invalid .*: allowed 1..30"),
         ("quest", {"nb_rooms": "3"}, "generation.nb_rooms='3' is invalid .* allowed a int"),
         ("cooking", {"go": 2}, "generation.go=2 is invalid: allowed 1, 6, 9 or 12"),
+        ("quest", {"nb_rooms": 0}, "generation.nb_rooms=0 is invalid .* allowed 1..64"),
+        ("quest", {"nb_objects": -3}, "generation.nb_objects=-3 is invalid .* allowed 0..128"),
+        ("cooking", {"recipe": 2, "take": 3}, "generation.take=3 is invalid with recipe=2"),
     ],
 )
 def test_bad_generation_input_fails_before_any_game_is_made(game, generation, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         TextWorldTask("t", game, generation, games_dir=str(tmp_path))
     assert not any(tmp_path.iterdir())
+
+
+# -- generation: where games lie, what is checked, what is refused ------------------------------
+
+
+def test_games_are_made_under_the_jobs_results_root_not_the_working_directory(
+    tmp_path, monkeypatch
+):
+    from tests.conftest import compose_cfg
+
+    monkeypatch.setattr(games, "games_root", games.games_root.unpatched)
+    root, cwd = tmp_path / "results", tmp_path / "read-only"
+    cwd.mkdir()
+    cfg = compose_cfg(root, "env=tw_treasure")
+    cwd.chmod(0o555)  # nothing may be written where the job is launched
+    monkeypatch.chdir(cwd)
+    try:
+        path = make_task(cfg.env).game_file(100)
+    finally:
+        cwd.chmod(0o755)
+    assert path.is_relative_to(root / "textworld") and path.is_file()
+    assert not any(cwd.iterdir())
+
+
+def _tiny_game(tmp_path, walkthrough: list[str] | None = None):
+    """A one-room game with two apples (real TextWorld, GameMaker): its quest is to take the red
+    one; `walkthrough` replaces the walkthrough the game ships with."""
+    import textworld
+
+    maker = textworld.GameMaker()
+    room = maker.new_room("kitchen")
+    maker.set_player(room)
+    room.add(maker.new(type="o", name="red apple"), maker.new(type="o", name="green apple"))
+    maker.set_quest_from_commands(["take red apple"])
+    path = maker.compile(str(tmp_path / "g.z8"))
+    if walkthrough is not None:
+        data = json.loads((tmp_path / "g.json").read_text())
+        data["metadata"]["walkthrough"] = walkthrough
+        (tmp_path / "g.json").write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:Game .* is not fully supported")
+def test_the_generation_check_finds_disambiguation_questions_and_walkthroughs_that_lose(tmp_path):
+    for name, walkthrough, problem in (
+        ("good", None, None),
+        ("ambiguous", ["take apple"], "'take apple' is answered by a disambiguation question"),
+        ("losing", ["take green apple"], "does not win"),
+    ):
+        (tmp_path / name).mkdir()
+        found, meta = games.check_game(_tiny_game(tmp_path / name, walkthrough))
+        if problem is None:
+            # 'take red apple', 'take green apple' (examine/look/inventory are left out)
+            assert found is None and meta == {"walkthrough_steps": 1, "max_commands": 2}
+        else:
+            assert problem in found and meta == {}
+
+
+def test_a_seed_textworld_cannot_make_is_made_from_the_next_derived_seed(tmp_path):
+    """Treasure level 10's seed 8 has no quest TextWorld can place: the game of the next derived
+    generator seed is published, the same one in any cache (deterministic)."""
+    params = games.check_parameters("treasure", {"level": 10})
+    first = games.game_meta(games.game_file(tmp_path / "a", "treasure", params, 8))
+    again = games.game_meta(games.game_file(tmp_path / "b", "treasure", params, 8))
+    assert first["attempt"] == 1 and first["generator_seed"] == games.generator_seed(8, 1) != 8
+    assert {k: v for k, v in again.items() if k != "seconds"} == {
+        k: v for k, v in first.items() if k != "seconds"
+    }
+    assert (
+        len({games.generator_seed(8, k) for k in range(games.MAX_ATTEMPTS)}) == games.MAX_ATTEMPTS
+    )
+
+
+def test_generation_gives_up_after_its_attempts_with_every_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(games, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(games, "check_game", lambda path: ("its walkthrough does not win", {}))
+    params = games.check_parameters("treasure", {"level": 1})
+    with pytest.raises(
+        RuntimeError,
+        match="no playable game in 2 generator seeds: generator seed 100: its walkthrough does not win; generator seed",
+    ):
+        games.game_file(tmp_path, "treasure", params, 100)
+    assert not list(tmp_path.rglob(games.GAME_FILE))  # nothing published
+
+
+def test_a_game_with_more_commands_than_the_action_space_is_refused_when_made(tmp_path):
+    task = TextWorldTask("t", "treasure", {"level": 1}, max_commands=1, games_dir=str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"offers \d+ commands on its walkthrough, more than "
+        r"max_commands=1: allowed max_commands >= \d+",
+    ):
+        task.game_file(100)

@@ -34,7 +34,7 @@ from benchmark.envs.textworld import games
 from benchmark.seeds import TRAIN_SEED_MIN
 
 TEXT_DIM, COMMAND_DIM = 256, 16
-SKIPPED = re.compile(r"^(examine\b|look$|inventory$)")
+commands_of = games.commands_of  # the command set of a step (games.py checks it at generation)
 _WORD = re.compile(r"[a-z0-9]+")
 _TEXT_LINE = re.compile(r"[A-Za-z]{2}")
 
@@ -56,11 +56,6 @@ def hashed_words(text: str, dim: int) -> np.ndarray:
     for word in _WORD.findall(text.lower()):
         out[zlib.crc32(word.encode()) % dim] = 1.0
     return out
-
-
-def commands_of(admissible: list[str]) -> list[str]:
-    """The command set of a step: the admissible commands that can change the game, sorted."""
-    return sorted(c for c in admissible if not SKIPPED.match(c))
 
 
 @dataclass
@@ -234,6 +229,7 @@ class TextWorldTask(Task):
         self.max_steps, self.max_commands = max_steps, max_commands
         self.train_games = train_games
         self.games_dir = Path(games_dir) if games_dir else None
+        self.results_root: Path | None = None
         # fixed-size names for the sizes (tau's range: log2 of the slots); episodes name the
         # slots by their commands
         self.action_names = tuple(f"slot{i}" for i in range(max_commands))
@@ -247,10 +243,27 @@ class TextWorldTask(Task):
             return seed
         return TRAIN_SEED_MIN + (seed - TRAIN_SEED_MIN) % self.train_games
 
+    def use_results_root(self, root: Path) -> None:
+        self.results_root = Path(root)
+
+    def games_cache(self) -> Path:
+        """Where this task's games lie: `games_dir` when set, else `<paths.root>/textworld`."""
+        return self.games_dir or games.games_root(self.results_root)
+
     def game_file(self, seed: int) -> Path:
-        """The game of a game seed: validation and test games at `evaluation_generation`."""
+        """The game of a game seed (validation and test games at `evaluation_generation`),
+        made and checked first when not cached; refused when a state of its walkthrough offers
+        more commands than the `max_commands` slots of the action space."""
         params = self.params if seed >= TRAIN_SEED_MIN else self.eval_params
-        return games.game_file(self.games_dir or games.default_root(), self.game, params, seed)
+        path = games.game_file(self.games_cache(), self.game, params, seed)
+        offered = games.game_meta(path)["max_commands"]
+        if offered > self.max_commands:
+            raise ValueError(
+                f"TextWorld {self.game} game of seed {seed} ({path}) offers {offered} commands "
+                f"on its walkthrough, more than max_commands={self.max_commands}: allowed "
+                f"max_commands >= {offered} for these games (env.task.max_commands)"
+            )
+        return path
 
     def make_env(self) -> TextGameEnv:
         return TextGameEnv(self)
