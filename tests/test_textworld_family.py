@@ -277,3 +277,97 @@ def test_a_game_with_more_commands_than_the_action_space_is_refused_when_made(tm
         r"max_commands=1: allowed max_commands >= \d+",
     ):
         task.game_file(100)
+
+
+# -- Agent-BRACE's released games under protocol=paper ------------------------------------------
+
+RELEASED_EVAL = {  # generate_textworld_*_tasks.sh's validation and test mixtures, in their order
+    "tw_quest": ["6:6:8", "6:8:10", "8:8:12", "8:10:13", "8:12:13"],
+    "tw_treasure": [14, 16, 18, 20, 22, 25, 28, 30],
+    "tw_cooking": ["4:4:9:octd", "5:5:9:octd", "4:4:12:oct", "4:4:12:octd", "5:5:12:octd"],
+}
+
+
+def released_task(env: str, root):
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(root, "+experiment=brace_tw", f"env={env}", "protocol=paper")
+    task = make_task(cfg.env)
+    task.games_dir = root
+    return task, cfg
+
+
+def _spec(params: dict) -> object:
+    """A game's parameters in the released scripts' notation."""
+    if "level" in params:
+        return params["level"]
+    if "nb_rooms" in params:
+        return f"{params['nb_rooms']}:{params['nb_objects']}:{params['quest_length']}"
+    flags = "".join(f for f, k in (("o", "open"), ("c", "cook"), ("t", "cut"), ("d", "drop"))
+                    if params[k])  # fmt: skip
+    return f"{params['recipe']}:{params['take']}:{params['go']}:{flags}"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_paper_protocol_cycles_the_released_mixtures_per_game(env, tmp_path):
+    """The k-th test game takes the released evaluation mixture's entry k mod n, the k-th
+    validation game too, and the training pool the released training mixture; 1,000 training
+    games, 100 steps (no game made: the parameters each seed gets)."""
+    task, cfg = released_task(env, tmp_path)
+    released = RELEASED_EVAL[env]
+    assert [_spec(task.game_params(100 + k)) for k in range(2 * len(released))] == released * 2
+    assert [_spec(task.game_params(k)) for k in range(len(released))] == released
+    assert task.train_games == 1000 and task.max_steps == 100 == cfg.env.task.max_steps
+    train = {
+        "tw_quest": ["2:3:3", "2:4:4", "4:4:4", "4:6:6"],
+        "tw_treasure": [1, 2, 4, 6, 8],
+        "tw_cooking": ["3:3:9:oc", "4:4:6:oct", "4:4:6:octd", "4:4:9:oct"],
+    }[env]
+    assert [_spec(task.game_params(TRAIN_SEED_MIN + k)) for k in range(len(train))] == train
+    from benchmark.seeds import Splits
+
+    summary = task.content_summary(Splits())  # the plan's line
+    assert (
+        f"games: {env} 1,000 training (mixture of {len(train)}), 100 validation (mixture of "
+        in summary
+    )
+    assert "100 steps per episode; 0 of 1,200 made" in summary
+    from tests.conftest import compose_cfg  # the suite protocol keeps the toy size
+
+    toy = make_task(
+        compose_cfg(tmp_path, "+experiment=brace_tw", f"env={env}", "protocol=suite").env
+    )
+    assert toy.mixture == make_task(env).mixture and toy.train_games == 50 and toy.max_steps == 30
+
+
+def _rooms(game_json: dict) -> int:
+    return len({a["name"] for fact in game_json["world"] for a in fact["arguments"]
+                if a["type"] == "r"})  # fmt: skip
+
+
+@pytest.mark.slow  # six hard games (~1 min)
+@pytest.mark.parametrize("env", ENVS)
+def test_generated_evaluation_games_have_the_released_difficulty(env, tmp_path):
+    """Test seeds 100 and 101 (the mixtures' first two entries) made for real: their rooms,
+    quest length (Quest, Treasure) or recipe skills (Cooking) are the released ones, and their
+    walkthrough states fit the protocol's command slots."""
+    task, _ = released_task(env, tmp_path)
+    for seed in (100, 101):
+        path = task.game_file(seed)
+        game = json.loads(path.with_suffix(".json").read_text())
+        params, meta = task.game_params(seed), games.game_meta(path)
+        assert meta["params"] == params and meta["max_commands"] <= task.max_commands
+        walkthrough = game["metadata"]["walkthrough"]
+        if env == "tw_quest":
+            assert _rooms(game) == params["nb_rooms"]
+            assert len(walkthrough) == params["quest_length"], walkthrough
+        elif env == "tw_treasure":  # TextWorld's levels 11-20: 10 rooms, doors and containers
+            level = params["level"]
+            assert game["metadata"]["mode"] == "medium" and _rooms(game) == 10
+            assert game["metadata"]["quest_length"] == round(2 + (level - 11) * 8 / 9)
+        else:
+            skills = "+".join(f"{k}{params[k] if not isinstance(params[k], bool) else ''}"
+                              for k in ("recipe", "take", "cook", "cut", "open", "drop", "go")
+                              if params[k])  # fmt: skip
+            assert f"-{skills}-" in game["metadata"]["uuid"], game["metadata"]["uuid"]
+            assert _rooms(game) == params["go"]

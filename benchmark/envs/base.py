@@ -168,6 +168,11 @@ class Task(abc.ABC):
         root holds everything its cells need and the working directory is never written."""
         return None
 
+    def content_summary(self, splits: Any) -> str | None:
+        """One line on what the task makes before its episodes (the plan shows it): TextWorld
+        says its games per split and how many are made; None for tasks that make nothing."""
+        return None
+
     def make_training_env(self, index: int) -> gym.Env:
         """The env of slot `index` of PPO's training vector: `make_env()` unless the task trains on
         a mixture (e.g. smaller DoorKey grids as a curriculum), always with the same spaces."""

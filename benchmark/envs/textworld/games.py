@@ -91,6 +91,11 @@ def check_parameters(kind: str, params: Mapping[str, Any] | None) -> dict[str, A
     parameter the task does not take, before any work."""
     if kind not in PARAMETERS:
         raise ValueError(f"unknown TextWorld task {kind!r}; allowed: {list(KINDS)}")
+    if params is not None and not isinstance(params, Mapping):
+        raise ValueError(
+            f"generation={params!r} is invalid for TextWorld task {kind!r}: allowed a mapping "
+            f"of {sorted(PARAMETERS[kind])}"
+        )
     given = dict(params or {})
     unknown = sorted(set(given) - set(PARAMETERS[kind]))
     if unknown:
@@ -129,6 +134,13 @@ def split_of(seed: int) -> str:
     if seed >= TRAIN_SEED_MIN:
         return "train"
     return "valid" if seed < 100 else "test"
+
+
+def split_index(seed: int) -> int:
+    """A game seed's index in its split (a mixture's entry cycles with it): training
+    seed - TRAIN_SEED_MIN, validation the seed, test seed - 100."""
+    start = {"train": TRAIN_SEED_MIN, "valid": 0, "test": 100}[split_of(seed)]
+    return int(seed) - start
 
 
 def cache_key(kind: str, params: Mapping[str, Any]) -> str:
@@ -234,9 +246,19 @@ def _make_game(kind: str, params: Mapping[str, Any], seed: int, gen_seed: int, p
     textworld.generator.compile_game(game, options)
 
 
+def game_dir(root: Path, kind: str, params: Mapping[str, Any], seed: int) -> Path:
+    """Where the game of `seed` at `params` lies in the cache `root` (made or not)."""
+    return Path(root) / cache_key(kind, params) / str(int(seed))
+
+
+def is_made(directory: Path) -> bool:
+    """Whether a game directory holds a complete, checked game (what build_once publishes)."""
+    return (directory / META_FILE).is_file() and (directory / GAME_FILE).is_file()
+
+
 def game_file(root: Path, kind: str, params: Mapping[str, Any], seed: int) -> Path:
     """The compiled game of `seed`, generated first if no complete copy is cached."""
-    target = Path(root) / cache_key(kind, params) / str(int(seed))
+    target = game_dir(root, kind, params, seed)
 
     def make(work: Path) -> None:
         start = time.perf_counter()
@@ -244,10 +266,29 @@ def game_file(root: Path, kind: str, params: Mapping[str, Any], seed: int) -> Pa
         seconds = time.perf_counter() - start
         size = sum(p.stat().st_size for p in work.iterdir())
         meta = {"kind": kind, "params": dict(params), "seed": int(seed), "seconds": seconds}
-        write_json_atomic(work / META_FILE, {**meta, **found, "bytes": size})
+        digest = game_digest(work / GAME_FILE)
+        write_json_atomic(work / META_FILE, {**meta, **found, "bytes": size, "digest": digest})
 
-    build_once(target, make, lambda d: (d / META_FILE).is_file() and (d / GAME_FILE).is_file())
+    build_once(target, make, is_made)
     return target / GAME_FILE
+
+
+# the Z-machine header's serial number (bytes 0x12-0x17): Inform writes the compile date there
+Z_SERIAL = slice(0x12, 0x18)
+
+
+def game_digest(game: Path) -> str:
+    """The SHA-256 of a game: its TextWorld JSON (world, quest, walkthrough, texts), its Inform 7
+    source and its Z-machine file with the header's serial number blanked (Inform writes the
+    compile date there, the only byte that differs between two generations of one game)."""
+    game = Path(game)
+    digest = hashlib.sha256()
+    for part in (game.with_suffix(".json"), game.with_suffix(".ni")):
+        digest.update(part.read_bytes() if part.is_file() else b"")
+    z = bytearray(game.read_bytes())
+    z[Z_SERIAL] = bytes(Z_SERIAL.stop - Z_SERIAL.start)
+    digest.update(bytes(z))
+    return digest.hexdigest()
 
 
 def game_meta(game: Path) -> dict[str, Any]:
