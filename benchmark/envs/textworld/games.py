@@ -57,6 +57,9 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "cut": False,
         "drop": False,
         "recipe_seed": 0,
+        # true: each game's recipe from its own seed (recipe_seed + the game seed), as the
+        # released Agent-BRACE scripts draw one per game; false: every game the same recipe rng
+        "recipe_per_game": False,
     },
 }
 KINDS = tuple(PARAMETERS)
@@ -242,7 +245,10 @@ def _make_game(kind: str, params: Mapping[str, Any], seed: int, gen_seed: int, p
     else:
         from textworld.challenges.tw_cooking import cooking
 
-        game = cooking.make({**params, "split": split_of(seed)}, options)
+        settings = {k: v for k, v in params.items() if k != "recipe_per_game"}
+        if params["recipe_per_game"]:
+            settings["recipe_seed"] = params["recipe_seed"] + int(seed)
+        game = cooking.make({**settings, "split": split_of(seed)}, options)
     textworld.generator.compile_game(game, options)
 
 
