@@ -97,6 +97,7 @@ def plan_sweep(
                 name = str(OmegaConf.select(cfg, "protocol.name", default="none"))
                 if name not in plan.protocols:
                     plan.protocols.append(name)
+                _add_content(plan, cfg)
             if key in seen:
                 seen[key].jobs.append(number)
                 continue
@@ -107,6 +108,20 @@ def plan_sweep(
                     cell.projected_s = cell.throughput.seconds(cell.work)
             plan.cells.append(cell)
     return plan
+
+
+def _add_content(plan: Plan, cfg: DictConfig) -> None:
+    """The line of what the job's task makes before its first episode (TextWorld's games),
+    once per distinct line."""
+    from benchmark.envs import make_task
+    from benchmark.seeds import Splits
+
+    try:
+        line = make_task(cfg.env).content_summary(Splits.from_config(cfg.get("splits")))
+    except Exception:  # noqa: BLE001 - the cell's row shows the error
+        return
+    if line and line not in plan.content:
+        plan.content.append(line)
 
 
 def plan_cell(

@@ -35,6 +35,8 @@ class Plan:
     jobs: int
     cells: list[CellPlan] = field(default_factory=list)
     protocols: list[str] = field(default_factory=list)  # conf/protocol names the jobs use
+    # what the jobs' tasks make before their first episode (Task.content_summary), one line each
+    content: list[str] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.cells)

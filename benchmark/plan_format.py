@@ -71,6 +71,7 @@ def format_plan(plan: Plan) -> str:
         ]
         lines.append("  ".join([*cols, r[-1]]).rstrip())
     lines.insert(2, "  ".join("-" * w for w in widths))
+    lines[1:1] = plan.content
     t = plan.totals()
     lines.append("")
     lines.append(

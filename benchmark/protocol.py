@@ -31,6 +31,22 @@ PER_ENV = {"tau_range"}
 APPLIES = {"slm_dtype": ("slm.backend._target_", "benchmark.consultants.hf.HFConsultant")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
+# Agent-BRACE's TextWorld presets read their games from the protocol: field -> env.task key
+# (one value per env name where the field holds a mapping of env names)
+BRACE_TW_PRESETS = ("brace_tw", "brace_tw_long", "brace_tw_train")
+BRACE_TW_FIELDS = {  # field -> (env.task key, where paper's and official's value comes from)
+    "brace_tw_generation": ("generation", "released generate_textworld_*_tasks.sh, train mixture"),
+    "brace_tw_evaluation_generation": (
+        "evaluation_generation",
+        "released generate_textworld_*_tasks.sh, validation and test mixture",
+    ),
+    "brace_tw_train_games": ("train_games", "released generate_textworld_*_tasks.sh, train count"),
+    "brace_tw_max_steps": ("max_steps", "released recipes/*textworld*.sh, max_iter"),
+    "brace_tw_max_commands": (
+        "max_commands",
+        "the suite's: above the most commands a walkthrough state of these games offers",
+    ),
+}
 
 
 def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:
@@ -55,6 +71,13 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     if table in node and (used is None or "tuning" in used):
         for sub, value in node[table].items():
             expected[f"tuning.{sub}"] = value
+    if str(cfg.get("experiment_name")) in BRACE_TW_PRESETS and (used is None or "env" in used):
+        for field, (sub, _) in BRACE_TW_FIELDS.items():
+            value = node.get(field)
+            if isinstance(value, DictConfig):  # one value per env
+                value = value.get(env)
+            if value is not None:
+                expected[f"env.task.{sub}"] = value
     overrides = {}
     for key, want in expected.items():
         have = OmegaConf.select(cfg, key, default=None)
@@ -73,6 +96,12 @@ def values_table() -> str:
     files = {name: OmegaConf.load(CONF / "protocol" / f"{name}.yaml") for name in PROTOCOLS}
     keys = {field: f"`{key}`" for field, (key, _) in KEYS.items()}
     keys.update({t: f"`tuning.*` in `+experiment={e}`" for e, t in PRESET_TUNING.items()})
+    keys.update(
+        {
+            f: f"`env.task.{k}` in `+experiment=brace_tw*` ({src})"
+            for f, (k, src) in BRACE_TW_FIELDS.items()
+        }
+    )
     lines = [
         "| protocol field | config key | " + " | ".join(PROTOCOLS) + " |",
         "|---|---|" + "---|" * len(PROTOCOLS),
@@ -88,6 +117,8 @@ def _inline(value: Any) -> str:
     if isinstance(plain, dict):
         text = ", ".join(f"{k}: {_inline(v)}" for k, v in plain.items())
         return "{" + text + "}"
+    if isinstance(plain, list):
+        return "[" + ", ".join(_inline(v) for v in plain) + "]"
     return "—" if plain is None else str(plain).lower() if isinstance(plain, bool) else str(plain)
 
 

@@ -100,6 +100,18 @@ CASES = [
         {},
         "TextWorld task 'treasure' takes no generation parameter ['nb_rooms']",
     ),
+    (
+        "TextWorld world without a room",
+        ["env=tw_quest", "env.task.generation.nb_rooms=0"],
+        {},
+        "generation.nb_rooms=0 is invalid for TextWorld task 'quest': allowed 1..64",
+    ),
+    (
+        "TextWorld negative object count",
+        ["env=tw_quest", "env.task.generation.nb_objects=-3"],
+        {},
+        "generation.nb_objects=-3 is invalid for TextWorld task 'quest': allowed 0..128",
+    ),
     ("malformed override", ["gate.tau=[0.1,"], {}, "no viable alternative at input '[0.1,'"),
     (
         "openai server unreachable",

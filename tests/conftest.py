@@ -148,13 +148,20 @@ def textworld_games(tmp_path_factory) -> Iterator[Path]:
     """The TextWorld game cache of this run: a task without `env.task.games_dir` finds its games
     here, in a folder the run's worker processes share (games.game_file builds each game once
     across processes), instead of ./outputs/textworld of the checkout, which outlived the run.
-    A game takes seconds to generate; the test files that play the same seeds share them. A
-    test that checks generation itself gives its task a fresh `games_dir`."""
+    A game takes seconds to generate; the test files that play the same seeds share them (also
+    the tasks of jobs under their own `paths.root`: games are content-addressed). A test that
+    checks generation itself gives its task a fresh `games_dir`."""
     from benchmark.envs.textworld import games
 
     root = run_scratch(tmp_path_factory) / "textworld-games"
     patch = pytest.MonkeyPatch()
     patch.setattr(games, "default_root", lambda: root)
+
+    def shared(results_root=None):  # the run's cache whatever the job's root
+        return root
+
+    shared.unpatched = games.games_root  # for the test of games under paths.root
+    patch.setattr(games, "games_root", shared)
     yield root
     patch.undo()
 

@@ -65,6 +65,7 @@ CLIS = (
     "benchmark.protocol",
     "benchmark.lockfile",
     "benchmark.presets",
+    "benchmark.envs.textworld.make",
 )
 
 
@@ -338,6 +339,13 @@ def check(command: Command, every_job: bool = False) -> str:
         return f"{compose_jobs(args, every_job, check_settings)} trainer jobs compose and check"
     if module == "benchmark.prompts":
         return _check_prompts(args)
+    if module == "benchmark.envs.textworld.make":  # its options, then the overrides compose
+        parsed = parse_cli(module, args, known=True)
+        overrides = [o for o in parsed.extra if o not in ("-m", "--multirun")]
+        flags = [o for o in overrides if o.startswith("-")]
+        if flags:
+            raise ValueError(f"unknown option(s) {flags}")
+        return f"parses; {compose_jobs(overrides, every_job)} jobs compose"
     if module == "benchmark.dashboard":
         parsed = parse_cli(module, args, known=True)
         flags = [o for o in parsed.extra if o.startswith("-")]

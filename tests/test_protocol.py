@@ -426,7 +426,7 @@ def test_every_protocol_value_reaches_its_config_key(name):
     that key (no field skipped): the table rows are what jobs run."""
     from omegaconf import OmegaConf
 
-    from benchmark.protocol import KEYS, PER_ENV, PRESET_TUNING
+    from benchmark.protocol import BRACE_TW_FIELDS, BRACE_TW_PRESETS, KEYS, PER_ENV, PRESET_TUNING
 
     values = OmegaConf.load(REPO / "conf" / "protocol" / f"{name}.yaml")
     job = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", f"protocol={name}")
@@ -449,4 +449,15 @@ def test_every_protocol_value_reaches_its_config_key(name):
             tuning = OmegaConf.to_container(cfg.tuning, resolve=True)
             assert tuning[sub] == want, (name, preset, sub)
         checked.add(field)
+    for env in ("tw_quest", "tw_treasure", "tw_cooking"):  # the Agent-BRACE TextWorld presets
+        for preset in BRACE_TW_PRESETS:
+            cfg = compose(f"+experiment={preset}", f"env={env}", f"protocol={name}")
+            task = OmegaConf.to_container(cfg.env.task, resolve=True)
+            for field, (key, _) in BRACE_TW_FIELDS.items():
+                want = OmegaConf.to_container(values, resolve=True)[field]
+                want = want[env] if isinstance(want, dict) else want
+                if preset == "brace_tw_long" and key == "max_steps":
+                    want = 100  # the long-horizon run's, whatever the protocol
+                assert task[key] == want, (name, preset, env, field)
+                checked.add(field)
     assert checked == set(values) - {"name"}, "a protocol field no test composes"

@@ -172,12 +172,202 @@ def test_clean_drops_the_banner_and_the_prompt_line():
         ),
         ("treasure", {"nb_rooms": 3}, "'treasure' takes no generation parameter \\['nb_rooms'\\]"),
         ("cooking", {"split": "test"}, "takes no generation parameter \\['split'\\]"),
-        ("treasure", {"level": 31}, "generation.level=31 is invalid: allowed 1..30"),
+        ("treasure", {"level": 31}, "generation.level=31 is invalid .*: allowed 1..30"),
         ("quest", {"nb_rooms": "3"}, "generation.nb_rooms='3' is invalid .* allowed a int"),
         ("cooking", {"go": 2}, "generation.go=2 is invalid: allowed 1, 6, 9 or 12"),
+        ("quest", {"nb_rooms": 0}, "generation.nb_rooms=0 is invalid .* allowed 1..64"),
+        ("quest", {"nb_objects": -3}, "generation.nb_objects=-3 is invalid .* allowed 0..128"),
+        ("cooking", {"recipe": 2, "take": 3}, "generation.take=3 is invalid with recipe=2"),
     ],
 )
 def test_bad_generation_input_fails_before_any_game_is_made(game, generation, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         TextWorldTask("t", game, generation, games_dir=str(tmp_path))
     assert not any(tmp_path.iterdir())
+
+
+# -- generation: where games lie, what is checked, what is refused ------------------------------
+
+
+def test_games_are_made_under_the_jobs_results_root_not_the_working_directory(
+    tmp_path, monkeypatch
+):
+    from tests.conftest import compose_cfg
+
+    monkeypatch.setattr(games, "games_root", games.games_root.unpatched)
+    root, cwd = tmp_path / "results", tmp_path / "read-only"
+    cwd.mkdir()
+    cfg = compose_cfg(root, "env=tw_treasure")
+    cwd.chmod(0o555)  # nothing may be written where the job is launched
+    monkeypatch.chdir(cwd)
+    try:
+        path = make_task(cfg.env).game_file(100)
+    finally:
+        cwd.chmod(0o755)
+    assert path.is_relative_to(root / "textworld") and path.is_file()
+    assert not any(cwd.iterdir())
+
+
+def _tiny_game(tmp_path, walkthrough: list[str] | None = None):
+    """A one-room game with two apples (real TextWorld, GameMaker): its quest is to take the red
+    one; `walkthrough` replaces the walkthrough the game ships with."""
+    import textworld
+
+    maker = textworld.GameMaker()
+    room = maker.new_room("kitchen")
+    maker.set_player(room)
+    room.add(maker.new(type="o", name="red apple"), maker.new(type="o", name="green apple"))
+    maker.set_quest_from_commands(["take red apple"])
+    path = maker.compile(str(tmp_path / "g.z8"))
+    if walkthrough is not None:
+        data = json.loads((tmp_path / "g.json").read_text())
+        data["metadata"]["walkthrough"] = walkthrough
+        (tmp_path / "g.json").write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:Game .* is not fully supported")
+def test_the_generation_check_finds_disambiguation_questions_and_walkthroughs_that_lose(tmp_path):
+    for name, walkthrough, problem in (
+        ("good", None, None),
+        ("ambiguous", ["take apple"], "'take apple' is answered by a disambiguation question"),
+        ("losing", ["take green apple"], "does not win"),
+    ):
+        (tmp_path / name).mkdir()
+        found, meta = games.check_game(_tiny_game(tmp_path / name, walkthrough))
+        if problem is None:
+            # 'take red apple', 'take green apple' (examine/look/inventory are left out)
+            assert found is None and meta == {"walkthrough_steps": 1, "max_commands": 2}
+        else:
+            assert problem in found and meta == {}
+
+
+def test_a_seed_textworld_cannot_make_is_made_from_the_next_derived_seed(tmp_path):
+    """Treasure level 10's seed 8 has no quest TextWorld can place: the game of the next derived
+    generator seed is published, the same one in any cache (deterministic)."""
+    params = games.check_parameters("treasure", {"level": 10})
+    first = games.game_meta(games.game_file(tmp_path / "a", "treasure", params, 8))
+    again = games.game_meta(games.game_file(tmp_path / "b", "treasure", params, 8))
+    assert first["attempt"] == 1 and first["generator_seed"] == games.generator_seed(8, 1) != 8
+    assert {k: v for k, v in again.items() if k != "seconds"} == {
+        k: v for k, v in first.items() if k != "seconds"
+    }
+    assert (
+        len({games.generator_seed(8, k) for k in range(games.MAX_ATTEMPTS)}) == games.MAX_ATTEMPTS
+    )
+
+
+def test_generation_gives_up_after_its_attempts_with_every_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(games, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(games, "check_game", lambda path: ("its walkthrough does not win", {}))
+    params = games.check_parameters("treasure", {"level": 1})
+    with pytest.raises(
+        RuntimeError,
+        match="no playable game in 2 generator seeds: generator seed 100: its walkthrough does not win; generator seed",
+    ):
+        games.game_file(tmp_path, "treasure", params, 100)
+    assert not list(tmp_path.rglob(games.GAME_FILE))  # nothing published
+
+
+def test_a_game_with_more_commands_than_the_action_space_is_refused_when_made(tmp_path):
+    task = TextWorldTask("t", "treasure", {"level": 1}, max_commands=1, games_dir=str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"offers \d+ commands on its walkthrough, more than "
+        r"max_commands=1: allowed max_commands >= \d+",
+    ):
+        task.game_file(100)
+
+
+# -- Agent-BRACE's released games under protocol=paper ------------------------------------------
+
+RELEASED_EVAL = {  # generate_textworld_*_tasks.sh's validation and test mixtures, in their order
+    "tw_quest": ["6:6:8", "6:8:10", "8:8:12", "8:10:13", "8:12:13"],
+    "tw_treasure": [14, 16, 18, 20, 22, 25, 28, 30],
+    "tw_cooking": ["4:4:9:octd", "5:5:9:octd", "4:4:12:oct", "4:4:12:octd", "5:5:12:octd"],
+}
+
+
+def released_task(env: str, root):
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(root, "+experiment=brace_tw", f"env={env}", "protocol=paper")
+    task = make_task(cfg.env)
+    task.games_dir = root
+    return task, cfg
+
+
+def _spec(params: dict) -> object:
+    """A game's parameters in the released scripts' notation."""
+    if "level" in params:
+        return params["level"]
+    if "nb_rooms" in params:
+        return f"{params['nb_rooms']}:{params['nb_objects']}:{params['quest_length']}"
+    flags = "".join(f for f, k in (("o", "open"), ("c", "cook"), ("t", "cut"), ("d", "drop"))
+                    if params[k])  # fmt: skip
+    return f"{params['recipe']}:{params['take']}:{params['go']}:{flags}"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_paper_protocol_cycles_the_released_mixtures_per_game(env, tmp_path):
+    """The k-th test game takes the released evaluation mixture's entry k mod n, the k-th
+    validation game too, and the training pool the released training mixture; 1,000 training
+    games, 100 steps (no game made: the parameters each seed gets)."""
+    task, cfg = released_task(env, tmp_path)
+    released = RELEASED_EVAL[env]
+    assert [_spec(task.game_params(100 + k)) for k in range(2 * len(released))] == released * 2
+    assert [_spec(task.game_params(k)) for k in range(len(released))] == released
+    assert task.train_games == 1000 and task.max_steps == 100 == cfg.env.task.max_steps
+    train = {
+        "tw_quest": ["2:3:3", "2:4:4", "4:4:4", "4:6:6"],
+        "tw_treasure": [1, 2, 4, 6, 8],
+        "tw_cooking": ["3:3:9:oc", "4:4:6:oct", "4:4:6:octd", "4:4:9:oct"],
+    }[env]
+    assert [_spec(task.game_params(TRAIN_SEED_MIN + k)) for k in range(len(train))] == train
+    from benchmark.seeds import Splits
+
+    summary = task.content_summary(Splits())  # the plan's line
+    assert (
+        f"games: {env} 1,000 training (mixture of {len(train)}), 100 validation (mixture of "
+        in summary
+    )
+    assert "100 steps per episode; 0 of 1,200 made" in summary
+    from tests.conftest import compose_cfg  # the suite protocol keeps the toy size
+
+    toy = make_task(
+        compose_cfg(tmp_path, "+experiment=brace_tw", f"env={env}", "protocol=suite").env
+    )
+    assert toy.mixture == make_task(env).mixture and toy.train_games == 50 and toy.max_steps == 30
+
+
+def _rooms(game_json: dict) -> int:
+    return len({a["name"] for fact in game_json["world"] for a in fact["arguments"]
+                if a["type"] == "r"})  # fmt: skip
+
+
+@pytest.mark.slow  # six hard games (~1 min)
+@pytest.mark.parametrize("env", ENVS)
+def test_generated_evaluation_games_have_the_released_difficulty(env, tmp_path):
+    """Test seeds 100 and 101 (the mixtures' first two entries) made for real: their rooms,
+    quest length (Quest, Treasure) or recipe skills (Cooking) are the released ones, and their
+    walkthrough states fit the protocol's command slots."""
+    task, _ = released_task(env, tmp_path)
+    for seed in (100, 101):
+        path = task.game_file(seed)
+        game = json.loads(path.with_suffix(".json").read_text())
+        params, meta = task.game_params(seed), games.game_meta(path)
+        assert meta["params"] == params and meta["max_commands"] <= task.max_commands
+        walkthrough = game["metadata"]["walkthrough"]
+        if env == "tw_quest":
+            assert _rooms(game) == params["nb_rooms"]
+            assert len(walkthrough) == params["quest_length"], walkthrough
+        elif env == "tw_treasure":  # TextWorld's levels 11-20: 10 rooms, doors and containers
+            level = params["level"]
+            assert game["metadata"]["mode"] == "medium" and _rooms(game) == 10
+            assert game["metadata"]["quest_length"] == round(2 + (level - 11) * 8 / 9)
+        else:
+            skills = "+".join(f"{k}{params[k] if not isinstance(params[k], bool) else ''}"
+                              for k in ("recipe", "take", "cook", "cut", "open", "drop", "go")
+                              if params[k])  # fmt: skip
+            assert f"-{skills}-" in game["metadata"]["uuid"], game["metadata"]["uuid"]
+            assert _rooms(game) == params["go"]

@@ -44,8 +44,9 @@ def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> An
     (0: the env's own)."""
     from omegaconf import OmegaConf
 
-    from benchmark.envs import load_env_cfg, make_task
+    from benchmark.envs import load_env_cfg, make_task, results_root_of
 
+    root = results_root_of(env)  # a job config's env: its games under its paths.root
     cfg = load_env_cfg(env) if isinstance(env, str) else OmegaConf.create(env)
     if max_steps is not None:
         cfg.task.max_steps = int(max_steps)
@@ -53,7 +54,7 @@ def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> An
         if "train_games" not in cfg.task:
             raise SystemExit(f"train_games={train_games}: env {cfg.name} has no training pool")
         cfg.task.train_games = int(train_games)
-    return make_task(cfg)
+    return make_task(cfg, root)
 
 
 def prompt_of(policy_input: str = "belief") -> Any:

@@ -5,6 +5,7 @@ Task class; a new family adds its module (benchmark.envs.family, docs/families.m
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from benchmark.config import CONF, load_yaml
@@ -27,6 +28,7 @@ __all__ = [
     "get_family",
     "load_env_cfg",
     "make_task",
+    "results_root_of",
 ]
 
 
@@ -43,13 +45,27 @@ def load_env_cfg(name: str) -> Any:
     return load_yaml(path)
 
 
-def make_task(env_cfg: Any) -> Task:
+def results_root_of(node: Any) -> str | None:
+    """The `paths.root` of the job config a node (`cfg.env`) is part of; None for a standalone
+    node (an env config loaded by name, a plain dict)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig) or node._get_parent() is None:
+        return None
+    return OmegaConf.select(node._get_root(), "paths.root", default=None)
+
+
+def make_task(env_cfg: Any, results_root: str | Path | None = None) -> Task:
     """The Task described by an env config (its `task` node, via hydra.utils.instantiate); also
     takes a plain dict or an env name.
-    Tasks hold only their config values, so they pickle cheaply and can be rebuilt anywhere."""
+    Tasks hold only their config values, so they pickle cheaply and can be rebuilt anywhere.
+    `results_root`: where the task keeps what it makes (Task.use_results_root: TextWorld's
+    games); by default the `paths.root` of the job config `env_cfg` is part of, when it is one."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    if results_root is None:
+        results_root = results_root_of(env_cfg)
     if isinstance(env_cfg, str):
         env_cfg = load_env_cfg(env_cfg)
     elif isinstance(env_cfg, dict):
@@ -59,4 +75,6 @@ def make_task(env_cfg: Any) -> Task:
     task = instantiate(env_cfg.task, _convert_="all")
     if not isinstance(task, Task):
         raise TypeError(f"env.task._target_ built {type(task).__name__}, not a benchmark Task")
+    if results_root is not None:
+        task.use_results_root(Path(results_root))
     return task

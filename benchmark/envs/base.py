@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -160,6 +161,17 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def make_env(self) -> gym.Env:
         """The policy-facing gymnasium env (memoryless observation, the configured actions)."""
+
+    def use_results_root(self, root: Path) -> None:
+        """Where this task keeps what it makes (the job's `paths.root`): nothing by default; a
+        task that generates content (TextWorld's games) caches it under the root, so a results
+        root holds everything its cells need and the working directory is never written."""
+        return None
+
+    def content_summary(self, splits: Any) -> str | None:
+        """One line on what the task makes before its episodes (the plan shows it): TextWorld
+        says its games per split and how many are made; None for tasks that make nothing."""
+        return None
 
     def make_training_env(self, index: int) -> gym.Env:
         """The env of slot `index` of PPO's training vector: `make_env()` unless the task trains on

@@ -34,7 +34,7 @@ from benchmark.envs.textworld import games
 from benchmark.seeds import TRAIN_SEED_MIN
 
 TEXT_DIM, COMMAND_DIM = 256, 16
-SKIPPED = re.compile(r"^(examine\b|look$|inventory$)")
+commands_of = games.commands_of  # the command set of a step (games.py checks it at generation)
 _WORD = re.compile(r"[a-z0-9]+")
 _TEXT_LINE = re.compile(r"[A-Za-z]{2}")
 
@@ -56,11 +56,6 @@ def hashed_words(text: str, dim: int) -> np.ndarray:
     for word in _WORD.findall(text.lower()):
         out[zlib.crc32(word.encode()) % dim] = 1.0
     return out
-
-
-def commands_of(admissible: list[str]) -> list[str]:
-    """The command set of a step: the admissible commands that can change the game, sorted."""
-    return sorted(c for c in admissible if not SKIPPED.match(c))
 
 
 @dataclass
@@ -209,22 +204,32 @@ class TextWorldTask(Task):
         self,
         name: str,
         game: str,
-        generation: dict[str, Any] | None = None,
-        evaluation_generation: dict[str, Any] | None = None,
+        generation: dict[str, Any] | list[dict[str, Any]] | None = None,
+        evaluation_generation: dict[str, Any] | list[dict[str, Any]] | None = None,
         max_steps: int = 50,
         max_commands: int = 32,
         train_games: int = 100,
         games_dir: str | None = None,
     ):
         """`game`: quest | treasure | cooking; `generation`: its parameters
-        (games.PARAMETERS, defaults filled in); `evaluation_generation`: the parameters that
-        differ for the validation and test games (Agent-BRACE makes Quest and Treasure harder
-        there); `train_games`: the size of the training pool; `games_dir`: the game cache
-        (default: games.default_root())."""
-        self.params = games.check_parameters(game, generation)
-        self.eval_params = games.check_parameters(
-            game, {**(generation or {}), **(evaluation_generation or {})}
-        )
+        (games.PARAMETERS, defaults filled in), or a list of them: a mixture, cycled per game
+        (the split's k-th game takes entry k mod its length, as Agent-BRACE's released
+        generation scripts do); `evaluation_generation`: the validation and test games' (a
+        dict: the parameters that differ from `generation`'s; a list: a mixture of its own;
+        Agent-BRACE makes them harder); `train_games`: the size of the training pool;
+        `games_dir`: the game cache (default: `textworld/` under the job's results root,
+        use_results_root)."""
+        self.mixture = [games.check_parameters(game, p) for p in _entries(generation)]
+        if isinstance(evaluation_generation, (list, tuple)):
+            self.eval_mixture = [
+                games.check_parameters(game, p) for p in _entries(evaluation_generation)
+            ]
+        else:  # what differs from each training entry
+            self.eval_mixture = [
+                games.check_parameters(game, {**p, **(evaluation_generation or {})})
+                for p in _entries(generation)
+            ]
+        self.params, self.eval_params = self.mixture[0], self.eval_mixture[0]
         for key, value in (("max_steps", max_steps), ("max_commands", max_commands)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
@@ -234,6 +239,7 @@ class TextWorldTask(Task):
         self.max_steps, self.max_commands = max_steps, max_commands
         self.train_games = train_games
         self.games_dir = Path(games_dir) if games_dir else None
+        self.results_root: Path | None = None
         # fixed-size names for the sizes (tau's range: log2 of the slots); episodes name the
         # slots by their commands
         self.action_names = tuple(f"slot{i}" for i in range(max_commands))
@@ -247,10 +253,60 @@ class TextWorldTask(Task):
             return seed
         return TRAIN_SEED_MIN + (seed - TRAIN_SEED_MIN) % self.train_games
 
+    def use_results_root(self, root: Path) -> None:
+        self.results_root = Path(root)
+
+    def games_cache(self) -> Path:
+        """Where this task's games lie: `games_dir` when set, else `<paths.root>/textworld`."""
+        return self.games_dir or games.games_root(self.results_root)
+
+    def game_params(self, seed: int) -> dict[str, Any]:
+        """The generation parameters of a game seed: validation and test games at
+        `evaluation_generation`; a mixture's entry cycled by the game's index in its split
+        (training: seed - TRAIN_SEED_MIN, validation: the seed, test: seed - 100)."""
+        if seed < 0:
+            raise ValueError(f"seed {seed} is invalid: allowed >= 0")
+        mixture = self.mixture if seed >= TRAIN_SEED_MIN else self.eval_mixture
+        return mixture[games.split_index(seed) % len(mixture)]
+
+    def is_made(self, seed: int) -> bool:
+        """Whether the game of a game seed is in the cache already (generation skips it)."""
+        return games.is_made(
+            games.game_dir(self.games_cache(), self.game, self.game_params(seed), seed)
+        )
+
     def game_file(self, seed: int) -> Path:
-        """The game of a game seed: validation and test games at `evaluation_generation`."""
-        params = self.params if seed >= TRAIN_SEED_MIN else self.eval_params
-        return games.game_file(self.games_dir or games.default_root(), self.game, params, seed)
+        """The game of a game seed, made and checked first when not cached; refused when a
+        state of its walkthrough offers more commands than the `max_commands` slots of the
+        action space."""
+        path = games.game_file(self.games_cache(), self.game, self.game_params(seed), seed)
+        offered = games.game_meta(path)["max_commands"]
+        if offered > self.max_commands:
+            raise ValueError(
+                f"TextWorld {self.game} game of seed {seed} ({path}) offers {offered} commands "
+                f"on its walkthrough, more than max_commands={self.max_commands}: allowed "
+                f"max_commands >= {offered} for these games (env.task.max_commands)"
+            )
+        return path
+
+    def content_summary(self, splits: Any) -> str | None:
+        """The games per split (a mixture's size), the step limit and how many are made."""
+        seeds = {
+            "training": range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + self.train_games),
+            **{name: splits.ranges[name] for name in ("validation", "test")},
+        }
+        made = sum(self.is_made(s) for r in seeds.values() for s in r)
+        kinds = {"training": len(self.mixture), "validation": len(self.eval_mixture)}
+        kinds["test"] = kinds["validation"]
+        parts = [
+            f"{len(r):,} {name}" + (f" (mixture of {kinds[name]})" if kinds[name] > 1 else "")
+            for name, r in seeds.items()
+        ]
+        total = sum(len(r) for r in seeds.values())
+        return (
+            f"games: {self.name} {', '.join(parts)}; {self.max_steps} steps per episode; "
+            f"{made:,} of {total:,} made under {self.games_cache()}"
+        )
 
     def make_env(self) -> TextGameEnv:
         return TextGameEnv(self)
@@ -259,7 +315,19 @@ class TextWorldTask(Task):
         return TextWorldEpisode(self, seed)
 
     def __repr__(self) -> str:
-        return f"TextWorldTask({self.name!r}, {self.game!r}, {self.params})"
+        return f"TextWorldTask({self.name!r}, {self.game!r}, {self.mixture})"
+
+
+def _entries(generation: Any) -> list[dict[str, Any]]:
+    """A generation setting as a list of parameter dicts (a dict: one entry)."""
+    if generation is None or isinstance(generation, dict):
+        return [dict(generation or {})]
+    if isinstance(generation, (list, tuple)) and generation:
+        return [dict(p) if isinstance(p, dict) else p for p in generation]
+    raise ValueError(
+        f"generation={generation!r} is invalid: allowed a dict of generation parameters or a "
+        "non-empty list of them (a mixture)"
+    )
 
 
 class TextWorldEpisode(Episode):
