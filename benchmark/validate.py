@@ -127,7 +127,6 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         raise ValueError(
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
-    _check_server_wait(cfg)
     _check_decoding_mode(cfg)
     _check_choices_prompt(cfg, task)
     if cfg.eval.mode not in ("lockstep", "sequential"):
@@ -139,18 +138,21 @@ def validate(cfg: DictConfig, task=None) -> Splits:
 
 def _check_decoding_mode(cfg: DictConfig) -> None:
     """slm.decoding.source: config or model, model only where the backend reads the model's
-    generation config (not the openai backend); slm.decoding.mode: generate or choices; choices
-    only greedy and where the backend can score (the hf backend; the openai backend with a
-    server that returns prompt log-probabilities)."""
+    generation config (`Consultant.reads_generation_config`); slm.decoding.mode: generate or
+    choices; choices only greedy and where the backend can score (`choice_scoring`); then the
+    backend's own checks (`Consultant.check_config`: the openai backend's server settings)."""
     source = OmegaConf.select(cfg, "slm.decoding.source")
     if source is not None and source not in SOURCES:
         raise ValueError(
             f"slm.decoding.source={source!r} is invalid: allowed {list(SOURCES)} (docs/protocol.md)"
         )
-    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
-    if source == "model" and target.endswith("OpenAIConsultant"):
+    backend = _backend(cfg)
+    if backend is None:
+        return
+    name = backend.__name__
+    if source == "model" and backend.uses_lm and not backend.reads_generation_config:
         raise ValueError(
-            "slm.decoding.source=model: the openai backend cannot read the served model's "
+            f"slm.decoding.source=model: the {name} backend cannot read the served model's "
             "generation config; set slm.decoding.source=config and slm.decoding.temperature/"
             "top_p/top_k to the model's values"
         )
@@ -162,6 +164,11 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             f"slm.decoding.repetition_penalty={penalty!r} is invalid: allowed a number > 0 "
             "(1.0 = off; docs/protocol.md)"
         )
+    _check_mode(cfg, backend, source)
+    backend.check_config(cfg.slm)
+
+
+def _check_mode(cfg: DictConfig, backend: type, source: str | None) -> None:
     mode = OmegaConf.select(cfg, "slm.decoding.mode")
     if mode is None or mode == "generate":
         return
@@ -181,16 +188,22 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             f"slm.decoding.mode=choices answers with the most likely action: it needs "
             f"slm.decoding.temperature=0, got {temperature!r}"
         )
-    if target.endswith("OpenAIConsultant") and not OmegaConf.select(
-        cfg, "slm.backend.prompt_logprobs"
-    ):
-        from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
+    if not backend.choice_scoring:
+        raise ValueError(
+            f"slm.decoding.mode=choices: the {backend.__name__} backend cannot score the valid "
+            "actions; "
+            "allowed slm.decoding.mode=generate"
+        )
 
-        raise ValueError(CHOICES_NEED_LOGPROBS)
-    if target.endswith("OpenAIConsultant") and penalty not in (None, 1.0):
-        from benchmark.consultants.openai_compat import CHOICES_NO_PENALTY
 
-        raise ValueError(CHOICES_NO_PENALTY)
+def _backend(cfg: DictConfig) -> type | None:
+    """The backend class of `slm.backend` (None without an slm node)."""
+    from benchmark.consultants import backend_class
+
+    node = OmegaConf.select(cfg, "slm.backend")
+    if not isinstance(node, DictConfig):
+        return None
+    return backend_class(node)
 
 
 def _check_choices_prompt(cfg: DictConfig, task) -> None:
@@ -302,35 +315,6 @@ def _check_probability_taus(cfg: DictConfig) -> None:
 
 def _finite_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _check_server_wait(cfg: DictConfig) -> None:
-    """slm.backend.wait_timeout / url_file / restart_wait_s / choice_logprobs (openai backend):
-    how a cell finds a shared server, waits for it to restart, and scores choices on it."""
-    for key, zero in (("wait_timeout", "probe the server once"), ("restart_wait_s", "no wait")):
-        wait = OmegaConf.select(cfg, f"slm.backend.{key}")
-        if wait is not None and (
-            not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < math.inf
-        ):
-            raise ValueError(
-                f"slm.backend.{key}={wait!r} is invalid: allowed a number of seconds >= 0 "
-                f"(0 = {zero})"
-            )
-    how = OmegaConf.select(cfg, "slm.backend.choice_logprobs")
-    if how is not None:
-        from benchmark.consultants.remote_choices import CHOICE_LOGPROBS
-
-        if how not in CHOICE_LOGPROBS:
-            raise ValueError(
-                f"slm.backend.choice_logprobs={how!r} is invalid: allowed "
-                f"{', '.join(CHOICE_LOGPROBS)}"
-            )
-    url_file = OmegaConf.select(cfg, "slm.backend.url_file")
-    if url_file is not None and (not isinstance(url_file, str) or not url_file.strip()):
-        raise ValueError(
-            f"slm.backend.url_file={url_file!r} is invalid: allowed null or the path of the file "
-            "python -m benchmark.serve --url-file writes"
-        )
 
 
 def _check_tuning_scope(cfg: DictConfig) -> None:

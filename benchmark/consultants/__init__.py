@@ -20,6 +20,7 @@ __all__ = [
     "Decoding",
     "ModelNotBuilt",
     "Query",
+    "backend_class",
     "make_consultant",
 ]
 
@@ -69,6 +70,26 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
             )
         return cached
     return backend
+
+
+def backend_class(backend_cfg: Any) -> type[Consultant]:
+    """The backend class `slm.backend._target_` names: what cell.py, validate.py and the plan
+    ask about a backend (its declared keys and capabilities, `Consultant`). Any importable class
+    may be one, in this package or another installed one (docs/consultants.md)."""
+    from hydra.utils import get_class
+
+    target = backend_cfg.get("_target_") if isinstance(backend_cfg, Mapping) else None
+    try:
+        cls = get_class(str(target))
+    except Exception as exc:  # noqa: BLE001 - an import error names the missing module
+        raise ConsultantError(
+            f"slm.backend._target_={target!r} is not an importable class: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Consultant)):
+        raise ConsultantError(
+            f"slm.backend._target_={target!r} is not a benchmark.consultants.base.Consultant"
+        )
+    return cls
 
 
 def _target_class(backend_cfg: Any) -> type | None:

@@ -32,6 +32,14 @@ class FinetunedConsultant(HFConsultant):
     """`HFConsultant` on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
     data and training settings, the env and prompt it serves; `path` says where things lie)."""
 
+    protocol_fields = ()  # trained in its own dtype (slm.backend.train.dtype)
+    slm_keys = ("base",)  # conf/slm/finetuned.yaml: the base model's option name
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        """The hf backend's keys and the recipe's (taken from `**kwargs`)."""
+        return super().config_keys() | frozenset(RECIPE_ARGS)
+
     def __init__(
         self, base: str, path: Any, env: Any, prompt: Any, splits: Any = None, **kwargs: Any
     ) -> None:
