@@ -32,6 +32,7 @@ PER_ENV = {"tau_range"}
 BACKEND_FIELDS = {field for field, (key, _) in KEYS.items() if key.startswith("slm.backend.")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
+FIELDS = frozenset({"name", *KEYS, *PRESET_TUNING.values()})  # the keys a protocol may set
 
 
 def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:

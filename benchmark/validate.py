@@ -4,58 +4,77 @@ message names the bad value and what is allowed."""
 
 from __future__ import annotations
 
+import inspect
 import math
-from functools import cache
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import workers
-from benchmark.config import CONF, option_file, options
+from benchmark.config import option_file, options, root_keys
+from benchmark.consultants import ConsultantError, backend_class
 from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
-from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO, NeverGate
+from benchmark.gates import TAU_AUTO, Gate, NeverGate, available_gates
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
+from benchmark.protocol import FIELDS
 from benchmark.seeds import Splits
 from benchmark.tuning import Objective
 
-# nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
-# (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
-OPTION_GROUPS = ("gate", "slm", "prompt", "protocol")
+# nodes whose keys are fixed: a key their owner does not declare is a typo (`+gate.tauu=0.9`),
+# never silently ignored. env.ppo and slm.backend.extra_body stay open. Each owner declares its
+# keys: the gate classes (Gate.config_keys), the backend (Consultant.config_keys, slm_keys), the
+# prompt variant's constructor, the protocol (protocol.FIELDS), the root config (eval, tuning,
+# splits: config.root_keys); nothing here reads conf/.
 ROOT_NODES = ("eval", "tuning", "splits")
+HYDRA_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_"})
+SLM_KEYS = frozenset({"name", "cache", "cache_max_entries", "decoding", "backend"})
 
 
-@cache
-def known_keys(node: str) -> frozenset[str]:
-    """The keys a node may hold: for a config group, those of any of its options."""
-    group, _, sub = node.partition(".")
-    if group in ROOT_NODES:
-        files = [CONF / "config.yaml"]
-    else:
-        files = sorted((CONF / group).glob("*.yaml"))
-    keys: set[str] = set()
-    for f in files:
-        data = OmegaConf.load(f)
-        if group in ROOT_NODES:
-            data = data.get(group) or {}
-        if sub:
-            data = data.get(sub) or {}
-        keys.update(str(k) for k in data)
-    return frozenset(keys)
+def known_keys(cfg: DictConfig, node: str) -> frozenset[str] | None:
+    """The keys the config node `node` may hold, as their owners declare them; None when its
+    `_target_` names no class of the kind (building it fails then, with its own message)."""
+    try:
+        return _declared_keys(cfg, node)
+    except (ConsultantError, ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def _declared_keys(cfg: DictConfig, node: str) -> frozenset[str]:
+    if node in ROOT_NODES:
+        return root_keys(node)
+    if node == "protocol":
+        return FIELDS
+    if node == "gate":
+        gates = [*available_gates().values(), _gate_class(cfg.gate)]
+        return frozenset().union(
+            *(g.config_keys() for g in gates if isinstance(g, type) and issubclass(g, Gate))
+        )
+    if node == "slm":
+        return SLM_KEYS | frozenset(backend_class(cfg.slm.backend).slm_keys)
+    if node == "slm.backend":
+        return backend_class(cfg.slm.backend).config_keys()
+    if node == "prompt":
+        return _init_keys(get_class(str(cfg.prompt.get("_target_")))) | HYDRA_KEYS
+    raise ValueError(f"no declared keys for config node {node!r}")
+
+
+def _init_keys(cls: type) -> frozenset[str]:
+    params = inspect.signature(cls.__init__).parameters
+    return frozenset(k for k, p in params.items() if k != "self" and p.kind != p.VAR_KEYWORD)
 
 
 def check_known_keys(cfg: DictConfig) -> None:
-    nodes = [*OPTION_GROUPS, *ROOT_NODES, "slm.backend"]
-    for node in nodes:
+    for node in ("gate", "slm", "prompt", "protocol", *ROOT_NODES, "slm.backend"):
         value = OmegaConf.select(cfg, node)
         if not isinstance(value, DictConfig):
             continue
-        unknown = sorted(set(value) - known_keys(node))
+        known = known_keys(cfg, node)
+        unknown = sorted(set(value) - known) if known is not None else []
         if unknown:
             raise ValueError(
-                f"unknown key {node}.{unknown[0]}: allowed keys of {node} are "
-                f"{sorted(known_keys(node))}"
+                f"unknown key {node}.{unknown[0]}: allowed keys of {node} are {sorted(known)}"
             )
 
 
@@ -83,32 +102,10 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     n = gate.get("mc_samples")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gate.mc_samples={n!r} is invalid: allowed an integer >= 1")
-    if gate.get("name") == "epistemic" and n is not None and n < 2:
-        raise ValueError(
-            f"gate.mc_samples={n} is invalid for gate 'epistemic': one sample has no epistemic "
-            "spread, so the gate could never fire; allowed an integer >= 2"
-        )
+    gate_cls = _gate_class(gate)
+    if gate_cls is not None:
+        gate_cls.check_config(gate)  # its own keys (Gate.check_config)
     _check_taus(cfg, task)
-    features = gate.get("features")
-    if features is not None:
-        bad = (
-            [f for f in features if f not in FEATURES]
-            if not isinstance(features, str)
-            else [features]
-        )
-        if bad or not features:
-            raise ValueError(
-                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
-                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
-            )
-    n_train = gate.get("train_episodes")
-    if n_train is not None and (
-        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
-    ):
-        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
-    p = gate.get("p")
-    if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
-        raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
     if cfg.eval.split not in splits.names():
         raise ValueError(f"eval.split={cfg.eval.split!r} is invalid: allowed {splits.names()}")
     for key in ("eval", "tuning"):
@@ -149,7 +146,7 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
     backend = _backend(cfg)
     if backend is None:
         return
-    name = backend.__name__
+    name = backend.label or backend.__name__
     if source == "model" and backend.uses_lm and not backend.reads_generation_config:
         raise ValueError(
             f"slm.decoding.source=model: the {name} backend cannot read the served model's "
@@ -190,16 +187,13 @@ def _check_mode(cfg: DictConfig, backend: type, source: str | None) -> None:
         )
     if not backend.choice_scoring:
         raise ValueError(
-            f"slm.decoding.mode=choices: the {backend.__name__} backend cannot score the valid "
-            "actions; "
-            "allowed slm.decoding.mode=generate"
+            f"slm.decoding.mode=choices: the {backend.label or backend.__name__} backend cannot "
+            "score the valid actions; allowed slm.decoding.mode=generate"
         )
 
 
 def _backend(cfg: DictConfig) -> type | None:
     """The backend class of `slm.backend` (None without an slm node)."""
-    from benchmark.consultants import backend_class
-
     node = OmegaConf.select(cfg, "slm.backend")
     if not isinstance(node, DictConfig):
         return None

@@ -216,6 +216,8 @@ class Consultant(abc.ABC):
     # consultants.md, "Adding a backend"): cell.py, validate.py, plan.py and protocol.py read
     # these from the class `slm.backend._target_` names, so a backend in another package needs
     # no edit outside its own files.
+    # how messages name it ("the openai backend"); its class name when empty
+    label: str = ""
     # whether a language model answers (False: the dice, the oracle): the plan counts LM calls
     # and tokens and projects their time only for such cells; decoding settings mean nothing
     uses_lm: bool = True

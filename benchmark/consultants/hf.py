@@ -150,6 +150,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         self._setup_tokens()
 
     uses_digests = True  # make_consultant passes the results store's digest cache
+    label = "hf"
     reads_generation_config = True  # model_sampling: the model's generation_config.json
     # prefix KV reuse, the lean decode loop and batching across prompt lengths give token-identical
     # answers (tests/test_prefix_cache.py, tests/test_choices.py, tests/test_batching.py)

@@ -96,6 +96,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
 
     owned_by: str | None = None  # the server's `owned_by` for the model (/v1/models)
+    label = "openai"
     # how long it waits for its server, the file its address is read from, whether the server
     # returns log-probabilities and which of its two ways choice scoring takes them (the same raw
     # log-probabilities), how long a request waits for a restart: none changes an answer
