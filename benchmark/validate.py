@@ -29,7 +29,12 @@ from benchmark.tuning import Objective
 # splits: config.root_keys); nothing here reads conf/.
 ROOT_NODES = ("eval", "tuning", "splits")
 HYDRA_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_"})
-SLM_KEYS = frozenset({"name", "cache", "cache_max_entries", "decoding", "backend"})
+# the slm keys of every backend; belief_name and policy_name label the two models of Agent-BRACE's
+# methods (conf/method/brace_*.yaml), which set them whatever the backend (a preset's rows with
+# slm=tiny keep them); a backend adds its own (Consultant.slm_keys)
+SLM_KEYS = frozenset(
+    {"name", "cache", "cache_max_entries", "decoding", "backend", "belief_name", "policy_name"}
+)
 
 
 def known_keys(cfg: DictConfig, node: str) -> frozenset[str] | None:

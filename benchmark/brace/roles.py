@@ -84,7 +84,6 @@ class RolesConsultant(Consultant):
     uses_digests = True  # make_consultant passes the results store's digest cache
     # the command that trains the roles' models (conf/slm/brace_trained.yaml) changes no answer
     execution_keys = ("trained_by",)
-    slm_keys = ("belief_name", "policy_name")  # labels of the two roles' models
 
     def __init__(self, belief: Any, policy: Any, path: Any = None, digests: str | None = None,
                  trained_by: str | None = None):  # fmt: skip

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants import ConsultantError, ModelNotBuilt
+from benchmark.consultants import ConsultantError, ModelNotBuilt, backend
 from benchmark.consultants.fingerprint import local_fingerprint
-from benchmark.consultants.hf import HFConsultant
 from benchmark.finetune.store import Recipe, ensure, find, plain
 
 RECIPE_ARGS = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
@@ -28,8 +27,8 @@ def _recipe(args: dict[str, Any]) -> Recipe:
         raise ConsultantError(f"slm=finetuned: {exc}") from exc
 
 
-class FinetunedConsultant(HFConsultant):
-    """`HFConsultant` on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
+class FinetunedConsultant(backend("hf")):  # type: ignore[misc]
+    """The hf backend on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
     data and training settings, the env and prompt it serves; `path` says where things lie)."""
 
     protocol_fields = ()  # trained in its own dtype (slm.backend.train.dtype)
