@@ -181,8 +181,8 @@ class Evaluation:
     consultant: Any = None
     prompt: Any = None
     checkpoint_path: Path | None = None
-    gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
-    gate_info: dict | None = None  # what building them found (benchmark.learned: `degenerate`)
+    gate_inputs: dict = field(default_factory=dict)  # built for the gate by its trainer
+    gate_info: dict | None = None  # what its trainer found (e.g. `degenerate`)
     mc_dropout_fn: Callable[..., Any] = mc_dropout  # Evaluator.mc_dropout_fn
 
     def gate(self, **gate_args: Any) -> Any:
@@ -309,7 +309,7 @@ def build(
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
         gate_inputs, gate_info = {}, None
-        if spec.gate.cls.needs_training:  # e.g. gate=learned: its classifier (Gate.trainer)
+        if spec.gate.cls.needs_training:  # its declared trainer builds what it needs
             if checkpoint is None:
                 raise ValueError(
                     f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
