@@ -43,6 +43,7 @@ class Gate:
     needs_training = False
     trainer: str | None = None
     min_mc_samples = 1  # the fewest MC-dropout samples its signal means something with
+    min_mc_samples_why = ""  # why, in the message that refuses fewer
     # the report: whether its cells form a frontier over a threshold (or p) to sweep, its place
     # in the tables' method order (None: after the ordered ones), its marker in the IR figure
     swept = False
@@ -69,8 +70,6 @@ class Gate:
                 f"gate.mc_samples={n} is invalid for gate {cls.name!r}: {cls.min_mc_samples_why}; "
                 f"allowed an integer >= {cls.min_mc_samples}"
             )
-
-    min_mc_samples_why = ""
 
     def mask(self, unc: Uncertainty | None, seeds: list[int], step: list[int]) -> np.ndarray:
         raise NotImplementedError
@@ -161,6 +160,10 @@ class LearnedGate(EntropyGate):
     needs_training = True  # the job builds `classifier`
     trainer = "benchmark.learned.gate_inputs"
     report_order, marker = None, None
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        return super().config_keys() - {"classifier"}  # its trainer's, never configured
 
     @classmethod
     def check_config(cls, gate: Any) -> None:

@@ -108,7 +108,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gate.mc_samples={n!r} is invalid: allowed an integer >= 1")
     gate_cls = _gate_class(gate)
-    if gate_cls is not None:
+    if isinstance(gate_cls, type) and issubclass(gate_cls, Gate):
         gate_cls.check_config(gate)  # its own keys (Gate.check_config)
     _check_taus(cfg, task)
     if cfg.eval.split not in splits.names():
