@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.cell import CellSpec
@@ -181,8 +181,8 @@ class Evaluation:
     consultant: Any = None
     prompt: Any = None
     checkpoint_path: Path | None = None
-    gate_inputs: dict = field(default_factory=dict)  # built for the gate (a learned classifier)
-    gate_info: dict | None = None  # what building them found (benchmark.learned: `degenerate`)
+    gate_inputs: dict = field(default_factory=dict)  # built for the gate by its trainer
+    gate_info: dict | None = None  # what its trainer found (e.g. `degenerate`)
     mc_dropout_fn: Callable[..., Any] = mc_dropout  # Evaluator.mc_dropout_fn
 
     def gate(self, **gate_args: Any) -> Any:
@@ -309,15 +309,14 @@ def build(
             device = cfg.policy.get("device", "cpu")
             policy = load(checkpoint, task=task, device=device).policy
         gate_inputs, gate_info = {}, None
-        if getattr(spec.gate.cls, "trained", False):  # gate=learned: its classifier
-            from benchmark.learned import classifier
-
+        if spec.gate.cls.needs_training:  # its declared trainer builds what it needs
             if checkpoint is None:
                 raise ValueError(
                     f"gate={spec.gate.name} trains on the policy's checkpoint file: pass none "
                     "as `policy`"
                 )
-            gate_inputs["classifier"], gate_info = classifier(cfg, task, policy, checkpoint)
+            train = get_method(str(spec.gate.cls.trainer))
+            gate_inputs, gate_info = train(cfg, task, policy, checkpoint)
     except BaseException:
         if consultant is not None:
             consultant.close()

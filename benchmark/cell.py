@@ -12,8 +12,9 @@ below exist once:
   identity of the consultant's model (every byte of a local model's weights). Paths
   never enter it, so a results root can move, and replaced weights are never mistaken for the
   old ones.
-- Execution settings (eval.mode, eval.torch_threads, device, progress bars) are not part of it:
-  lockstep and sequential evaluation give byte-identical episodes."""
+- Execution settings (eval.mode, eval.torch_threads, device, progress bars, and the keys a
+  backend declares in `Consultant.execution_keys`) are not part of it: lockstep and sequential
+  evaluation give byte-identical episodes."""
 
 from __future__ import annotations
 
@@ -25,29 +26,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.consultants import backend_class
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
-# the hf backend's prefix KV reuse, lean decode loop and batching across prompt lengths give
-# token-identical answers (tests/test_prefix_cache.py, tests/test_choices.py,
-# tests/test_batching.py);
-# how long the openai backend waits for its server, and the file its address is read from, do
-# not change an answer; nor does declaring that the server returns log-probabilities, which of
-# its two ways choice scoring takes them (the same raw log-probabilities), how long a request
-# waits for a server that restarts, or the command that trains a two-model consultant's models
-# (conf/slm/brace_trained.yaml)
-BACKEND_EXECUTION_KEYS = (
-    "trained_by",
-    "prefix_cache",
-    "lean_max_new_tokens",
-    "batching",
-    "wait_timeout",
-    "url_file",
-    "prompt_logprobs",
-    "choice_logprobs",
-    "restart_wait_s",
-)
 # 1: before paths left the identity and inputs entered it by content; 2: before the policy
 # entered by its weights (not the zip's bytes) and a local model by every byte of its weights
 IDENTITY_VERSION = 3
@@ -147,6 +130,11 @@ class CellSpec:
         return self.gate.asks
 
     @property
+    def uses_lm(self) -> bool:
+        """A language model answers (not the dice or the oracle: Consultant.uses_lm)."""
+        return self.uses_consultant and backend_class(self.config["slm"]["backend"]).uses_lm
+
+    @property
     def tunes_tau(self) -> bool:
         return self.gate.tunes_tau
 
@@ -181,7 +169,9 @@ class CellSpec:
         if "policy" in out:  # the tensors and what loads them (policy_digest), not the recipe
             out["policy"] = {"weights": self.inputs["policy_weights"]}
         if "slm" in out:
-            backend = _drop(out["slm"].get("backend", {}), BACKEND_EXECUTION_KEYS)
+            backend = out["slm"].get("backend", {})
+            # the keys its backend declares execution settings (Consultant.execution_keys)
+            backend = _drop(backend, backend_class(backend).execution_keys)
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}

@@ -35,6 +35,13 @@ def option_file(group: str, name: str) -> Path:
     return CONF / group / f"{name}.yaml"
 
 
+def root_keys(node: str) -> frozenset[str]:
+    """The keys the root config (conf/config.yaml) gives its node `node` (eval, tuning,
+    splits): the keys such a node may hold (validate.py)."""
+    value = load_yaml(CONF / "config.yaml").get(node) or {}
+    return frozenset(str(k) for k in value)
+
+
 def load_yaml(path: Path | str) -> DictConfig:
     """`OmegaConf.load(path)`, parsed once per file version: a fresh copy each call (callers edit
     what they get). Tests and `benchmark.prompts` read the same option files hundreds of times,

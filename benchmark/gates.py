@@ -11,6 +11,7 @@ mc_samples, match_tau) are read by `GateSettings`; values are checked once, in v
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +26,50 @@ P_MATCH = "match"  # gate.p=match: the random gate spends the entropy cell's que
 
 
 class Gate:
-    """Base gate: `needs_policy` False means the job never loads or trains a PPO policy."""
+    """Base gate: `needs_policy` False means the job never loads or trains a PPO policy.
+
+    What the rest of the suite asks of a gate is declared here, on its class, and nowhere else
+    (docs/gates.md, "Adding a gate"): cell.py, validate.py, build.py and the report read these
+    from the class `gate._target_` names (the report: every gate of `available_gates()`), so a
+    gate in another installed package needs no edit outside its own files."""
 
     name = "gate"
     needs_policy = True
     needs_uncertainty = False
     threshold_field: str | None = None  # which Uncertainty field a threshold applies to
     score_is_probability = False  # True: tau compares a probability, so it lies in [0, 1]
+    # trained before it runs (by the job, on TRAINING seeds only): `trainer`, "module.function"
+    # (cfg, task, policy, checkpoint) -> (constructor arguments it fills, info dict or None)
+    needs_training = False
+    trainer: str | None = None
+    min_mc_samples = 1  # the fewest MC-dropout samples its signal means something with
+    min_mc_samples_why = ""  # why, in the message that refuses fewer
+    # the report: whether its cells form a frontier over a threshold (or p) to sweep, its place
+    # in the tables' method order (None: after the ordered ones), its marker in the IR figure
+    swept = False
+    report_order: int | None = None
+    marker: str | None = None
+    # gate config keys its constructor does not take (read by the job or by tuning)
+    SETTINGS = ("_target_", "name", "tau", "tau_range", "mc_samples", "match_tau")
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        """The gate config keys it takes: its constructor's arguments and the job's settings."""
+        params = inspect.signature(cls.__init__).parameters
+        return frozenset(k for k in params if k not in ("self", "args", "kwargs")) | frozenset(
+            cls.SETTINGS
+        )
+
+    @classmethod
+    def check_config(cls, gate: Any) -> None:
+        """Fail, naming the bad value and what is allowed, on a value of the gate config this
+        gate cannot run with; validate.py calls it after the checks every gate shares."""
+        n = gate.get("mc_samples")
+        if cls.needs_uncertainty and isinstance(n, int) and n < cls.min_mc_samples:
+            raise ValueError(
+                f"gate.mc_samples={n} is invalid for gate {cls.name!r}: {cls.min_mc_samples_why}; "
+                f"allowed an integer >= {cls.min_mc_samples}"
+            )
 
     def mask(self, unc: Uncertainty | None, seeds: list[int], step: list[int]) -> np.ndarray:
         raise NotImplementedError
@@ -57,6 +95,7 @@ class NeverGate(ConstantGate):
     """PPO-only."""
 
     name = "never"
+    report_order, marker = 0, "s"
 
 
 class AlwaysGate(ConstantGate):
@@ -65,6 +104,7 @@ class AlwaysGate(ConstantGate):
     name = "always"
     needs_policy = False
     asks = True
+    report_order, marker = 1, "^"
 
 
 class EntropyGate(Gate):
@@ -73,6 +113,7 @@ class EntropyGate(Gate):
     name = "entropy"
     needs_uncertainty = True
     threshold_field = "total"
+    swept, report_order, marker = True, 2, "o"
 
     def __init__(self, tau: float) -> None:
         self.tau = float(tau)
@@ -86,6 +127,9 @@ class EpistemicGate(EntropyGate):
 
     name = "epistemic"
     threshold_field = "epistemic"
+    report_order, marker = 3, "v"
+    min_mc_samples = 2
+    min_mc_samples_why = "one sample has no epistemic spread, so the gate could never fire"
 
 
 # what a learned gate may read at run time: the MC-dropout entropies (one column each) and PPO's
@@ -113,7 +157,31 @@ class LearnedGate(EntropyGate):
     name = "learned"
     threshold_field = None
     score_is_probability = True
-    trained = True  # the job builds `classifier` (benchmark.learned.classifier)
+    needs_training = True  # the job builds `classifier`
+    trainer = "benchmark.learned.gate_inputs"
+    report_order, marker = None, None
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        return super().config_keys() - {"classifier"}  # its trainer's, never configured
+
+    @classmethod
+    def check_config(cls, gate: Any) -> None:
+        super().check_config(gate)
+        features = gate.get("features")
+        if features is not None:
+            listed = not isinstance(features, str)
+            bad = [f for f in features if f not in FEATURES] if listed else [features]
+            if bad or not features:
+                raise ValueError(
+                    f"gate.features={list(features) if listed else features!r} is invalid: "
+                    f"allowed a non-empty list of {', '.join(FEATURES)}"
+                )
+        n_train = gate.get("train_episodes")
+        if n_train is not None and not (
+            isinstance(n_train, int) and not isinstance(n_train, bool) and n_train >= 1
+        ):
+            raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
 
     def __init__(
         self,
@@ -147,6 +215,13 @@ class RandomGate(Gate):
     that asks whether the entropy signal beats chance at the same query budget."""
 
     name = "random"
+    swept, report_order, marker = True, 4, "D"
+
+    @classmethod
+    def check_config(cls, gate: Any) -> None:
+        p = gate.get("p")
+        if p is not None and str(p) != P_MATCH and not (_number(p) and 0 <= p <= 1):
+            raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
 
     def __init__(self, p: float, seed: int = 0) -> None:
         self.p, self.seed = float(p), int(seed)
@@ -214,3 +289,54 @@ class GateSettings:
         """The gate, with `resolved` replacing settings decided at run time (a tuned tau, a
         matched p)."""
         return self.cls(**{**self.args, **resolved})
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# ----------------------------------------------------------------------------- the registry
+ENTRY_POINT_GROUP = "benchmark.gates"  # how a gate class in another installed package is found
+
+
+@functools.cache
+def available_gates() -> dict[str, type[Gate]]:
+    """Every gate class by its `name`: this module's, then those other installed packages
+    register under the entry-point group `benchmark.gates` (the value names the class,
+    `package.module:Class`). The report reads their declarations (order, marker, swept)."""
+    from importlib import metadata
+
+    found = {
+        c.name: c
+        for c in globals().values()
+        if isinstance(c, type)
+        and issubclass(c, Gate)
+        and c.name != Gate.name
+        and c.__module__ == __name__
+        and c is not ConstantGate
+    }
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        cls = ep.load()
+        if not (isinstance(cls, type) and issubclass(cls, Gate)):
+            raise TypeError(
+                f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}) is not a "
+                "benchmark.gates.Gate subclass"
+            )
+        found.setdefault(cls.name, cls)
+    return found
+
+
+def gate_order() -> tuple[str, ...]:
+    """The report's method order of gates: those that declare a `report_order`, by it."""
+    ordered = [g for g in available_gates().values() if g.report_order is not None]
+    return tuple(g.name for g in sorted(ordered, key=lambda g: (g.report_order, g.name)))
+
+
+def swept_gates() -> tuple[str, ...]:
+    """The gates whose cells form a frontier over a swept threshold or p (`swept`)."""
+    return tuple(name for name, g in available_gates().items() if g.swept)
+
+
+def gate_markers() -> dict[str, str]:
+    """Each gate's marker in the IR figure, where it declares one."""
+    return {name: g.marker for name, g in available_gates().items() if g.marker}

@@ -52,7 +52,9 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             torch.set_num_threads(int(cfg.eval.torch_threads))
         evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
         try:
-            spec = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
+            # inputs found before building stay what they were (building made nothing new);
+            # else building made them (a policy trained, a model built): located now
+            spec = located or locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             evaluation.spec = spec
             name, cell_dir = spec.name, spec.dir(cfg.paths.root)
             with Store.of(cfg.paths).computing(spec.hash, name):  # one job per cell at a time

@@ -31,6 +31,13 @@ MIN_TRAINING_AUROC = 0.55  # below it on its own training data, the score ranks 
 log = logging.getLogger(__name__)
 
 
+def gate_inputs(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> tuple[dict, dict]:
+    """The learned gate's trainer (`LearnedGate.trainer`, called by build.py): its
+    `classifier` argument and the classifier's info."""
+    model, info = classifier(cfg, task, policy, checkpoint)
+    return {"classifier": model}, info
+
+
 def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> tuple[Any, dict]:
     """The fitted classifier of this cell's gate, trained on first use, and its info.json with
     `degenerate` (why its score cannot rank PPO's mistakes, None when it can), warned about."""

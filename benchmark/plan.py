@@ -62,10 +62,6 @@ from benchmark.store import StoredCell as Stored
 from benchmark.tuning import trials_missing
 
 log = logging.getLogger(__name__)
-NON_LM_BACKENDS = (
-    "benchmark.consultants.oracle.OracleConsultant",
-    "benchmark.consultants.dice.DiceConsultant",
-)
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -138,14 +134,13 @@ def plan_cell(
     except Exception as exc:  # noqa: BLE001 - a job would fail the same way, before any work
         return f"job{number}", _invalid(number, job, str(cfg.env.name), exc)
     root = Path(str(cfg.paths.root))
-    backend = str(cfg.slm.backend.get("_target_", "")) if spec.uses_consultant else ""
     cell = CellPlan(
         jobs=[number],
         overrides=list(job),
         name=_row_name(located or spec),
         hash=located.hash if located is not None else None,
         status=PENDING,
-        lm=spec.uses_consultant and backend not in NON_LM_BACKENDS,
+        lm=spec.uses_lm,
         slm=str(cfg.slm.name) if spec.uses_consultant else None,
     )
     reference, trials_todo = None, int(cfg.tuning.n_trials) if spec.tunes_tau else 0

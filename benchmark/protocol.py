@@ -27,8 +27,9 @@ KEYS = {
 }
 # protocol fields holding one value per env name (an env without one keeps the config's own)
 PER_ENV = {"tau_range"}
-# protocol fields only some configs read: the field -> (config key, value it must hold there)
-APPLIES = {"slm_dtype": ("slm.backend._target_", "benchmark.consultants.hf.HFConsultant")}
+# protocol fields of a backend's own keys: they apply where the job's backend declares that it
+# reads them (`Consultant.protocol_fields`: the hf backend's dtype, not the tiny model's)
+BACKEND_FIELDS = {field for field, (key, _) in KEYS.items() if key.startswith("slm.backend.")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
 # Agent-BRACE's TextWorld presets read their games from the protocol: field -> env.task key
@@ -47,6 +48,7 @@ BRACE_TW_FIELDS = {  # field -> (env.task key, where paper's and official's valu
         "the suite's: above the most commands a walkthrough state of these games offers",
     ),
 }
+FIELDS = frozenset({"name", *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS})  # keys it may set
 
 
 def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:
@@ -60,7 +62,7 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     expected: dict[str, Any] = {}
     env = OmegaConf.select(cfg, "env.name", default=None)
     for field, (key, part) in KEYS.items():
-        if field in APPLIES and OmegaConf.select(cfg, APPLIES[field][0]) != APPLIES[field][1]:
+        if field in BACKEND_FIELDS and field not in _backend_fields(cfg):
             continue  # e.g. the tiny model's dtype: no hub model, the field does not apply
         if field in node and (used is None or part in used):
             if field not in PER_ENV:
@@ -86,6 +88,17 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
         if _plain(have) != _plain(want):
             overrides[key] = _plain(have)
     return {"name": str(node.get("name")), "overrides": overrides}
+
+
+def _backend_fields(cfg: DictConfig) -> tuple[str, ...]:
+    """The protocol fields the job's backend class declares it reads (none without one)."""
+    from hydra.utils import get_class
+
+    target = OmegaConf.select(cfg, "slm.backend._target_", default=None)
+    try:
+        return tuple(getattr(get_class(str(target)), "protocol_fields", ()))
+    except Exception:  # noqa: BLE001 - no backend, or one validate.py names as bad
+        return ()
 
 
 def values_table() -> str:

@@ -140,9 +140,10 @@ def slm_model(model: str) -> str:
     cfg = compose([f"slm={model}"])
     backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
     target = get_class(str(backend.get("_target_")))
-    from benchmark.consultants.tiny import TinyConsultant, build_tiny
+    from benchmark.consultants import backend
+    from benchmark.consultants.tiny import build_tiny
 
-    if issubclass(target, TinyConsultant):
+    if issubclass(target, backend("tiny")):
         build_tiny(backend["path"], backend.get("seed", 0), backend.get("size", "tiny"))
         return str(backend["path"])
     found = backend.get("path") or backend.get("model")
@@ -204,9 +205,9 @@ def advertised_url(host: str, port: int) -> str:
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
-    """Probe `url` as a cell would (OpenAIConsultant's start-up probe) until the server lists its
-    models; returns the first model id. Fails if the server exits or `timeout` passes."""
-    from benchmark.consultants.openai_compat import OpenAIConsultant
+    """Probe `url` as a cell would (the openai backend's start-up probe) until the server lists
+    its models; returns the first model id. Fails if the server exits or `timeout` passes."""
+    from benchmark.consultants import backend
 
     deadline = time.monotonic() + timeout
     while True:
@@ -214,7 +215,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
             raise SystemExit(f"the server exited with code {proc.returncode} before it was healthy")
         try:  # no probe outlasts the deadline
             left = max(deadline - time.monotonic(), 0.1)
-            client = OpenAIConsultant(base_url=url, timeout=min(5.0, left))
+            client = backend("openai")(base_url=url, timeout=min(5.0, left))
         except ConsultantError as exc:
             if time.monotonic() > deadline:
                 raise SystemExit(f"server at {url} not healthy after {timeout:g} s: {exc}") from exc

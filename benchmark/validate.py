@@ -4,58 +4,82 @@ message names the bad value and what is allowed."""
 
 from __future__ import annotations
 
+import inspect
 import math
-from functools import cache
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import workers
-from benchmark.config import CONF, option_file, options
+from benchmark.config import option_file, options, root_keys
+from benchmark.consultants import ConsultantError, backend_class
 from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
-from benchmark.gates import FEATURES, P_MATCH, TAU_AUTO, NeverGate
+from benchmark.gates import TAU_AUTO, Gate, NeverGate, available_gates
 from benchmark.policy import names
 from benchmark.policy.train import as_dict, validate_policy
+from benchmark.protocol import FIELDS
 from benchmark.seeds import Splits
 from benchmark.tuning import Objective
 
-# nodes whose keys are fixed: a key none of their options (or conf/config.yaml) declares is a typo
-# (`+gate.tauu=0.9`), never silently ignored. env.ppo and slm.backend.extra_body stay open.
-OPTION_GROUPS = ("gate", "slm", "prompt", "protocol")
+# nodes whose keys are fixed: a key their owner does not declare is a typo (`+gate.tauu=0.9`),
+# never silently ignored. env.ppo and slm.backend.extra_body stay open. Each owner declares its
+# keys: the gate classes (Gate.config_keys), the backend (Consultant.config_keys, slm_keys), the
+# prompt variant's constructor, the protocol (protocol.FIELDS), the root config (eval, tuning,
+# splits: config.root_keys); nothing here reads conf/.
 ROOT_NODES = ("eval", "tuning", "splits")
+HYDRA_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_"})
+# the slm keys of every backend; belief_name and policy_name label the two models of Agent-BRACE's
+# methods (conf/method/brace_*.yaml), which set them whatever the backend (a preset's rows with
+# slm=tiny keep them); a backend adds its own (Consultant.slm_keys)
+SLM_KEYS = frozenset(
+    {"name", "cache", "cache_max_entries", "decoding", "backend", "belief_name", "policy_name"}
+)
 
 
-@cache
-def known_keys(node: str) -> frozenset[str]:
-    """The keys a node may hold: for a config group, those of any of its options."""
-    group, _, sub = node.partition(".")
-    if group in ROOT_NODES:
-        files = [CONF / "config.yaml"]
-    else:
-        files = sorted((CONF / group).glob("*.yaml"))
-    keys: set[str] = set()
-    for f in files:
-        data = OmegaConf.load(f)
-        if group in ROOT_NODES:
-            data = data.get(group) or {}
-        if sub:
-            data = data.get(sub) or {}
-        keys.update(str(k) for k in data)
-    return frozenset(keys)
+def known_keys(cfg: DictConfig, node: str) -> frozenset[str] | None:
+    """The keys the config node `node` may hold, as their owners declare them; None when its
+    `_target_` names no class of the kind (building it fails then, with its own message)."""
+    try:
+        return _declared_keys(cfg, node)
+    except (ConsultantError, ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def _declared_keys(cfg: DictConfig, node: str) -> frozenset[str]:
+    if node in ROOT_NODES:
+        return root_keys(node)
+    if node == "protocol":
+        return FIELDS
+    if node == "gate":
+        gates = [*available_gates().values(), _gate_class(cfg.gate)]
+        return frozenset().union(
+            *(g.config_keys() for g in gates if isinstance(g, type) and issubclass(g, Gate))
+        )
+    if node == "slm":
+        return SLM_KEYS | frozenset(backend_class(cfg.slm.backend).slm_keys)
+    if node == "slm.backend":
+        return backend_class(cfg.slm.backend).config_keys()
+    if node == "prompt":
+        return _init_keys(get_class(str(cfg.prompt.get("_target_")))) | HYDRA_KEYS
+    raise ValueError(f"no declared keys for config node {node!r}")
+
+
+def _init_keys(cls: type) -> frozenset[str]:
+    params = inspect.signature(cls.__init__).parameters
+    return frozenset(k for k, p in params.items() if k != "self" and p.kind != p.VAR_KEYWORD)
 
 
 def check_known_keys(cfg: DictConfig) -> None:
-    nodes = [*OPTION_GROUPS, *ROOT_NODES, "slm.backend"]
-    for node in nodes:
+    for node in ("gate", "slm", "prompt", "protocol", *ROOT_NODES, "slm.backend"):
         value = OmegaConf.select(cfg, node)
         if not isinstance(value, DictConfig):
             continue
-        unknown = sorted(set(value) - known_keys(node))
+        known = known_keys(cfg, node)
+        unknown = sorted(set(value) - known) if known is not None else []
         if unknown:
             raise ValueError(
-                f"unknown key {node}.{unknown[0]}: allowed keys of {node} are "
-                f"{sorted(known_keys(node))}"
+                f"unknown key {node}.{unknown[0]}: allowed keys of {node} are {sorted(known)}"
             )
 
 
@@ -83,32 +107,10 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     n = gate.get("mc_samples")
     if n is not None and (not isinstance(n, int) or n < 1):
         raise ValueError(f"gate.mc_samples={n!r} is invalid: allowed an integer >= 1")
-    if gate.get("name") == "epistemic" and n is not None and n < 2:
-        raise ValueError(
-            f"gate.mc_samples={n} is invalid for gate 'epistemic': one sample has no epistemic "
-            "spread, so the gate could never fire; allowed an integer >= 2"
-        )
+    gate_cls = _gate_class(gate)
+    if isinstance(gate_cls, type) and issubclass(gate_cls, Gate):
+        gate_cls.check_config(gate)  # its own keys (Gate.check_config)
     _check_taus(cfg, task)
-    features = gate.get("features")
-    if features is not None:
-        bad = (
-            [f for f in features if f not in FEATURES]
-            if not isinstance(features, str)
-            else [features]
-        )
-        if bad or not features:
-            raise ValueError(
-                f"gate.features={list(features) if not isinstance(features, str) else features!r} "
-                f"is invalid: allowed a non-empty list of {', '.join(FEATURES)}"
-            )
-    n_train = gate.get("train_episodes")
-    if n_train is not None and (
-        not isinstance(n_train, int) or isinstance(n_train, bool) or n_train < 1
-    ):
-        raise ValueError(f"gate.train_episodes={n_train!r} is invalid: allowed an integer >= 1")
-    p = gate.get("p")
-    if p is not None and str(p) != P_MATCH and not (isinstance(p, (int, float)) and 0 <= p <= 1):
-        raise ValueError(f"gate.p={p!r} is invalid: allowed 'match' or a number in [0, 1]")
     if cfg.eval.split not in splits.names():
         raise ValueError(f"eval.split={cfg.eval.split!r} is invalid: allowed {splits.names()}")
     for key in ("eval", "tuning"):
@@ -127,7 +129,6 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         raise ValueError(
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
         )
-    _check_server_wait(cfg)
     _check_decoding_mode(cfg)
     _check_choices_prompt(cfg, task)
     if cfg.eval.mode not in ("lockstep", "sequential"):
@@ -139,18 +140,21 @@ def validate(cfg: DictConfig, task=None) -> Splits:
 
 def _check_decoding_mode(cfg: DictConfig) -> None:
     """slm.decoding.source: config or model, model only where the backend reads the model's
-    generation config (not the openai backend); slm.decoding.mode: generate or choices; choices
-    only greedy and where the backend can score (the hf backend; the openai backend with a
-    server that returns prompt log-probabilities)."""
+    generation config (`Consultant.reads_generation_config`); slm.decoding.mode: generate or
+    choices; choices only greedy and where the backend can score (`choice_scoring`); then the
+    backend's own checks (`Consultant.check_config`: the openai backend's server settings)."""
     source = OmegaConf.select(cfg, "slm.decoding.source")
     if source is not None and source not in SOURCES:
         raise ValueError(
             f"slm.decoding.source={source!r} is invalid: allowed {list(SOURCES)} (docs/protocol.md)"
         )
-    target = str(OmegaConf.select(cfg, "slm.backend._target_") or "")
-    if source == "model" and target.endswith("OpenAIConsultant"):
+    backend = _backend(cfg)
+    if backend is None:
+        return
+    name = backend.label or backend.__name__
+    if source == "model" and backend.uses_lm and not backend.reads_generation_config:
         raise ValueError(
-            "slm.decoding.source=model: the openai backend cannot read the served model's "
+            f"slm.decoding.source=model: the {name} backend cannot read the served model's "
             "generation config; set slm.decoding.source=config and slm.decoding.temperature/"
             "top_p/top_k to the model's values"
         )
@@ -162,6 +166,11 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             f"slm.decoding.repetition_penalty={penalty!r} is invalid: allowed a number > 0 "
             "(1.0 = off; docs/protocol.md)"
         )
+    _check_mode(cfg, backend, source)
+    backend.check_config(cfg.slm)
+
+
+def _check_mode(cfg: DictConfig, backend: type, source: str | None) -> None:
     mode = OmegaConf.select(cfg, "slm.decoding.mode")
     if mode is None or mode == "generate":
         return
@@ -181,16 +190,19 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
             f"slm.decoding.mode=choices answers with the most likely action: it needs "
             f"slm.decoding.temperature=0, got {temperature!r}"
         )
-    if target.endswith("OpenAIConsultant") and not OmegaConf.select(
-        cfg, "slm.backend.prompt_logprobs"
-    ):
-        from benchmark.consultants.openai_compat import CHOICES_NEED_LOGPROBS
+    if not backend.choice_scoring:
+        raise ValueError(
+            f"slm.decoding.mode=choices: the {backend.label or backend.__name__} backend cannot "
+            "score the valid actions; allowed slm.decoding.mode=generate"
+        )
 
-        raise ValueError(CHOICES_NEED_LOGPROBS)
-    if target.endswith("OpenAIConsultant") and penalty not in (None, 1.0):
-        from benchmark.consultants.openai_compat import CHOICES_NO_PENALTY
 
-        raise ValueError(CHOICES_NO_PENALTY)
+def _backend(cfg: DictConfig) -> type | None:
+    """The backend class of `slm.backend` (None without an slm node)."""
+    node = OmegaConf.select(cfg, "slm.backend")
+    if not isinstance(node, DictConfig):
+        return None
+    return backend_class(node)
 
 
 def _check_choices_prompt(cfg: DictConfig, task) -> None:
@@ -302,35 +314,6 @@ def _check_probability_taus(cfg: DictConfig) -> None:
 
 def _finite_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _check_server_wait(cfg: DictConfig) -> None:
-    """slm.backend.wait_timeout / url_file / restart_wait_s / choice_logprobs (openai backend):
-    how a cell finds a shared server, waits for it to restart, and scores choices on it."""
-    for key, zero in (("wait_timeout", "probe the server once"), ("restart_wait_s", "no wait")):
-        wait = OmegaConf.select(cfg, f"slm.backend.{key}")
-        if wait is not None and (
-            not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < math.inf
-        ):
-            raise ValueError(
-                f"slm.backend.{key}={wait!r} is invalid: allowed a number of seconds >= 0 "
-                f"(0 = {zero})"
-            )
-    how = OmegaConf.select(cfg, "slm.backend.choice_logprobs")
-    if how is not None:
-        from benchmark.consultants.remote_choices import CHOICE_LOGPROBS
-
-        if how not in CHOICE_LOGPROBS:
-            raise ValueError(
-                f"slm.backend.choice_logprobs={how!r} is invalid: allowed "
-                f"{', '.join(CHOICE_LOGPROBS)}"
-            )
-    url_file = OmegaConf.select(cfg, "slm.backend.url_file")
-    if url_file is not None and (not isinstance(url_file, str) or not url_file.strip()):
-        raise ValueError(
-            f"slm.backend.url_file={url_file!r} is invalid: allowed null or the path of the file "
-            "python -m benchmark.serve --url-file writes"
-        )
 
 
 def _check_tuning_scope(cfg: DictConfig) -> None:

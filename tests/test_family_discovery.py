@@ -61,13 +61,15 @@ def test_a_family_in_its_own_folder_is_found(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "benchmark.envs.folderfam")
 
 
-def _install_dist(site: Path, name: str, entry_points: dict[str, str]) -> None:
+def _install_dist(
+    site: Path, name: str, entry_points: dict[str, str], group: str = "benchmark.families"
+) -> None:
     """An installed distribution as importlib.metadata sees one: a dist-info on sys.path."""
     info = site / f"{name}-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
     lines = [f"{key} = {value}" for key, value in entry_points.items()]
-    (info / "entry_points.txt").write_text("[benchmark.families]\n" + "\n".join(lines) + "\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "\n".join(lines) + "\n")
 
 
 def test_entry_point_families_are_listed_and_bad_ones_named(tmp_path, monkeypatch):

@@ -125,6 +125,27 @@ def test_slm_only_never_trains_a_policy(tmp_path):
     assert summary.get("or_mean") is None  # no policy, so no overwrite rate (absent or None)
 
 
+def test_a_job_locates_its_inputs_once_when_they_exist(tmp_path, monkeypatch):
+    """Inputs found before building (here the oracle's: nothing to build) are not located a
+    second time after building; a rerun finds the complete cell on its first look."""
+    import benchmark.job as job
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("train", False))
+        return locate(*args, **kwargs)
+
+    locate = job.locate_inputs
+    monkeypatch.setattr(job, "locate_inputs", counted)
+    over = ["env=higherlower", "gate=always", "slm=oracle", "prompt=basic", "eval.n_episodes=3"]
+    first = run_job(compose_cfg(tmp_path, *over), tmp_path / "first", multirun=False)
+    assert calls == [False]
+    again = run_job(compose_cfg(tmp_path, *over), tmp_path / "again", multirun=False)
+    assert calls == [False, False] and again == first
+    assert (tmp_path / "again" / results.REUSED_FILE).is_file()
+
+
 def test_the_resolved_job_config_prints(tmp_path):
     """`--cfg job --resolve` prints the config with every interpolation resolved, the values the
     PPO recipe gives included (a mapping: policy.ppo; a list: a curriculum's train_gym_ids)."""

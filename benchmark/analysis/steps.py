@@ -113,7 +113,7 @@ class StepRecorder:
 
     def __init__(self, gate: Any = None) -> None:
         self._records: list[dict[str, Any]] = []
-        self._gate = gate if getattr(gate, "trained", False) else None
+        self._gate = gate if getattr(gate, "needs_training", False) else None
 
     def __call__(self, event: StepEvent) -> None:
         self._records.append(step_record(event))

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from benchmark.bench.qwen_shapes import save_tiny_hybrid
-    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants import backend
     from benchmark.consultants.tiny import build_tiny
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         ("tiny", build_tiny(root / "tiny", 0)),
         ("tiny-qwen3.5", save_tiny_hybrid(root / "tiny-qwen35")),
     ):
-        model = HFConsultant(path=str(path), num_threads=1, max_batch_size=len(queries))
+        model = backend("hf")(path=str(path), num_threads=1, max_batch_size=len(queries))
         lengths = [len(model.encode(q)) for q in queries]
         report[name] = {
             "prompts": len(queries),

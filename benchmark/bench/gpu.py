@@ -35,7 +35,7 @@ from benchmark.bench.common import (
     write_report,
 )
 from benchmark.bench.gpu_consultant import (
-    InMemoryHFConsultant,
+    InMemoryHF,
     ask_plus_messages,
     choice_throughput,
     prompt_ids,
@@ -109,7 +109,7 @@ def _split(entry: dict[str, Any], bs: str) -> dict[str, Any]:
 
 
 def measure_model(
-    name: str, consultant: InMemoryHFConsultant, env: dict, sizes: GpuSizes, clock: Deadline
+    name: str, consultant: InMemoryHF, env: dict, sizes: GpuSizes, clock: Deadline
 ) -> dict[str, Any]:
     """Every figure of one model (the gate check aside)."""
     from benchmark.bench.gpu_ask import decision_rates
@@ -128,7 +128,7 @@ def measure_model(
 
 
 def batching_comparison(
-    consultant: InMemoryHFConsultant, messages: list, actions: tuple, sizes: GpuSizes, device: str
+    consultant: InMemoryHF, messages: list, actions: tuple, sizes: GpuSizes, device: str
 ) -> dict[str, Any]:
     """The measurement behind `slm.backend.batching=auto` on this device: the largest batch of
     ASK+ prompts (mixed lengths) answered greedily and by choice scoring, padded against one
@@ -350,7 +350,7 @@ def _run(
             torch.cuda.reset_peak_memory_stats(device)
         model = build_model(name, device, data["dtype"], tiny_shapes=tiny)
         per_layer = layer_kernels(model)
-        consultant = InMemoryHFConsultant(
+        consultant = InMemoryHF(
             model, tokenizer, identity=f"random:{name}", max_batch_size=max(sizes.batch_sizes)
         )
         print(f"{name}: {describe_kernels(consultant.kernels)}", flush=True)

@@ -1,5 +1,5 @@
 """The GPU benchmark's consultant and its figures: the hf backend on a model built in memory
-(`InMemoryHFConsultant`), ASK+ prompts from validation episodes, and queries/s per batch size
+(`InMemoryHF`), ASK+ prompts from validation episodes, and queries/s per batch size
 with generation (`throughput`, with the backend's prefill and decode times) and with choice
 scoring (`choice_throughput`); medians over repeats after a warmup, CUDA synchronised."""
 
@@ -9,11 +9,10 @@ import statistics
 import time
 from typing import Any
 
-from benchmark.consultants import Decoding, Query
-from benchmark.consultants.hf import HFConsultant
+from benchmark.consultants import Consultant, Decoding, Query, backend
 
 
-class InMemoryHFConsultant(HFConsultant):
+class InMemoryHF(backend("hf")):  # type: ignore[misc]
     """The hf backend (grouping, length sorting, left padding, OOM halving, thinking budget) on a
     model and tokenizer built in memory instead of loaded with from_pretrained."""
 
@@ -65,7 +64,7 @@ def _sync(device: str) -> None:
 
 
 def timed_answers(
-    consultant: HFConsultant, queries: list[Query], repeats: int, device: str
+    consultant: Consultant, queries: list[Query], repeats: int, device: str
 ) -> tuple[list[float], list]:
     """Seconds of each of `repeats` answer() calls after one warmup (kernels, allocator), the
     prefill statistics counting the timed calls only; and the last call's answers."""
@@ -82,7 +81,7 @@ def timed_answers(
 
 
 def throughput(
-    consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: Any, device: str
+    consultant: Consultant, messages: list, actions: tuple[str, ...], sizes: Any, device: str
 ) -> dict[str, Any]:
     """Queries/s and generated tokens/s per batch size (median over repeats, after a warmup)."""
     decoding = Decoding(
@@ -112,7 +111,7 @@ def throughput(
 
 
 def choice_throughput(
-    consultant: HFConsultant, messages: list, actions: tuple[str, ...], sizes: Any, device: str
+    consultant: Consultant, messages: list, actions: tuple[str, ...], sizes: Any, device: str
 ) -> dict[str, Any]:
     """Choice scoring (slm.decoding.mode=choices): queries/s per batch size with every
     valid action scored on the prompt's cache (median over repeats, after a warmup), and the

@@ -82,6 +82,8 @@ class RolesConsultant(Consultant):
     """The belief model answers the belief updates, the policy model the rest."""
 
     uses_digests = True  # make_consultant passes the results store's digest cache
+    # the command that trains the roles' models (conf/slm/brace_trained.yaml) changes no answer
+    execution_keys = ("trained_by",)
 
     def __init__(self, belief: Any, policy: Any, path: Any = None, digests: str | None = None,
                  trained_by: str | None = None):  # fmt: skip

@@ -5,14 +5,19 @@ OpenAI-compatible server), dice (random valid action), oracle (expert action).""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
+import pkgutil
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
 
 log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "benchmark.backends"  # how a backend in another installed package is named
 __all__ = [
     "Answer",
     "Consultant",
@@ -20,6 +25,9 @@ __all__ = [
     "Decoding",
     "ModelNotBuilt",
     "Query",
+    "available_backends",
+    "backend",
+    "backend_class",
     "make_consultant",
 ]
 
@@ -69,6 +77,64 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
             )
         return cached
     return backend
+
+
+@functools.cache
+def available_backends() -> dict[str, type[Consultant]]:
+    """Every backend class by its `label`: the classes of this package's modules that declare
+    one (a folder scan), then those other installed packages register under the entry-point
+    group `benchmark.backends` (`package.module:Class`). The wings (bench, finetune, serve)
+    name a backend through `backend(label)`, never by its class; a job names one by
+    `slm.backend._target_`, which may be any importable Consultant (docs/consultants.md)."""
+    found: dict[str, type[Consultant]] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, Consultant)
+                and value.__module__ == module.__name__
+                and value.__dict__.get("label")
+            ):
+                found[value.label] = value
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        cls = ep.load()
+        if not (isinstance(cls, type) and issubclass(cls, Consultant)):
+            raise TypeError(
+                f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}) is not a "
+                "benchmark.consultants.base.Consultant"
+            )
+        found.setdefault(ep.name, cls)
+    return found
+
+
+def backend(label: str) -> type[Consultant]:
+    """The backend class registered as `label` (hf, tiny, openai, dice, oracle, or another
+    package's)."""
+    found = available_backends()
+    if label not in found:
+        raise ConsultantError(f"unknown backend {label!r}: available {sorted(found)}")
+    return found[label]
+
+
+def backend_class(backend_cfg: Any) -> type[Consultant]:
+    """The backend class `slm.backend._target_` names: what cell.py, validate.py and the plan
+    ask about a backend (its declared keys and capabilities, `Consultant`). Any importable class
+    may be one, in this package or another installed one (docs/consultants.md)."""
+    from hydra.utils import get_class
+
+    target = backend_cfg.get("_target_") if isinstance(backend_cfg, Mapping) else None
+    try:
+        cls = get_class(str(target))
+    except Exception as exc:  # noqa: BLE001 - an import error names the missing module
+        raise ConsultantError(
+            f"slm.backend._target_={target!r} is not an importable class: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Consultant)):
+        raise ConsultantError(
+            f"slm.backend._target_={target!r} is not a benchmark.consultants.base.Consultant"
+        )
+    return cls
 
 
 def _target_class(backend_cfg: Any) -> type | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -210,6 +211,49 @@ class Consultant(abc.ABC):
     # whether a cell's episodes may run in several processes with this consultant (eval.workers):
     # False where a model in this process answers (its batches stay whole on one copy)
     shards_episodes: bool = False
+
+    # What the rest of the suite asks of a backend, declared here and nowhere else (docs/
+    # consultants.md, "Adding a backend"): cell.py, validate.py, plan.py and protocol.py read
+    # these from the class `slm.backend._target_` names, so a backend in another package needs
+    # no edit outside its own files.
+    # how messages name it ("the openai backend"); its class name when empty
+    label: str = ""
+    # whether a language model answers (False: the dice, the oracle): the plan counts LM calls
+    # and tokens and projects their time only for such cells; decoding settings mean nothing
+    uses_lm: bool = True
+    # whether `model_sampling` reads the model's own generation config (slm.decoding.source=model)
+    reads_generation_config: bool = False
+    # whether it can answer slm.decoding.mode=choices by scoring the valid actions
+    choice_scoring: bool = True
+    # slm.backend keys that never change an answer (how long to wait, what to cache, how to
+    # batch): left out of a cell's identity, so setting one never splits a cell
+    execution_keys: tuple[str, ...] = ()
+    # protocol fields (conf/protocol) whose config key this backend reads (benchmark.protocol)
+    protocol_fields: tuple[str, ...] = ()
+    # slm keys beside `backend` that its option files set (e.g. a label or a base's name)
+    slm_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        """The slm.backend keys it takes: its constructor's arguments, and those of the class
+        it passes `**kwargs` on to, plus Hydra's own. A class that consumes more keys from its
+        `**kwargs` than its signature names adds them here."""
+        keys = {"_target_", "_recursive_", "_convert_", "_partial_"}
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if klass is object or init is None:
+                continue
+            params = inspect.signature(init).parameters.values()
+            keys.update(p.name for p in params if p.name != "self" and p.kind != p.VAR_KEYWORD)
+            if not any(p.kind == p.VAR_KEYWORD for p in params):
+                return frozenset(keys)
+        return frozenset(keys)
+
+    @classmethod  # noqa: B027 - an optional hook
+    def check_config(cls, slm: Mapping[str, Any]) -> None:
+        """Fail, naming the bad value and what is allowed, on a value of the `slm` config
+        (its `backend` and `decoding`) this backend cannot serve; validate.py calls it after
+        the checks every backend shares. Nothing to check by default."""
 
     @classmethod
     def weights_identity(cls, **backend_args: object) -> str | None:

@@ -17,6 +17,8 @@ class DiceConsultant(Consultant):
 
     cacheable = False  # free to recompute; make_consultant does not wrap it in the cache
     shards_episodes = True  # no model: each worker answers its own episodes
+    label = "dice"
+    uses_lm = False  # a seeded draw: no LM calls to count, no decoding
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)

@@ -75,20 +75,14 @@ from benchmark.consultants.base import (
 )
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import strip_thinking
+from benchmark.consultants.openai_config import (
+    CHOICES_NEED_LOGPROBS,
+    CHOICES_NO_PENALTY,
+    check_openai_config,
+)
 from benchmark.consultants.remote_choices import RemoteChoiceScoring
 from benchmark.consultants.retry import Retryable, Unavailable, with_retries
 from benchmark.vocabulary import released_answer
-
-CHOICES_NO_PENALTY = (
-    "slm.decoding.mode=choices with the openai backend scores the server's raw "
-    "log-probabilities, which no repetition penalty acts on; set "
-    "slm.decoding.repetition_penalty=1.0 or slm.decoding.mode=generate"
-)
-CHOICES_NEED_LOGPROBS = (
-    "slm.decoding.mode=choices needs log-probabilities of given tokens from the server: set "
-    "slm.backend.prompt_logprobs=true for a vLLM server (its /tokenize and /v1/completions "
-    "logprob_token_ids or prompt_logprobs), or use slm.decoding.mode=generate with this server"
-)
 
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
 # show (retry warnings, ConsultantError).
@@ -102,6 +96,21 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
 
     owned_by: str | None = None  # the server's `owned_by` for the model (/v1/models)
+    label = "openai"
+    # how long it waits for its server, the file its address is read from, whether the server
+    # returns log-probabilities and which of its two ways choice scoring takes them (the same raw
+    # log-probabilities), how long a request waits for a restart: none changes an answer
+    execution_keys = (
+        "wait_timeout",
+        "url_file",
+        "prompt_logprobs",
+        "choice_logprobs",
+        "restart_wait_s",
+    )
+
+    @classmethod
+    def check_config(cls, slm: Any) -> None:
+        check_openai_config(slm)  # benchmark.consultants.openai_config
 
     def __init__(
         self,

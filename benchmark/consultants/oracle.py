@@ -13,6 +13,8 @@ from benchmark.consultants.errors import ConsultantError
 class OracleConsultant(Consultant):
     needs_expert = True
     shards_episodes = True  # no model: each worker answers its own episodes
+    label = "oracle"
+    uses_lm = False  # the expert: no LM calls to count, no decoding
     cacheable = False  # the expert is cheap and its answer is not a function of the messages
 
     @property

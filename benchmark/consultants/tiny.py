@@ -296,6 +296,9 @@ class TinyConsultant(HFConsultant):
     """`HFConsultant` on the tiny model at `path`, built there from `seed` (and `size`, a key of
     SIZES: `tiny` by default, `small` for conf/slm/tiny_small.yaml) first if missing."""
 
+    label = "tiny"
+    protocol_fields = ()  # built in float32 from a seed: no hub dtype to follow
+
     def __init__(self, path: str, seed: int = 0, size: str = "tiny", **kwargs: Any) -> None:
         build_tiny(path, seed, size)
         kwargs.setdefault("dtype", "float32")

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.consultants import ConsultantError, ModelNotBuilt
+from benchmark.consultants import ConsultantError, ModelNotBuilt, backend
 from benchmark.consultants.fingerprint import local_fingerprint
-from benchmark.consultants.hf import HFConsultant
 from benchmark.finetune.store import Recipe, ensure, find, plain
 
 RECIPE_ARGS = ("base", "path", "env", "prompt", "splits", "data", "train", "held_out", "seed")
@@ -28,9 +27,17 @@ def _recipe(args: dict[str, Any]) -> Recipe:
         raise ConsultantError(f"slm=finetuned: {exc}") from exc
 
 
-class FinetunedConsultant(HFConsultant):
-    """`HFConsultant` on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
+class FinetunedConsultant(backend("hf")):  # type: ignore[misc]
+    """The hf backend on the fine-tuned model of a recipe (conf/slm/finetuned.yaml: `base`, the
     data and training settings, the env and prompt it serves; `path` says where things lie)."""
+
+    protocol_fields = ()  # trained in its own dtype (slm.backend.train.dtype)
+    slm_keys = ("base",)  # conf/slm/finetuned.yaml: the base model's option name
+
+    @classmethod
+    def config_keys(cls) -> frozenset[str]:
+        """The hf backend's keys and the recipe's (taken from `**kwargs`)."""
+        return super().config_keys() | frozenset(RECIPE_ARGS)
 
     def __init__(
         self, base: str, path: Any, env: Any, prompt: Any, splits: Any = None, **kwargs: Any

@@ -150,12 +150,12 @@ class Recipe:
         a tiny base is built first (`make`), else `ModelNotBuilt` while it is not there."""
         from hydra.utils import get_class
 
+        from benchmark.consultants import backend as backend_named
         from benchmark.consultants.fingerprint import resolve_source
-        from benchmark.consultants.hf import HFConsultant
 
         backend = self.base_backend()
         target = get_class(backend.pop("_target_"))
-        if not (isinstance(target, type) and issubclass(target, HFConsultant)):
+        if not (isinstance(target, type) and issubclass(target, backend_named("hf"))):
             raise ValueError(
                 f"slm.base={self.base!r} is served by {target.__name__}: only models loaded "
                 "through transformers (the hf and tiny backends) can be fine-tuned"
@@ -436,10 +436,9 @@ def answer_all(model_dir: Path, items: Sequence[Any]) -> tuple[list[Any], float]
     """A model's answers to held-out items (each with `messages`, `actions`, `decoding`), asked
     as a cell asks them through the hf backend, and the seconds they took. The weights' own
     dtype on a GPU, float32 on a CPU (the hf backend's `auto`)."""
-    from benchmark.consultants import Query
-    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants import Query, backend
 
-    consultant = HFConsultant(path=str(model_dir), dtype="auto", device_map="auto")
+    consultant = backend("hf")(path=str(model_dir), dtype="auto", device_map="auto")
     try:
         queries = [Query(i.messages, i.actions, lambda a, r: a, i.decoding) for i in items]
         start = time.perf_counter()

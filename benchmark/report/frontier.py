@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.analysis.frontier import BUDGETS, Point, at_budget, envelope, normalised_area
+from benchmark.gates import swept_gates
 from benchmark.report.model import (
     Cell,
     Sweep,
@@ -20,7 +21,6 @@ from benchmark.report.render import DASH, Table
 
 TABLE = "frontier"
 PLOT = "frontier"
-SWEPT = ("entropy", "epistemic", "random", "learned")  # gates with a threshold (or p) to sweep
 
 
 def _key(c: Cell) -> tuple:
@@ -58,8 +58,9 @@ def frontiers(sweep: Sweep) -> list[dict]:
     """One entry per swept gate with its PPO-only and SLM-only ends: the cells' points, and the
     frontier through the grid cells (tuned cells are marked on it, not part of it)."""
     groups: dict[tuple, list[Cell]] = {}
+    swept = swept_gates()  # gates with a threshold (or p) to sweep (Gate.swept)
     for c in sweep.ok:
-        if c.gate in SWEPT:
+        if c.gate in swept:
             groups.setdefault(_key(c), []).append(c)
     out = []
     for key, cells in groups.items():

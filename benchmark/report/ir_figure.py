@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmark.gates import gate_markers
 from benchmark.metrics import MAIN_FIGURE
 from benchmark.report.figures import figure_grid, plt
 from benchmark.report.model import (
@@ -21,7 +22,6 @@ from benchmark.report.model import (
     slm_label,
 )
 
-MARKERS = {"never": "s", "entropy": "o", "always": "^", "random": "D", "epistemic": "v"}
 HOLLOW = ("oracle", "random")  # reference consultants: open markers, so a model on top shows
 MAX_POINTS = 24  # per env: beyond this the figure is not readable at a glance
 
@@ -59,7 +59,7 @@ def _point(ax, c: Cell, metric: str, color: str, label: str | None) -> bool:
         [y[0]],
         xerr=[[max(x[0] - x[1], 0)], [max(x[2] - x[0], 0)]],
         yerr=[[max(y[0] - y[1], 0)], [max(y[2] - y[0], 0)]],
-        marker=MARKERS.get(c.gate or "", "P"),
+        marker=gate_markers().get(c.gate or "", "P"),
         ms=11 if hollow else 7,
         mfc="none" if hollow else color,
         mec=color,

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from benchmark.gates import gate_order
 from benchmark.labels import is_number, method_label, number_text, prompt_label, slm_label  # noqa: F401
 from benchmark.policy.names import order as checkpoint_order
 from benchmark.policy.names import threshold_of
@@ -29,7 +30,6 @@ ENV_ORDER = (  # the papers' order; envs not listed follow alphabetically
     "simplecrossing9",
 )
 PROMPT_ORDER = ("basic", "enriched", "stateful_min", "stateful", "belief")
-GATE_ORDER = ("never", "always", "entropy", "epistemic", "random")
 
 
 # the CellSpec.labels() a Cell holds; the summary has them too (and wins)
@@ -244,7 +244,8 @@ def checkpoint_tick(name: str) -> str:
 
 
 def method_order(c: Cell) -> tuple:
-    gate = GATE_ORDER.index(c.gate) if c.gate in GATE_ORDER else len(GATE_ORDER)
+    order = gate_order()  # the gates' declarations (Gate.report_order)
+    gate = order.index(c.gate) if c.gate in order else len(order)
     if c.gate == "always":  # SLM-only models first, then the dice and the oracle
         gate += {"random": 0.3, "oracle": 0.6}.get(c.slm or "", 0.0)
     prompt = PROMPT_ORDER.index(c.prompt) if c.prompt in PROMPT_ORDER else len(PROMPT_ORDER)
