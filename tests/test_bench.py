@@ -327,6 +327,6 @@ def test_qwen35_shapes_follow_the_published_architecture():
     assert four.layer_types.count("full_attention") == 8  # 3:1 DeltaNet : full attention
     model = build_model("qwen3.5-4b", "cpu", "float32", tiny_shapes=True)
     assert model.config.vocab_size == 248320
-    assert model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert model.config.layer_types == (["linear_attention"] * 3 + ["full_attention"]) * 2
     with pytest.raises(ValueError, match="allowed"):
         text_config("qwen3.5-9b")

@@ -46,7 +46,7 @@ def hybrid(tmp_path_factory):
 def test_the_tiny_model_is_the_hybrid_architecture(hybrid):
     on, _ = hybrid
     assert type(on.model).__name__ == "Qwen3_5ForCausalLM"
-    assert on.model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert on.model.config.layer_types == (["linear_attention"] * 3 + ["full_attention"]) * 2
     assert on.reuse_mode == "unpadded"
 
 
