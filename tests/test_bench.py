@@ -176,10 +176,21 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         b = entry["batching"]
         assert b["auto"] == "by_length" and b["distinct_lengths"] > 1  # a CPU's choice
         for kind in ("lean", "choices"):
-            assert b[kind]["same_answers"] is True
+            assert b[kind]["same_answers"] is True  # fp32 here
+            assert b[kind]["agreement"]["agreement"] == 1.0 and b[kind]["agreement"]["finite"]
+            assert b[kind]["one_at_a_time"]["agreement"] == 1.0
             assert b[kind]["padded"]["forwards"] < b[kind]["by_length"]["forwards"]
+        assert b["choices"]["agreement"]["max_abs_dlogp"] < 1e-4
     gate = data["models"]["qwen3.5-2b"]["gate"]
     assert gate["identical"] is True and 0 < gate["runs"]["lockstep"]["ir"] < 1
+    assert gate["gate_agreement"] == gate["action_agreement"] == 1.0
+    assert gate["steps_compared"] > 0 and gate["episodes_parted"] == 0
+    exact = data["exact_fp32"]  # the exact check: the tests' tiny hybrid in fp32
+    assert exact["prompts"]["distinct_lengths"] > 1
+    for kind in ("lean", "choices"):
+        for other in ("padded", "one_at_a_time"):
+            assert exact[kind][other]["agreement"] == 1.0, (kind, other)
+    assert exact["choices"]["padded"]["max_abs_dlogp"] < 1e-4
     assert gate["margin_bits"] > 0 and gate["calibration"]["half_gap_bits"] > 0
     t1 = data["table1"]
     assert t1["preset"] == "table1" and t1["cells_todo"] == t1["cells"] > 0
@@ -200,7 +211,8 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         "projected Table 1 time",
         "linear_attention layers: causal_conv1d_fn=reference",
         "full_attention layers: attention=sdpa",
-        "same gate decisions and episodes",
+        "same gate decisions up to each episode's first differing action",
+        "tiny hybrid choices: padded vs by_length: max |delta log-prob| (float32)",
         "make install-gpu",
     ):
         assert figure in out, figure
