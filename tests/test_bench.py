@@ -218,6 +218,43 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         assert figure in out, figure
 
 
+@pytest.mark.slow  # the smoke run's CPU dry run (~15 s)
+def test_gpu_smoke_dry_run_runs_every_check_and_writes_its_json(tmp_path):
+    """`make gpu-smoke ARGS="--device cpu"`: every section runs (kernels, sdpa, padded with cuDNN
+    on and off, prefill at CPU-sized shapes, said so), every check passes, one JSON."""
+    proc = _bench(tmp_path, "gpu-smoke", "--device", "cpu", timeout=300)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    data = _report(tmp_path, "*-gpu-smoke-dryrun.json")
+    assert data["dry_run"] is True and data["failed"] == [] and data["wall_seconds"] < 180
+    s = data["sections"]
+    assert set(s) == {"kernels", "sdpa", "padded", "prefill"}
+    assert s["kernels"]["skipped"] is True and s["kernels"]["swapped"] == 0  # no fla here
+    assert set(s["kernels"]["layer_kernels"]) == {"linear_attention", "full_attention"}
+    assert s["sdpa"]["backend"] and s["sdpa"]["real_rows_finite"] is True
+    for label in ("cudnn on", "cudnn off"):
+        for kind in ("lean", "choices"):
+            for other in ("padded", "one_at_a_time"):
+                r = s["padded"][label][kind][other]
+                assert r["finite"] and r["agreement"] >= 0.95, (label, kind, other)
+        assert s["padded"][label]["choices"]["padded"]["max_abs_dlogp"] < 0.05
+    p = s["prefill"]
+    assert (p["batch"], p["tokens"]) == (4, 750) and p["logits_finite"] and p["seconds"] > 0
+    names = {c["name"] for c in data["table"]}
+    assert (
+        "tiny hybrid bf16, cudnn off, choices: padded vs by_length: max |delta log-prob| "
+        "(bfloat16)" in names
+    )
+    out = proc.stdout
+    for line in (
+        "kernels: linear_attention layers:",
+        "fast vs reference SKIPPED",
+        "sdpa: bf16, head dim 256",
+        "CPU-sized",
+        "every check passed",
+    ):
+        assert line in out, line
+
+
 @pytest.mark.slow  # a bench subprocess stopped by its budget (~15 s)
 def test_gpu_bench_budget_is_enforced_and_names_the_section(tmp_path):
     proc = _bench(tmp_path, "gpu", "--device", "cpu", "--quick", "--budget-s", "4", timeout=120)
