@@ -35,6 +35,21 @@ def test_checks_compare_against_their_targets():
     assert "gate" in table and ">= 5 x" in table and "PASS" in table
 
 
+def test_a_share_above_its_physical_limit_is_a_measurement_error_not_a_pass():
+    """IR-0 decisions/s as a share of the env's own steps/s cannot exceed 1 (the loop steps the
+    same env and does more): 1.78 was once reported as PASS; it is an ERROR."""
+    name = "IR-0 decisions/s as a share of the env's own steps/s (2 processes)"
+    over = Check("workers", name, 1.78, "", target=0.5, limit=1.0)
+    assert over.status == "ERROR" and over.passed is False
+    assert over.to_dict()["status"] == "ERROR" and over.to_dict()["pass"] is False
+    assert Check("workers", name, 0.92, "", target=0.5, limit=1.0).status == "PASS"
+    assert Check("workers", name, 1.0, "", target=0.5, limit=1.0).status == "PASS"  # the bound
+    assert Check("workers", name, 0.3, "", target=0.5, limit=1.0).status == "MISS"
+    assert Check("workers", "no target", 3.0, limit=1.0).status == "ERROR"
+    table = format_table([over])
+    assert "ERROR" in table and "(<= 1: limit)" in table
+
+
 def test_a_released_checkout_that_is_not_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(SRC_VAR, str(tmp_path))
     with pytest.raises(FileNotFoundError, match=f"{SRC_VAR}=.*no src/ask"):
