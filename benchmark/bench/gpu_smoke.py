@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import sys
 import time
 from collections.abc import Iterator
@@ -207,6 +208,8 @@ def prefill_section(device: str) -> tuple[dict[str, Any], list[Check]]:
         model.set_attn_implementation(attention.register(torch.device(device).type))
     vocab = model.config.vocab_size
     g = torch.Generator(device="cpu").manual_seed(0)
+    params = inspect.signature(model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
 
     def prefill(rows: int) -> tuple[float, bool]:
         from transformers import DynamicCache
@@ -217,7 +220,7 @@ def prefill_section(device: str) -> tuple[dict[str, Any], list[Check]]:
         with torch.inference_mode():
             out = model(
                 input_ids=ids,
-                past_key_values=DynamicCache(config=model.config),
+                **{cache_arg: DynamicCache(config=model.config)},
                 use_cache=True,
                 logits_to_keep=1,
             )
