@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu lock test-latest demo test test-fast lint format test-policy golden mutants bench bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu lock test-latest demo test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,8 @@ install-gpu: ## the one-line GPU install: .venv with a CUDA torch and the [dev,g
 	$(PY) -m pip install -q -c requirements.lock --no-build-isolation -e ".[dev,gpu]"
 	$(PY) -m benchmark.lockfile check --extra-ok
 	touch $(VENV_STAMP)
+	# the kernel check (about 10 s): each fast kernel runs once and matches the reference code
+	$(PY) -m benchmark.bench gpu-smoke --only kernels
 
 demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure
 	$(PY) -m benchmark +experiment=demo tracking=none -m
@@ -83,6 +85,9 @@ mutants: $(VENV_STAMP) ## mutation testing (mutmut) of the core arithmetic modul
 
 bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json
 	$(PY) -m benchmark.bench
+
+gpu-smoke: $(VENV_STAMP) ## the first GPU run, under 3 min: kernel report and fast-vs-reference check, SDPA backend, padded vs by_length in bf16 (cuDNN on/off), a Qwen3.5-2B prefill at 64 x 750; exit 1 on a failed check; ARGS="--device cpu": its dry run
+	$(PY) -m benchmark.bench gpu-smoke $(ARGS)
 
 bench-gpu: $(VENV_STAMP) ## Qwen3.5 shapes on the first CUDA GPU: queries/s, prefill/decode, decisions/s at IR 0/1, memory, kernels, gate check, Table 1 projection, in 8 min (enforced); ARGS="--device cpu": its CPU dry run
 	$(PY) -m benchmark.bench gpu $(ARGS)

@@ -35,6 +35,21 @@ def test_checks_compare_against_their_targets():
     assert "gate" in table and ">= 5 x" in table and "PASS" in table
 
 
+def test_a_share_above_its_physical_limit_is_a_measurement_error_not_a_pass():
+    """IR-0 decisions/s as a share of the env's own steps/s cannot exceed 1 (the loop steps the
+    same env and does more): 1.78 was once reported as PASS; it is an ERROR."""
+    name = "IR-0 decisions/s as a share of the env's own steps/s (2 processes)"
+    over = Check("workers", name, 1.78, "", target=0.5, limit=1.0)
+    assert over.status == "ERROR" and over.passed is False
+    assert over.to_dict()["status"] == "ERROR" and over.to_dict()["pass"] is False
+    assert Check("workers", name, 0.92, "", target=0.5, limit=1.0).status == "PASS"
+    assert Check("workers", name, 1.0, "", target=0.5, limit=1.0).status == "PASS"  # the bound
+    assert Check("workers", name, 0.3, "", target=0.5, limit=1.0).status == "MISS"
+    assert Check("workers", "no target", 3.0, limit=1.0).status == "ERROR"
+    table = format_table([over])
+    assert "ERROR" in table and "(<= 1: limit)" in table
+
+
 def test_a_released_checkout_that_is_not_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(SRC_VAR, str(tmp_path))
     with pytest.raises(FileNotFoundError, match=f"{SRC_VAR}=.*no src/ask"):
@@ -176,10 +191,21 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         b = entry["batching"]
         assert b["auto"] == "by_length" and b["distinct_lengths"] > 1  # a CPU's choice
         for kind in ("lean", "choices"):
-            assert b[kind]["same_answers"] is True
+            assert b[kind]["same_answers"] is True  # fp32 here
+            assert b[kind]["agreement"]["agreement"] == 1.0 and b[kind]["agreement"]["finite"]
+            assert b[kind]["one_at_a_time"]["agreement"] == 1.0
             assert b[kind]["padded"]["forwards"] < b[kind]["by_length"]["forwards"]
+        assert b["choices"]["agreement"]["max_abs_dlogp"] < 1e-4
     gate = data["models"]["qwen3.5-2b"]["gate"]
     assert gate["identical"] is True and 0 < gate["runs"]["lockstep"]["ir"] < 1
+    assert gate["gate_agreement"] == gate["action_agreement"] == 1.0
+    assert gate["steps_compared"] > 0 and gate["episodes_parted"] == 0
+    exact = data["exact_fp32"]  # the exact check: the tests' tiny hybrid in fp32
+    assert exact["prompts"]["distinct_lengths"] > 1
+    for kind in ("lean", "choices"):
+        for other in ("padded", "one_at_a_time"):
+            assert exact[kind][other]["agreement"] == 1.0, (kind, other)
+    assert exact["choices"]["padded"]["max_abs_dlogp"] < 1e-4
     assert gate["margin_bits"] > 0 and gate["calibration"]["half_gap_bits"] > 0
     t1 = data["table1"]
     assert t1["preset"] == "table1" and t1["cells_todo"] == t1["cells"] > 0
@@ -200,10 +226,48 @@ def test_gpu_bench_cpu_dry_run_prints_every_figure(tmp_path):
         "projected Table 1 time",
         "linear_attention layers: causal_conv1d_fn=reference",
         "full_attention layers: attention=sdpa",
-        "same gate decisions and episodes",
+        "same gate decisions up to each episode's first differing action",
+        "tiny hybrid choices: padded vs by_length: max |delta log-prob| (float32)",
         "make install-gpu",
     ):
         assert figure in out, figure
+
+
+@pytest.mark.slow  # the smoke run's CPU dry run (~15 s)
+def test_gpu_smoke_dry_run_runs_every_check_and_writes_its_json(tmp_path):
+    """`make gpu-smoke ARGS="--device cpu"`: every section runs (kernels, sdpa, padded with cuDNN
+    on and off, prefill at CPU-sized shapes, said so), every check passes, one JSON."""
+    proc = _bench(tmp_path, "gpu-smoke", "--device", "cpu", timeout=300)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    data = _report(tmp_path, "*-gpu-smoke-dryrun.json")
+    assert data["dry_run"] is True and data["failed"] == [] and data["wall_seconds"] < 180
+    s = data["sections"]
+    assert set(s) == {"kernels", "sdpa", "padded", "prefill"}
+    assert s["kernels"]["skipped"] is True and s["kernels"]["swapped"] == 0  # no fla here
+    assert set(s["kernels"]["layer_kernels"]) == {"linear_attention", "full_attention"}
+    assert s["sdpa"]["backend"] and s["sdpa"]["real_rows_finite"] is True
+    for label in ("cudnn on", "cudnn off"):
+        for kind in ("lean", "choices"):
+            for other in ("padded", "one_at_a_time"):
+                r = s["padded"][label][kind][other]
+                assert r["finite"] and r["agreement"] >= 0.95, (label, kind, other)
+        assert s["padded"][label]["choices"]["padded"]["max_abs_dlogp"] < 0.05
+    p = s["prefill"]
+    assert (p["batch"], p["tokens"]) == (4, 750) and p["logits_finite"] and p["seconds"] > 0
+    names = {c["name"] for c in data["table"]}
+    assert (
+        "tiny hybrid bf16, cudnn off, choices: padded vs by_length: max |delta log-prob| "
+        "(bfloat16)" in names
+    )
+    out = proc.stdout
+    for line in (
+        "kernels: linear_attention layers:",
+        "fast vs reference SKIPPED",
+        "sdpa: bf16, head dim 256",
+        "CPU-sized",
+        "every check passed",
+    ):
+        assert line in out, line
 
 
 @pytest.mark.slow  # a bench subprocess stopped by its budget (~15 s)
@@ -327,6 +391,6 @@ def test_qwen35_shapes_follow_the_published_architecture():
     assert four.layer_types.count("full_attention") == 8  # 3:1 DeltaNet : full attention
     model = build_model("qwen3.5-4b", "cpu", "float32", tiny_shapes=True)
     assert model.config.vocab_size == 248320
-    assert model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert model.config.layer_types == (["linear_attention"] * 3 + ["full_attention"]) * 2
     with pytest.raises(ValueError, match="allowed"):
         text_config("qwen3.5-9b")

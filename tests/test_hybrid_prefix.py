@@ -46,7 +46,7 @@ def hybrid(tmp_path_factory):
 def test_the_tiny_model_is_the_hybrid_architecture(hybrid):
     on, _ = hybrid
     assert type(on.model).__name__ == "Qwen3_5ForCausalLM"
-    assert on.model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert on.model.config.layer_types == (["linear_attention"] * 3 + ["full_attention"]) * 2
     assert on.reuse_mode == "unpadded"
 
 
@@ -97,6 +97,39 @@ def test_kernel_report_reads_the_bound_implementation(hybrid):
         del sys.modules[module.__name__]
     assert report["sqrt"] == "math" and report["scan"] == "reference"
     assert "chunk_gated_delta_rule" not in report  # only the model's own modules are read
+
+
+def test_reference_kernels_swaps_each_fast_binding_for_its_reference_and_back(hybrid):
+    """`make gpu-smoke`'s fast-vs-reference check runs the same model on transformers' reference
+    code inside `reference_kernels`: a function bound to a package is swapped for its reference
+    within the block and restored after; a reference binding is left alone."""
+    from transformers.integrations.hub_kernels import use_kernel_func_from_hub_with_fallback
+
+    from benchmark.consultants.kernels import reference_kernels
+
+    module = types.ModuleType("fake_kernel_modeling")
+
+    def sqrt(x):
+        return ("reference", x)
+
+    def scan(x):
+        return ("reference scan", x)
+
+    module.sqrt = fast = use_kernel_func_from_hub_with_fallback("sqrt", "math")(sqrt)
+    module.scan = slow = use_kernel_func_from_hub_with_fallback("scan", "no_such_package")(scan)
+    layer = type("Layer", (), {"__module__": module.__name__})()
+    model = SimpleNamespace(config=hybrid[0].model.config, modules=lambda: [layer])
+    sys.modules[module.__name__] = module
+    try:
+        assert module.sqrt(4.0) == 2.0  # math.sqrt, the "fast kernel"
+        with reference_kernels(model) as swapped:
+            assert swapped == 1
+            assert module.sqrt(4.0) == ("reference", 4.0) and module.scan is slow
+        assert module.sqrt is fast and module.sqrt(4.0) == 2.0
+        with reference_kernels(hybrid[0].model) as swapped:
+            assert swapped == 0  # this CPU: nothing fast is bound
+    finally:
+        del sys.modules[module.__name__]
 
 
 def saves_prefill(after: dict, before: dict) -> bool:

@@ -1,4 +1,4 @@
-"""`python -m benchmark.bench [cpu|gpu] [options]`: side-by-side speed and memory ratios.
+"""`python -m benchmark.bench [cpu|gpu|gpu-smoke] [options]`: side-by-side speed and memory ratios.
 
 cpu (default, `make bench`): gate, training, evaluation, workers, ir1, tuning, threads and memory sections in
 one process; prints a progress line as each section starts (with the time left, estimated from
@@ -6,10 +6,12 @@ the last run's section times) and a table (each ratio with its target and PASS/M
 `<paths.bench>/<timestamp>.json`. gpu (`make bench-gpu`): Qwen3.5-2B/4B shapes with random
 weights on the first CUDA device: queries/s, prefill and decode per query, ASK+ decisions/s at IR
 0 and IR 1, memory, kernels per layer type, the gate check and the projected Table 1 time, within
-`--budget-s`; `--device cpu` is its CPU dry run (toy widths of the same architecture).
+`--budget-s`; `--device cpu` is its CPU dry run (toy widths of the same architecture). gpu-smoke
+(`make gpu-smoke`): the first GPU run's checks in under 3 minutes (benchmark.bench.gpu_smoke:
+kernels, SDPA backend, padded batches in bf16, a Qwen3.5-2B prefill at batch 64 x 750).
 
-Exit codes: 0 done (a MISS is reported, not an error), 2 no CUDA device for the gpu benchmark,
-3 its time budget ran out (the message names the section), 4 a Qwen3.5 layer would run
+Exit codes: 0 done (a MISS is reported, not an error; gpu-smoke: 1 when a check failed), 2 no
+CUDA device for the gpu benchmark or gpu-smoke, 3 its time budget ran out (the message names the section), 4 a Qwen3.5 layer would run
 transformers' reference kernels on CUDA (the message names the layer and the install)."""
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("kind", nargs="?", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("kind", nargs="?", default="cpu", choices=("cpu", "gpu", "gpu-smoke"))
     p.add_argument("--quick", action="store_true", help="small sizes (tests, smoke runs)")
     p.add_argument(
         "--root",
@@ -66,9 +68,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--budget-s",
         type=float,
-        default=480.0,
-        help="gpu benchmark: wall-clock budget in s (default 480: 8 minutes), enforced: past it "
-        "the run stops (exit 3)",
+        default=None,
+        help="gpu benchmark / gpu-smoke: wall-clock budget in s (default 480: 8 minutes / 180), "
+        "enforced: past it the run stops (exit 3)",
+    )
+    p.add_argument(
+        "--only",
+        default=None,
+        help="gpu-smoke: comma-separated subset of its sections (kernels, sdpa, padded, prefill; "
+        "`--only kernels` is make install-gpu's last step)",
     )
     p.add_argument("--models", default="qwen3.5-2b,qwen3.5-4b", help="gpu benchmark models")
     return p.parse_args(argv)
@@ -80,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.kind == "gpu":
         from benchmark.bench.gpu import main_gpu
 
+        if args.budget_s is None:
+            args.budget_s = 480.0
         return main_gpu(args, root)
+    if args.kind == "gpu-smoke":
+        from benchmark.bench.gpu_smoke import main_smoke
+
+        return main_smoke(args, root)
     return main_cpu(args, root)
 
 

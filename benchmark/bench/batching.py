@@ -8,10 +8,12 @@ stored prefix), interleaved: wall time, the model's forward calls and whether th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,28 +21,26 @@ MODES = ("padded", "by_length")
 
 
 def compare_batching(
-    consultant: Any, queries: list, repeats: int = 3, sync: Any = None
+    consultant: Any, queries: list, repeats: int = 3, sync: Any = None, single: bool = False
 ) -> dict[str, Any]:
     """Per kind of answer ("lean": greedy generation, "choices": choice scoring) and per mode:
     the median seconds of `repeats` interleaved calls (after one warmup each), the forwards of
-    one call, and whether both modes gave the same answers. The consultant's own `batching` is
-    restored afterwards."""
+    one call, whether both modes gave the same answers (`same_answers`) and how far they agree
+    (`agreement`: padded against by_length, benchmark.bench.agreement.compare); with `single`,
+    also each query answered alone against by_length (`one_at_a_time`: what a change of batch
+    shape alone moves, untimed). The consultant's own `batching` is restored afterwards."""
+    from benchmark.bench.agreement import choice_queries, compare
+
     calls = [0]
     hook = consultant.model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    kinds = {
-        "lean": queries,
-        "choices": [
-            dataclasses.replace(q, decoding=dataclasses.replace(q.decoding, mode="choices"))
-            for q in queries
-        ],
-    }
+    kinds = {"lean": queries, "choices": choice_queries(queries)}
     before = consultant.batching
     out: dict[str, Any] = {}
     try:
         for kind, batch in kinds.items():
             times: dict[str, list[float]] = {m: [] for m in MODES}
             forwards: dict[str, int] = {}
-            answers: dict[str, list[str]] = {}
+            answers: dict[str, list] = {}
             for rep in range(repeats + 1):
                 for mode in MODES:
                     consultant.batching = mode
@@ -53,11 +53,17 @@ def compare_batching(
                     if rep:  # the first round warms up
                         times[mode].append(time.perf_counter() - t0)
                     forwards[mode] = calls[0]
-                    answers[mode] = [a.text for a in got]
+                    answers[mode] = got
             out[kind] = {
                 m: {"median_s": statistics.median(times[m]), "forwards": forwards[m]} for m in MODES
             }
-            out[kind]["same_answers"] = answers["padded"] == answers["by_length"]
+            texts = {m: [a.text for a in answers[m]] for m in MODES}
+            out[kind]["same_answers"] = texts["padded"] == texts["by_length"]
+            out[kind]["agreement"] = compare(answers["by_length"], answers["padded"])
+            if single:
+                consultant.batching = "by_length"
+                alone = [a for q in batch for a in consultant.answer([q])]
+                out[kind]["one_at_a_time"] = compare(answers["by_length"], alone)
             out[kind]["padded_speedup"] = (
                 out[kind]["by_length"]["median_s"] / out[kind]["padded"]["median_s"]
             )
@@ -84,6 +90,50 @@ def first_queries(root: Path, n: int, max_new_tokens: int) -> list:
         )
         for q in out
     ]
+
+
+def tiny_hybrid_agreement(
+    root: Any, device: str, dtype: str, n: int = 16, max_new_tokens: int = 8
+) -> dict[str, Any]:
+    """`batching_agreement` on the tests' tiny hybrid Qwen3.5 (8 layers, full attention at 3 and
+    7; random weights, the tiny tokenizer) loaded in `dtype` on `device`, with the first ASK+
+    consultations of `n` fourrooms episodes (mixed lengths: most rows padded)."""
+    import tempfile
+    from pathlib import Path
+
+    from benchmark.bench.agreement import batching_agreement
+    from benchmark.bench.qwen_shapes import save_tiny_hybrid
+    from benchmark.consultants.hf import HFConsultant
+
+    with tempfile.TemporaryDirectory(prefix="bench-tiny-hybrid-") as work, full_fp32():
+        queries = first_queries(Path(root), n, max_new_tokens)
+        path = save_tiny_hybrid(Path(work) / "model")
+        model = HFConsultant(path=str(path), dtype=dtype, device_map=device, max_batch_size=n)
+        try:
+            lengths = [len(model.encode(q)) for q in queries]
+            out = batching_agreement(model, queries)
+        finally:
+            model.close()
+    out["prompts"] = {
+        "n": n,
+        "distinct_lengths": len(set(lengths)),
+        "tokens": [min(lengths), max(lengths)],
+    }
+    return out
+
+
+@contextlib.contextmanager
+def full_fp32() -> Iterator[None]:
+    """float32 matmuls and convolutions in full precision on CUDA (no TF32, which cuDNN's
+    convolutions allow by default: about 1e-3 relative error, too coarse for the exact check)."""
+    import torch
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,9 @@ GIB = 1 << 30
 @dataclass
 class Check:
     """One measured quantity with its target: `value cmp target` must hold to PASS; a check with
-    no target is informational."""
+    no target is informational. `limit`: the physical bound of the value (a share of a rate that
+    cannot be exceeded); a value above it is a measurement ERROR (too short a measurement, fixed
+    costs counted in one rate and not the other), never a PASS."""
 
     section: str
     name: str
@@ -32,9 +34,16 @@ class Check:
     unit: str = "x"
     target: float | None = None
     cmp: str = ">="  # ">=", "<=" or "<"
+    limit: float | None = None
+
+    @property
+    def impossible(self) -> bool:
+        return self.limit is not None and self.value > float(self.limit)
 
     @property
     def passed(self) -> bool | None:
+        if self.impossible:
+            return False
         if self.target is None:
             return None
         compare = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}[self.cmp]
@@ -42,6 +51,8 @@ class Check:
 
     @property
     def status(self) -> str:
+        if self.impossible:
+            return "ERROR"
         return {True: "PASS", False: "MISS", None: "info"}[self.passed]
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,6 +171,8 @@ def format_table(checks: list[Check]) -> str:
             else f"{c.value:,.0f} {c.unit}"
         )
         target = "-" if c.target is None else f"{c.cmp} {c.target:g} {c.unit}".strip()
+        if c.limit is not None:
+            target += f" (<= {c.limit:g}: limit)"
         rows.append((c.section, c.name, value, target, c.status))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]

@@ -61,8 +61,9 @@ class CpuBench(
         unit: str = "x",
         target: float | None = None,
         cmp: str = ">=",
+        limit: float | None = None,
     ) -> Check:
-        c = Check(section, name, float(value), unit, target, cmp)
+        c = Check(section, name, float(value), unit, target, cmp, limit)
         self.checks.append(c)
         return c
 

@@ -45,6 +45,7 @@ class Sizes:
     workers_episodes: int = 100
     workers_max_steps: int = 100
     workers_repeats: int = 2
+    env_rate_seconds: float = 2.0  # the env's own steps/s: each process steps at least this long
 
 
 FULL = Sizes()
@@ -65,6 +66,7 @@ QUICK = Sizes(
     workers_episodes=8,
     workers_max_steps=6,
     workers_repeats=1,
+    env_rate_seconds=0.2,
 )
 
 

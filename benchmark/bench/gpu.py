@@ -5,6 +5,13 @@ runs, a gate check (lockstep and sequential ASK make the same gate decisions at 
 ties), and the projected time of Table 1 on this GPU; all within a time budget that is enforced
 (`--budget-s`, default 480 s: past it the run stops, naming the section).
 
+Answers are compared as agreement rates with a stated tolerance (benchmark.bench.agreement): in
+bf16 a change of batch shape changes the kernels' rounding, so padded vs by_length is checked by
+its largest |delta log-prob| and its share of identical answers, against bf16's tolerance widened
+to what answering each prompt alone moves on the same model (`widened`); the exact check runs
+once, in fp32 on the device, on the tests' tiny hybrid. Times read the clock after a device
+sync (the backend's prefill/decode split included).
+
 Random weights (no download) in bf16 on the first CUDA device, the real Qwen3.5 vocabulary for
 token counts, ASK+ prompts from the real prompt builder, and the hf backend's own batching. On
 CUDA, a Qwen3.5 layer on transformers' reference kernels (the `[gpu]` extra missing) is an error
@@ -16,6 +23,7 @@ an error. Memory: torch's peak allocated bytes on CUDA, the process's peak RSS o
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -23,6 +31,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmark.bench.agreement import FP32, Tolerance, tolerance
+from benchmark.bench.agreement import checks as agreement_checks
 from benchmark.bench.common import (
     GIB,
     BudgetExceeded,
@@ -143,23 +153,46 @@ def batching_comparison(
     n = max(sizes.batch_sizes)
     queries = query_batch(messages, actions, decoding, n)
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    out = compare_batching(consultant, queries, repeats=sizes.repeats, sync=sync)
+    out = compare_batching(consultant, queries, repeats=sizes.repeats, sync=sync, single=True)
     out["distinct_lengths"] = len({len(consultant.encode(q)) for q in queries})
     out["auto"] = consultant.batching
     for kind in ("lean", "choices"):
         r = out[kind]
+        a, floor = r["agreement"], r["one_at_a_time"]
         print(
             f"batching {kind}: padded {r['padded']['median_s']:.3f} s ({r['padded']['forwards']} "
             f"forwards), by_length {r['by_length']['median_s']:.3f} s "
             f"({r['by_length']['forwards']} forwards) for {n} prompts of "
-            f"{out['distinct_lengths']} lengths; same answers: {r['same_answers']}; "
-            f"auto here: {out['auto']}",
+            f"{out['distinct_lengths']} lengths; padded vs by_length: {a['agreement']:.0%} "
+            f"identical answers, max |delta log-prob| {_fmt(a['max_abs_dlogp'])}, finite "
+            f"{a['finite']} (one at a time vs by_length: {floor['agreement']:.0%}, "
+            f"{_fmt(floor['max_abs_dlogp'])}); auto here: {out['auto']}",
             flush=True,
         )
     return out
 
 
-def model_checks(name: str, entry: dict[str, Any]) -> list[Check]:
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def widened(tol: Tolerance, floor: dict[str, Any]) -> Tolerance:
+    """`tol` (the dtype's stated tolerance) widened to what a change of batch shape alone moves on
+    this model (`floor`: each prompt alone vs by_length): twice its |delta log-prob|, its share
+    of identical answers less 5 points. Random full-shape weights have small top-token gaps, so
+    shape-only noise can exceed bf16's stated 0.05 there; padding must not add to it. fp32 (the
+    exact check) is never widened."""
+    if tol.dtype == "float32":
+        return tol
+    d = floor["max_abs_dlogp"]
+    return Tolerance(
+        tol.dtype,
+        max(tol.max_abs_dlogp, 2 * d) if d is not None and math.isfinite(d) else tol.max_abs_dlogp,
+        min(tol.min_agreement, floor["agreement"] - 0.05),
+    )
+
+
+def model_checks(name: str, entry: dict[str, Any], dtype: str) -> list[Check]:
     out = []
     for bs, r in entry["throughput"].items():
         out.append(
@@ -207,9 +240,10 @@ def model_checks(name: str, entry: dict[str, Any]) -> list[Check]:
             for part in ("prefill", "decode"):
                 out.append(Check("gpu", f"{name} ASK+ {label}: {part} ms/query", split[part], "ms"))
     for kind, r in entry["batching"].items() if "batching" in entry else ():
-        if isinstance(r, dict):  # padded against per-length: same answers, and the speed ratio
-            label = f"{name} batching {kind}: padded same answers as by_length"
-            out.append(Check("gpu", label, float(r["same_answers"]), "x", target=1.0))
+        if isinstance(r, dict):  # padded against per-length: agreement, and the speed ratio
+            tol = widened(tolerance(dtype), r["one_at_a_time"])
+            label = f"{name} batching {kind}: padded vs by_length"
+            out.extend(agreement_checks("gpu", label, r["agreement"], tol))
             label = f"{name} batching {kind}: padded speed-up over by_length"
             out.append(Check("gpu", label, r["padded_speedup"], "x"))
     out.append(
@@ -225,10 +259,18 @@ def gate_checks(name: str, gate: dict[str, Any]) -> list[Check]:
     return [
         Check(
             "gate",
-            f"{name} ASK lockstep vs sequential: same gate decisions and episodes",
-            float(gate["identical"]),
+            f"{name} ASK lockstep vs sequential: same gate decisions up to each episode's first "
+            "differing action",
+            gate["gate_agreement"],
             "",
             target=1.0,
+        ),
+        Check(
+            "gate",
+            f"{name} ASK lockstep vs sequential: share of identical actions ({gate['dtype']})",
+            gate["action_agreement"],
+            "",
+            target=tolerance(gate["dtype"]).min_agreement,
         ),
         Check(
             "gate",
@@ -373,9 +415,9 @@ def _run(
         entry.update(measure_model(name, consultant, env, sizes, clock))
         if k == 0:  # the gate check with the first (smallest) model
             clock.section(f"{name}: gate check (lockstep vs sequential at a tau away from ties)")
-            entry["gate"] = gate_check(consultant, root, sizes)
+            entry["gate"] = gate_check(consultant, root, sizes, data["dtype"])
         entry["memory_bytes"], entry["memory_kind"] = _memory(device)
-        checks.extend(model_checks(name, entry))
+        checks.extend(model_checks(name, entry, data["dtype"]))
         if "gate" in entry:
             checks.extend(gate_checks(name, entry["gate"]))
         d = entry["decisions"]
@@ -385,6 +427,15 @@ def _run(
         }
         consultant.close()
         del model, consultant
+    clock.section("exact check: tiny hybrid in float32 on the device, padded and one at a time")
+    n = min(16, max(sizes.batch_sizes) * 2)
+    from benchmark.bench.batching import tiny_hybrid_agreement
+
+    data["exact_fp32"] = exact = tiny_hybrid_agreement(root, device, "float32", n=n)
+    for kind in ("lean", "choices"):
+        for other in ("padded", "one_at_a_time"):
+            label = f"tiny hybrid {kind}: {other} vs by_length"
+            checks.extend(agreement_checks("exact", label, exact[kind][other], FP32))
     clock.section("Table 1 projection (benchmark.plan's work at the measured decisions/s)")
     proj = project(table1_plan(root, clock.left()), rates)
     data["table1"] = proj

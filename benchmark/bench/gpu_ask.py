@@ -122,9 +122,36 @@ def gap_tau(entropies: np.ndarray, lo: float = 0.2, hi: float = 0.8) -> tuple[fl
     return float((pool[k] + pool[k + 1]) / 2), float(gaps[k] / 2)
 
 
-def gate_check(consultant: Any, root: Any, sizes: Any) -> dict[str, Any]:
+def step_agreement(a: dict[int, list[tuple]], b: dict[int, list[tuple]]) -> dict[str, Any]:
+    """Two runs' steps per seed, each (asked, action), compared up to and including each
+    episode's first differing action (after it the episodes legitimately part): `gate_agreement`
+    (share of those steps with the same gate decision: the policy is the same, so any difference
+    is a bug, in any dtype), `action_agreement` (share of the asked steps among them with the
+    same action: the LM's answers, which bf16 batch shapes may flip), and the counts."""
+    gate_same = gate_n = asked_same = asked_n = parted = 0
+    for seed, steps_a in a.items():
+        for (asked_a, act_a), (asked_b, act_b) in zip(steps_a, b[seed], strict=False):
+            gate_n += 1
+            gate_same += asked_a == asked_b
+            if asked_a and asked_b:
+                asked_n += 1
+                asked_same += act_a == act_b
+            if act_a != act_b:
+                parted += 1
+                break
+    return {
+        "gate_agreement": gate_same / gate_n if gate_n else 1.0,
+        "action_agreement": asked_same / asked_n if asked_n else 1.0,
+        "steps_compared": gate_n,
+        "asked_steps_compared": asked_n,
+        "episodes_parted": parted,
+    }
+
+
+def gate_check(consultant: Any, root: Any, sizes: Any, dtype: str = "float32") -> dict[str, Any]:
     """ASK (basic prompt, entropy gate at `gap_tau`) lockstep and sequential on the same test
-    seeds: the per-episode results, every step's gate decision and action, and the margin."""
+    seeds: the per-episode results, every step's gate decision and action, the margin, and how
+    far the runs agree (`step_agreement`; `identical` is the exact check, meant for fp32)."""
     from benchmark import results
     from benchmark.bench.cpu_evaluation import ppo_entropies
     from benchmark.build import build, prepare
@@ -156,6 +183,8 @@ def gate_check(consultant: Any, root: Any, sizes: Any) -> dict[str, Any]:
         outcomes["lockstep"] == outcomes["sequential"] and steps["lockstep"] == steps["sequential"]
     )
     return {
+        "dtype": dtype,
+        **step_agreement(steps["lockstep"], steps["sequential"]),
         "params": {
             "env": "fourrooms",
             "method": "ask",

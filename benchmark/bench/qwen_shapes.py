@@ -57,11 +57,14 @@ QWEN35_SHAPES: dict[str, dict[str, Any]] = {
     },
 }
 
-# Toy widths with the same structure (hybrid layout, GQA, gated DeltaNet, full vocabulary).
+# Toy widths with the same structure (hybrid layout, GQA, gated DeltaNet, full vocabulary). Eight
+# layers: full attention at layers 3 and 7, so one full-attention layer feeds a linear-attention
+# layer, as in the real models (what a full-attention layer's padded rows do to the recurrent
+# state after it shows only then).
 TINY_OVERRIDES: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
-    "num_hidden_layers": 4,
+    "num_hidden_layers": 8,
     "num_attention_heads": 2,
     "num_key_value_heads": 1,
     "head_dim": 32,

@@ -19,13 +19,23 @@ AttentionInterface) with a mask function that skips building the mask only where
 applies: no padding mask was given (the unpadded calls of the hf backend: prefix computation,
 choice scoring's length groups, the lean decode loop). Every other call (generate with a padding
 mask, sliding windows) builds the mask sdpa would and runs transformers' sdpa unchanged. CPU
-only: the merge needs the kernel's log-sum-exp, which the CPU flash kernel returns."""
+only: the merge needs the kernel's log-sum-exp, which the CPU flash kernel returns.
+
+Fully masked query rows are zeroed (`zero_masked_rows`) wherever sdpa runs with a mask, here and
+in "masked_sdpa" (sdpa plus that zeroing, what the hf backend takes on an accelerator): the pad
+rows of a left-padded prefill attend to no key, and some GPU kernels (cuDNN, the default for
+sdpa on H100/H200 since torch 2.11) return NaN for such a row where torch's CPU kernels return 0.
+In the hybrid Qwen3.5 a NaN in a pad row survives the pad-state masking of the next
+linear-attention layer (NaN x 0 = NaN) and enters its recurrent state, and every later token of
+the row; attention layers would spread it through the pad keys' values. Zeroed, a pad row's
+output is what the CPU kernels give, and the real rows never read it (tests/test_finite.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 NAME = "prefix_sdpa"
+MASKED = "masked_sdpa"  # sdpa with fully masked query rows zeroed (module docstring)
 BLOCK = 256  # query rows per block (module docstring)
 _registered = False
 
@@ -61,7 +71,7 @@ def prefix_sdpa_attention(
     `choice_branches=(n, lengths)` (choice scoring's folded forward, `branched_attention`): the
     first n query rows are the suffix, the rest are branches of those lengths, each after the
     whole suffix and blind to the others."""
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import repeat_kv
 
     branches = kwargs.pop("choice_branches", None)
     s, total = query.shape[2], key.shape[2]
@@ -79,7 +89,7 @@ def prefix_sdpa_attention(
             "no dropout, softcap or position bias)"
         )
     if branches is None and (not plain or s == 1 or s >= total):
-        return sdpa_attention_forward(
+        return masked_sdpa_attention(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     groups = getattr(module, "num_key_value_groups", 1)
@@ -102,6 +112,43 @@ def prefix_sdpa_attention(
         scaling,
     )
     return out.to(query.dtype), None
+
+
+def masked_sdpa_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """transformers' sdpa with the query rows its mask allows no key zeroed (`zero_masked_rows`):
+    [B, S, H, D]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    out, weights = sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+    )
+    return zero_masked_rows(out, attention_mask), weights
+
+
+def zero_masked_rows(out: Any, attention_mask: Any) -> Any:
+    """sdpa's output `out` [B, S, H, D] with every query row that `attention_mask` [B|1, H|1, S, T]
+    (boolean: True = attend; or additive float: its dtype's minimum or -inf = masked) allows no
+    key set to 0, whatever the kernel returned there (NaN on cuDNN; module docstring). No device
+    sync: a masked fill. A single query row (decoding) always sees its own key: returned as is."""
+    import torch
+
+    if attention_mask is None or out.shape[1] == 1 or attention_mask.dim() != 4:
+        return out
+    if attention_mask.dtype == torch.bool:
+        dead = ~attention_mask.any(-1)
+    else:
+        dead = (attention_mask <= torch.finfo(attention_mask.dtype).min).all(-1)
+    return out.masked_fill(dead.transpose(1, 2).unsqueeze(-1), 0.0)  # [B|1, S, H|1, 1]
 
 
 def _suffix(query: Any, key: Any, value: Any, p: int, scaling: float) -> Any:
@@ -164,14 +211,18 @@ def _merge(parts: list[tuple[Any, Any]]) -> Any:
     return num / sum(weights)
 
 
-def register() -> str:
-    """Register "prefix_sdpa" with transformers (once); its name."""
+def register(device_type: str = "cpu") -> str:
+    """Register "prefix_sdpa" and "masked_sdpa" with transformers (once); the name for a model on
+    `device_type`: prefix_sdpa on a CPU (its split needs the CPU flash kernel), masked_sdpa on an
+    accelerator. Both zero fully masked query rows (`zero_masked_rows`)."""
     global _registered
     if not _registered:
         from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
         AttentionInterface.register(NAME, prefix_sdpa_attention)
         AttentionMaskInterface.register(NAME, prefix_sdpa_mask)
+        AttentionInterface.register(MASKED, masked_sdpa_attention)
+        AttentionMaskInterface.register(MASKED, sdpa_mask)
         _registered = True
-    return NAME
+    return NAME if device_type == "cpu" else MASKED

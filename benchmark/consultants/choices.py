@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmark.consultants.base import Answer, Query
 from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.finite import nonfinite_rows, raise_nonfinite
 from benchmark.consultants.penalty import penalize
 from benchmark.consultants.prefix import Prompt, next_positions
 from benchmark.consultants.turns import local_end_of_reply
@@ -91,6 +92,8 @@ class ChoiceScoring:
     def _score_batch(
         self, rows: list[Prompt], conts: list[list[list[int]]], penalties: list[float]
     ) -> list[list[float]]:
+        """Each row's action log-likelihoods; a group whose logits hold a NaN or an infinity
+        raises a ConsultantError naming the batch (benchmark.consultants.finite)."""
         import torch
 
         seqs = [r.ids for r in rows]
@@ -99,33 +102,66 @@ class ChoiceScoring:
             for members, cache, last, mask in self._prefill_groups(seqs, rows, conts):
                 t0 = time.perf_counter()
                 if any(penalties[r] != 1.0 for r in members):
-                    scored = self._penalized(members, cache, last, seqs, conts, penalties, mask)
-                    for r, values in zip(members, scored, strict=True):
-                        out[r] = values
-                    self._stats["decode_seconds"] += time.perf_counter() - t0
-                    continue
-                if last.dim() == 3:  # folded: the prompt's last position, then every branch's
-                    logp = torch.log_softmax(last.float(), dim=-1)  # [g, 1 + branch tokens, V]
-                    for j, r in enumerate(members):
-                        at = 1
-                        for c in conts[r]:
-                            v = float(logp[j, 0, c[0]])
-                            for t in range(1, len(c)):
-                                v += float(logp[j, at + t - 1, c[t]])
-                            out[r].append(v)
-                            at += len(c) - 1
-                    self._stats["decode_seconds"] += time.perf_counter() - t0
-                    continue
-                first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
-                pairs, logits = self._action_tails(members, cache, conts, mask)
-                rest = None if logits is None else torch.log_softmax(logits.float(), dim=-1)
-                for m, (j, c) in enumerate(pairs):
-                    v = float(first[j, c[0]])
-                    for t in range(1, len(c)):
-                        v += float(rest[m, t - 1, c[t]])  # type: ignore[index]
-                    out[members[j]].append(v)
+                    scored, bad = self._penalized(
+                        members, cache, last, seqs, conts, penalties, mask
+                    )
+                else:
+                    scored, bad = self._gathered(members, cache, last, conts, mask)
+                raise_nonfinite(self, "choice scoring", [members[j] for j in bad], seqs)
+                for r, values in zip(members, scored, strict=True):
+                    out[r] = values
                 self._stats["decode_seconds"] += time.perf_counter() - t0
         return out
+
+    def _gathered(self, members, cache, last, conts, mask) -> tuple[list[list[float]], list[int]]:
+        """(per member: each action's log-likelihood; the members whose logits are not finite).
+        Every action token's log-probability is gathered on the device and copied to the host
+        once per group together with the finite flags, instead of one device sync per token;
+        each action's tokens are summed in order, as a loop over them would."""
+        import torch
+
+        keys: list[tuple[int, int]] = []  # (member j, action a) of each gathered value
+        if last.dim() == 3:  # folded: the prompt's last position, then every branch's
+            logp = torch.log_softmax(last.float(), dim=-1)  # [g, 1 + branch tokens, V]
+            where: list[tuple[int, int, int]] = []  # (member, position, token)
+            for j, r in enumerate(members):
+                k = 1
+                for a, c in enumerate(conts[r]):
+                    where += [(j, 0 if t == 0 else k + t - 1, c[t]) for t in range(len(c))]
+                    keys += [(j, a)] * len(c)
+                    k += len(c) - 1
+            values = _at(logp, where)
+            flags = [nonfinite_rows(last)]
+            owners = list(range(len(members)))
+        else:
+            first = torch.log_softmax(last.float(), dim=-1)  # [g, V]: each action's 1st token
+            pairs, logits = self._action_tails(members, cache, conts, mask)
+            seen = [0] * len(members)
+            for j, _ in pairs:  # pair m is member j's action seen[j]
+                keys.append((j, seen[j]))
+                seen[j] += 1
+            parts = [_at(first, [(j, c[0]) for j, c in pairs])]
+            flags = [nonfinite_rows(last)]
+            owners = list(range(len(members)))
+            if logits is not None:  # the later tokens, pair by pair
+                rest = torch.log_softmax(logits.float(), dim=-1)  # [pairs, width, V]
+                tails = [
+                    (m, t - 1, c[t]) for m, (_, c) in enumerate(pairs) for t in range(1, len(c))
+                ]
+                keys += [keys[m] for m, _, _ in tails]
+                parts.append(_at(rest, tails))
+                flags.append(nonfinite_rows(logits))
+                owners += [j for j, _ in pairs]
+            values = torch.cat(parts)
+        copied = torch.cat([values, *(f.to(values.dtype) for f in flags)]).tolist()  # one copy
+        sums: dict[tuple[int, int], float] = {}
+        for key, v in zip(keys, copied[: len(keys)], strict=True):
+            sums[key] = sums.get(key, 0.0) + v
+        scores: list[list[float]] = [[] for _ in members]
+        for (j, _), v in sums.items():  # j-major, actions in order
+            scores[j].append(v)
+        bad = {j for j, f in zip(owners, copied[len(keys) :], strict=True) if f}
+        return scores, sorted(bad)
 
     def _action_tails(
         self, members, cache, conts, mask=None
@@ -155,12 +191,14 @@ class ChoiceScoring:
 
     def _penalized(
         self, members, cache, last, seqs, conts, penalties, mask=None
-    ) -> list[list[float]]:
-        """Per member row: each action's log-likelihood with every token's logits penalized
-        over the prompt and the action's earlier tokens (module docstring). The later tokens'
-        logits come from the folded branches, or from one forward of the actions on the cache."""
+    ) -> tuple[list[list[float]], list[int]]:
+        """(per member row: each action's log-likelihood with every token's logits penalized
+        over the prompt and the action's earlier tokens (module docstring); the members whose
+        logits are not finite). The later tokens' logits come from the folded branches, or from
+        one forward of the actions on the cache."""
         import torch
 
+        bad = set(nonfinite_rows(last).nonzero().flatten().tolist())
         if last.dim() == 3:  # folded: [g, 1 + branch tokens, V]
             positions = []
             for j, r in enumerate(members):
@@ -171,6 +209,9 @@ class ChoiceScoring:
                 positions.append(rows)
         else:
             pairs, logits = self._action_tails(members, cache, conts, mask)
+            if logits is not None:
+                flags = nonfinite_rows(logits).tolist()
+                bad |= {j for (j, _), f in zip(pairs, flags, strict=True) if f}
             positions = [[] for _ in members]
             for m, (j, c) in enumerate(pairs):
                 positions[j].append(
@@ -185,4 +226,12 @@ class ChoiceScoring:
                 logp = torch.log_softmax(scores, dim=-1)
                 values.append(sum(float(logp[t, c[t]]) for t in range(len(c))))
             out.append(values)
-        return out
+        return out, sorted(bad)
+
+
+def _at(tensor: Any, where: list[tuple[int, ...]]) -> Any:
+    """tensor[w] for every index tuple w of `where`, in one gather on the tensor's device."""
+    import torch
+
+    index = torch.tensor(where, dtype=torch.long, device=tensor.device)
+    return tensor[tuple(index.unbind(-1))]

@@ -42,6 +42,7 @@ from benchmark.consultants.base import (
 from benchmark.consultants.choices import ChoiceScoring
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.fingerprint import offline_hint, resolve_source
+from benchmark.consultants.finite import finite_watch, raise_nonfinite
 from benchmark.consultants.kernels import describe_kernels, kernel_report
 from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoding, plain_greedy
 from benchmark.consultants.penalty import row_penalty
@@ -227,13 +228,15 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
     def _prefix_attention(self) -> None:
-        """On CPU, sdpa becomes "prefix_sdpa" (benchmark.consultants.attention): a suffix on a
-        cached prefix is prefilled without the masked rectangle; every other call is sdpa's."""
+        """sdpa becomes "prefix_sdpa" on CPU (benchmark.consultants.attention): a suffix on a
+        cached prefix is prefilled without the masked rectangle; every other call is sdpa's. On
+        an accelerator it becomes "masked_sdpa": sdpa itself. Both zero the fully masked query
+        rows of a left-padded batch, which some GPU kernels return as NaN."""
         from benchmark.consultants import attention
 
         config = self.model.config
-        if self.device.type == "cpu" and getattr(config, "_attn_implementation", None) == "sdpa":
-            self.model.set_attn_implementation(attention.register())
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            self.model.set_attn_implementation(attention.register(self.device.type))
 
     @property
     def identity(self) -> str:
@@ -474,17 +477,17 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             gc = copy.deepcopy(self._base_gc)
             gc.update(max_new_tokens=max_new, eos_token_id=stop)
             kwargs: dict[str, Any] = {}
-            processors: list[Any] = []
+            watch = finite_watch(n, self.device)  # first: it sees the model's own logits
+            processors: list[Any] = [watch]
             if d.repetition_penalty != 1.0:  # per row, before sampling (as generate orders it)
                 gc.update(repetition_penalty=1.0)  # the decoding's penalty, not the model's
                 processors.append(row_penalty(d.repetition_penalty, mask))
             if d.sampling:
                 seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
                 processors.extend(row_sampler(d, seeds, offsets, width))
-            if processors:
-                from transformers import LogitsProcessorList
+            from transformers import LogitsProcessorList
 
-                kwargs["logits_processor"] = LogitsProcessorList(processors)
+            kwargs["logits_processor"] = LogitsProcessorList(processors)
             if cache is not None:
                 kwargs[self._cache_arg] = cache
             out = self.model.generate(
@@ -493,8 +496,10 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
                 generation_config=gc,
                 **kwargs,
             )
+        new_ids, bad = out[:, width:].tolist(), watch.bad.tolist()
+        raise_nonfinite(self, "generate", [r for r in range(n) if bad[r]], seqs)
         rows = []
-        for row in out[:, width:].tolist():
+        for row in new_ids:
             cut = next((k for k, t in enumerate(row) if t in stop), None)
             rows.append(row if cut is None else row[: cut + 1])
         return rows

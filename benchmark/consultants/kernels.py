@@ -6,8 +6,10 @@ runs reference code (`reference_kernel_error`)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from benchmark.consultants.prefix import prefix_reuse_mode
@@ -61,6 +63,39 @@ def _binding(value: Any) -> tuple[str, str] | None:
             fast = bool(free["is_new_implementation"])
             return str(free["func_name"]), str(free["package"]) if fast else "reference"
     return None
+
+
+@contextlib.contextmanager
+def reference_kernels(model: Any) -> Iterator[int]:
+    """Within the block, every kernel-or-reference function bound in the model's modeling modules
+    (`kernel_report`) is replaced by transformers' reference PyTorch code (the `torch_function`
+    the wrapper falls back to), so the same model runs both ways (`make gpu-smoke`: fast kernels
+    against the reference, which catches a kernel that imports but computes wrongly, e.g. one
+    that transformers hands fewer keyword arguments than it needs). Yields how many functions
+    were swapped (0: nothing fast was bound)."""
+    swapped: list[tuple[Any, str, Any]] = []
+    try:
+        for name in sorted({type(m).__module__ for m in model.modules()}):
+            module = sys.modules.get(name)
+            for var, value in list(vars(module).items()) if module is not None else ():
+                binding = _binding(value)
+                if binding is None or binding[1] == "reference":
+                    continue
+                reference = next(
+                    (
+                        _closure(fn)["torch_function"]
+                        for fn in _unwrapped(value)
+                        if "torch_function" in _closure(fn)
+                    ),
+                    None,
+                )
+                if reference is not None:
+                    swapped.append((module, var, value))
+                    setattr(module, var, reference)
+        yield len(swapped)
+    finally:
+        for module, var, value in swapped:
+            setattr(module, var, value)
 
 
 def _inner_functions(value: Any) -> list[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from benchmark.consultants.finite import nonfinite_rows, raise_nonfinite
 from benchmark.consultants.penalty import penalize
 from benchmark.consultants.prefix import Prompt, next_positions
 
@@ -66,7 +67,8 @@ class LeanDecoding:
         (`_lean_ok`), so argmax of the logits is its choice: the same tokens as `generate`
         (tests/test_choices.py, tests/test_batching.py). A repetition `penalty` other than 1 is
         applied to each row's logits over its prompt and answer so far, as `generate` applies it
-        (benchmark.consultants.penalty)."""
+        (benchmark.consultants.penalty). Non-finite logits in any row raise a ConsultantError
+        (benchmark.consultants.finite), their flags copied with the step's tokens."""
         import torch
 
         out: list[list[int]] = [[] for _ in seqs]
@@ -76,10 +78,14 @@ class LeanDecoding:
                 t0 = time.perf_counter()
                 alive = list(members)
                 for step in range(max_new):
+                    bad = nonfinite_rows(last)  # the model's logits, before any penalty
                     if penalty != 1.0:
                         last = penalize(last.float(), [seqs[r] + out[r] for r in alive], penalty)
                     token = last.argmax(-1)
-                    for r, t in zip(alive, token.tolist(), strict=True):
+                    tokens, flags = torch.stack([token, bad.long()]).tolist()  # one copy
+                    rows = [r for r, f in zip(alive, flags, strict=True) if f]
+                    raise_nonfinite(self, "lean decode", rows, seqs)
+                    for r, t in zip(alive, tokens, strict=True):
                         out[r].append(t)
                     keep = ~torch.isin(token, stops)
                     if step == max_new - 1 or not bool(keep.any()):
