@@ -214,13 +214,20 @@ def where_plots(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> list[P
 
 
 def _task_of(sweep: Sweep, c: Cell):
-    """The cell's task, from its cell.json (the env it ran), else conf/env/<env>.yaml."""
-    from benchmark.envs import make_task
+    """The cell's task, from its cell.json (the env it ran) when that names one of conf/env's Task
+    classes (benchmark.envs.recorded_task: nothing else in a results file is called), else
+    conf/env/<env>.yaml by name; None: the heatmap is drawn without walls."""
+    from benchmark.envs import available_envs, load_env_cfg, make_task, recorded_task
 
     record = results.read_json(job_dir(sweep, c) / "cell.json") or {}
-    env_cfg = (record.get("config") or {}).get("env") or c.env
+    env_cfg = (record.get("config") or {}).get("env")
     try:
-        return make_task(env_cfg)
+        if isinstance(env_cfg, dict):
+            return recorded_task(env_cfg)
+    except Exception as exc:  # noqa: BLE001 - refused or broken: the env by name instead
+        log.warning("%s: the env in its cell.json is not used (%s)", c.job, exc)
+    try:
+        return make_task(load_env_cfg(c.env)) if c.env in available_envs() else None
     except Exception as exc:  # noqa: BLE001 - the heatmap is then drawn without walls
         log.info("no task for %s (%s): heatmap without walls", c.env, exc)
         return None
