@@ -159,6 +159,16 @@ def test_a_payload_is_identified_refused_and_never_run(zips, tmp_path):
     assert marker.exists()
 
 
+def test_a_space_whose_state_sets_a_method_to_a_function_is_unsafe():
+    """A gymnasium space is a constructor plus a state; a state that sets `contains` to a global
+    function would have the suite call that function with an observation."""
+    space = sb3zip.Call(sb3zip.Ref("gymnasium.spaces.discrete", "Discrete"), ("__new__",))
+    space.state = {"n": 4, "contains": sb3zip.Ref("benchmark.store", "replace_dir")}
+    assert sb3zip.problems(space) == ["sets contains to benchmark.store.replace_dir"]
+    space.state = {"n": 4}
+    assert sb3zip.problems(space) == []
+
+
 @pytest.mark.parametrize(
     "blob",
     [b"", b"\x80\x05K", b"\x80\x05\x93.", b"\x80\x05K\x01K\x02.", b"garbage"],

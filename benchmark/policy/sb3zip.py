@@ -329,7 +329,8 @@ def _value_of_call(node: Call) -> Any:
 def problems(node: Any) -> list[str]:
     """What in a read pickle would run code beyond building inert data when SB3 unpickles it:
     a call of anything but the constructors listed above, a global outside NAMED, a state given
-    to something that is not a new object of CONSTRUCTED (empty: safe to unpickle)."""
+    to something that is not a new object of CONSTRUCTED, a state that sets an attribute to a
+    global (a function there would shadow a method the suite calls; empty: safe to unpickle)."""
     out: list[str] = []
     seen: set[int] = set()
 
@@ -362,6 +363,8 @@ def problems(node: Any) -> list[str]:
             if not allowed:
                 out.append(f"calls {f}")
             walk(n.args[1:] if new else n.args)
+            if isinstance(n.state, dict):  # an attribute set to a function could shadow a method
+                out.extend(f"sets {k} to {v}" for k, v in n.state.items() if isinstance(v, Ref))
             walk(n.state)
 
     walk(node)
