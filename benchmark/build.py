@@ -307,7 +307,8 @@ def build(
         if spec.uses_policy and policy is None:
             checkpoint = policy_checkpoint(cfg, task, splits, log_fn=log_fn)
             device = cfg.policy.get("device", "cpu")
-            policy = load(checkpoint, task=task, device=device).policy
+            trust = bool(cfg.policy.get("trust_pickle", False))
+            policy = load(checkpoint, task=task, device=device, trust_pickle=trust).policy
         gate_inputs, gate_info = {}, None
         if spec.gate.cls.needs_training:  # its declared trainer builds what it needs
             if checkpoint is None:

@@ -43,7 +43,7 @@ ADDED_KEY_DEFAULTS = {
 }
 EXECUTION_KEYS = {
     "eval": ("mode", "torch_threads", "step_records", "workers"),
-    "policy": ("device", "progress_bar", "path", "torch_threads", "env_workers"),
+    "policy": ("device", "progress_bar", "path", "torch_threads", "env_workers", "trust_pickle"),
 }
 
 

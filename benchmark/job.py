@@ -15,8 +15,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from benchmark import migrate, protocol, results, workers
-from benchmark.analysis import STEPS_FILE, StepRecorder, gate_quality, write_steps
+from benchmark.analysis import (
+    STEPS_FILE,
+    StepRecorder,
+    gate_quality,
+    read_checked_steps,
+    steps_fields,
+    write_steps,
+)
 from benchmark.analysis.belief import belief_metrics
+from benchmark.analysis.steps import UNCHECKED
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
@@ -126,7 +134,12 @@ def _reuse(
         return None
     log.info("cell %s (%s) is complete: skipped", spec.name, cell_dir.name)
     summary = done[0]
-    if cfg.eval.get("step_records") and not (cell_dir / STEPS_FILE).exists():
+    steps = cell_dir / STEPS_FILE
+    if steps.exists() and (state := read_checked_steps(steps, summary, done[1])[1]) != "ok":
+        log.warning("cell %s: %s", cell_dir.name, state)  # the sweep copies it: say so here
+        if state != UNCHECKED and cfg.eval.get("step_records"):
+            steps.unlink()  # not this cell's records: recorded again below
+    if cfg.eval.get("step_records") and not steps.exists():
         summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
     results.publish(cell_dir, job_dir)
     results.write_json(
@@ -179,6 +192,7 @@ def _record_steps(
     records = recorder.records  # sorted and (a trained gate) scored once
     write_steps(cell_dir / STEPS_FILE, records)
     summary = {**summary, **gate_quality(records), **belief_metrics(records)}
+    summary.update(steps_fields(records))  # their count and digest, checked by readers
     results.write_json(cell_dir / "summary.json", summary)
     return summary
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmark.analysis import STEPS_FILE, gate_quality, write_steps
+from benchmark.analysis import STEPS_FILE, gate_quality, steps_fields, write_steps
 from benchmark.analysis.belief import belief_metrics
 
 # the one atomic writer, file hash and reader of a cell's files live with the results root's
@@ -84,6 +84,7 @@ def cell_summary(
     if records is not None:  # precision, recall, AUROC, help and harm rates (gate_*)
         summary.update(gate_quality(records))
         summary.update(belief_metrics(records))  # context length, belief correctness
+        summary.update(steps_fields(records))  # their count and digest, checked by readers
     summary.update(spec.labels())
     checkpoint = evaluation.checkpoint_path
     summary.update(

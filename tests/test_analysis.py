@@ -9,6 +9,7 @@ changing its results, and refuses when a rerun disagrees; the report section and
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -336,7 +337,10 @@ def test_a_complete_cell_gets_its_step_records_without_losing_its_results(
     assert len(records) == 4 * 51 and all(r["action_optimal"] for r in records)
     assert [r["decision"] for r in records[:3]] == [0, 1, 2] and records[0]["ppo"] is None
     stored = results.read_json(cell_dir / "summary.json")
-    assert {k: v for k, v in stored.items() if not k.startswith("gate_")} == before
+    assert {
+        k: v for k, v in stored.items() if not k.startswith(("gate_", "step_records_"))
+    } == before
+    assert stored["step_records_count"] == len(records) == 4 * 51
     assert stored["gate_queried"] == 0 and again == stored  # SLM-only: no PPO step to judge
     # asked again: nothing to do, the file is not rewritten
     mtime = (cell_dir / STEPS_FILE).stat().st_mtime_ns
@@ -467,3 +471,86 @@ def test_report_titles_tell_cells_apart_by_checkpoint_and_policy_seed():
     assert _label(seeds[0], Layout.of_cells(seeds[:1])) == "PPO"
     mixed = [cell(0, "best"), cell(0, "final")]
     assert [_label(c, Layout.of_cells(mixed)) for c in mixed] == ["PPO @best", "PPO @final"]
+
+
+# --------------------------------------------------------------------------------------------
+# the records are checked against their cell: count, digest, (seed, step), the episodes' seeds
+
+
+def test_step_records_are_checked_against_their_cell():
+    from benchmark.analysis.steps import check_steps, steps_fields
+
+    records = [{"seed": s, "step": t, "total": 0.5} for s in (100, 101) for t in range(3)]
+    episodes = [{"seed": 100, "length": 3}, {"seed": 101, "length": 3}]
+    summary = steps_fields(records)
+    assert summary == {
+        "step_records_count": 6,
+        "step_records_sha256": summary["step_records_sha256"],
+    }
+    assert check_steps(records, summary, episodes) == []
+    assert check_steps(records, {}, episodes) == []  # an old summary: the rest still checked
+    moved = [dict(r, total=0.6) if i == 2 else r for i, r in enumerate(records)]
+    assert check_steps(moved, summary, episodes) == [
+        "their SHA-256 is not the one its summary recorded"
+    ]
+    doubled = records + records[:2]
+    assert check_steps(doubled, {}, episodes) == ["2 repeated (seed, step), first (100, 0)"]
+    other = records + [{"seed": 7, "step": 0}]
+    assert "seeds not the episodes' (extra [7], missing [])" in check_steps(other, {}, episodes)
+    short = records[:-1]
+    assert check_steps(short, {}, episodes) == [
+        "1 episodes with another number of steps (seed 101: 2 records, 3 steps)"
+    ]
+
+
+def test_records_appended_to_a_cells_steps_file_are_refused_by_the_report(tmp_path):
+    """Another gzip member appended to steps.jsonl.gz (gzip reads it as more records): the
+    report says the job's records do not match its cell and leaves them out of the figures; a
+    cell whose summary predates the count and digest is read and said to be unchecked."""
+    import gzip
+
+    from benchmark.report import build_report
+
+    over = ["env=empty5x5_random", *ORACLE_CELL[1:], "eval.step_records=true"]
+    sweep = tmp_path / "sweep"
+    run_job(compose_cfg(tmp_path / "root", *over), sweep / "0", multirun=False)
+    clean = build_report(sweep, tmp_path / "clean")
+    assert "## Step records" not in clean.markdown
+    assert "where_empty5x5_random.png" in {p.name for p in clean.plots}
+
+    path = sweep / "0" / STEPS_FILE
+    original = path.read_bytes()
+    records = read_steps(path)
+    extra = [dict(r, step=r["step"] + 1000, queried=True) for r in records[:5]]
+    with path.open("ab") as f:  # a second gzip member: more records after the first
+        f.write(gzip.compress("".join(json.dumps(r) + "\n" for r in extra).encode()))
+    assert len(read_steps(path)) == len(records) + 5
+    text = build_report(sweep, tmp_path / "tampered").markdown
+    assert "## Step records" in text
+    assert (
+        f"- job 0: step records refused, left out of the step-record tables and figures: {path} "
+        f"does not match its cell: {len(records) + 5} records, its summary says {len(records)}; "
+        "their SHA-256 is not the one its summary recorded; " in text
+    )
+
+    # the cell's own copy too (later sweeps copy it): a job that reuses the cell says so and,
+    # asked for step records, writes them again
+    cell_steps = (
+        tmp_path
+        / "root"
+        / "cells"
+        / results.read_json(sweep / "0" / "summary.json")["cell_hash"]
+        / STEPS_FILE
+    )
+    cell_steps.write_bytes(path.read_bytes())
+    run_job(compose_cfg(tmp_path / "root", *over), tmp_path / "again", multirun=False)
+    assert read_steps(cell_steps) == records == read_steps(tmp_path / "again" / STEPS_FILE)
+
+    path.write_bytes(original)  # the records as written, under a summary from before the digest
+    summary = results.read_json(sweep / "0" / "summary.json")
+    for key in ("step_records_count", "step_records_sha256"):
+        summary.pop(key)
+    results.write_json(sweep / "0" / "summary.json", summary)
+    old = build_report(sweep, tmp_path / "old")
+    assert "- jobs 0: step records unchecked (their summary.json predates" in old.markdown
+    assert "where_empty5x5_random.png" in {p.name for p in old.plots}

@@ -374,3 +374,23 @@ def test_a_bad_action_or_a_finished_episode_is_refused(env):
         episode.step(episode.expert_action())
     with pytest.raises(RuntimeError, match="episode seed=100 is over"):
         episode.step(0)
+
+
+def test_a_recorded_env_builds_only_a_task_class_of_conf_env(tmp_path):
+    """A results file's env config is built only when it names a Task class conf/env names, and
+    nothing nested is a `_target_` (Hydra would call any callable a file names)."""
+    from omegaconf import OmegaConf
+
+    from benchmark.envs import load_env_cfg, recorded_task, task_targets
+
+    env = OmegaConf.to_container(load_env_cfg("higherlower"), resolve=True)
+    assert recorded_task(env).name == "higherlower"
+    assert "benchmark.envs.minigrid_nav.MiniGridTask" in task_targets()
+    marker = tmp_path / "marker"
+    evil = {**env, "task": {"_target_": "builtins.open", "file": str(marker), "mode": "w"}}
+    with pytest.raises(ValueError, match="'builtins.open' is not a Task class of conf/env"):
+        recorded_task(evil)
+    nested = {**env, "task": {**env["task"], "deck": {"_target_": "builtins.open"}}}
+    with pytest.raises(ValueError, match="holds another `_target_`"):
+        recorded_task(nested)
+    assert not marker.exists()

@@ -381,3 +381,24 @@ def test_policies_preset_ends_with_a_bundle(trained_root, tmp_path):
     index = json.loads(bundle_json.read_text())
     assert [p["env"] for p in index["policies"]] == ["empty5x5_random"], proc.stderr[-2000:]
     assert index["policies"][0]["test"]["best"]["n_episodes"] == 5
+
+
+@pytest.mark.parametrize("name", ["../other", "a/b", "..", "/abs", ""])
+def test_a_policy_name_that_is_not_one_folder_name_is_refused(tmp_path, name):
+    """A bundle index (re-signed, as whoever hands it over could) naming `../other` would point
+    outside the bundle, and a later export would sign what is there."""
+    from benchmark.policy.bundle import INDEX, MARKER
+    from tests.small_policy import committed
+
+    out = export([committed()], tmp_path / "bundle", title="t")
+    index = json.loads((out / INDEX).read_text())
+    index["policies"][0]["name"] = name
+    (out / INDEX).write_text(json.dumps(index))
+    signed = json.loads((out / MARKER).read_text())
+    signed["files"][INDEX] = file_sha256(out / INDEX)
+    (out / MARKER).write_text(json.dumps(signed))
+    cfg = compose_cfg(tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.path={out}")
+    with pytest.raises(CheckpointError, match="must be one folder name inside the bundle"):
+        select_policy(out, cfg)
+    with pytest.raises(CheckpointError, match="must be one folder name inside the bundle"):
+        export([committed()], out)  # extending it re-signs nothing outside

@@ -8,7 +8,14 @@ quality       the summary's gate_* fields, AUROC and ROC curves
 where         tallies by grid position, card rank and decision index; wall layouts"""
 
 from benchmark.analysis.quality import auroc, auroc_ci, gate_quality, roc_curve
-from benchmark.analysis.steps import STEPS_FILE, StepRecorder, read_steps, write_steps
+from benchmark.analysis.steps import (
+    STEPS_FILE,
+    StepRecorder,
+    read_checked_steps,
+    read_steps,
+    steps_fields,
+    write_steps,
+)
 
 __all__ = [
     "STEPS_FILE",
@@ -16,7 +23,9 @@ __all__ = [
     "auroc",
     "auroc_ci",
     "gate_quality",
+    "read_checked_steps",
     "read_steps",
     "roc_curve",
+    "steps_fields",
     "write_steps",
 ]

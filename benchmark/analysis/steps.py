@@ -41,6 +41,7 @@ One JSON object per step, in (seed, step) order:
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -131,22 +132,86 @@ class StepRecorder:
         return records
 
 
+def _jsonl(records: list[dict[str, Any]]) -> bytes:
+    return b"".join((json.dumps(r, sort_keys=True) + "\n").encode() for r in records)
+
+
 def write_steps(path: Path, records: list[dict[str, Any]]) -> None:
     """Gzipped JSONL, written atomically; the same records give the same bytes (no mtime)."""
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
-        for r in records:
-            gz.write((json.dumps(r, sort_keys=True) + "\n").encode())
+        gz.write(_jsonl(records))
     write_bytes_atomic(path, buf.getvalue())
 
 
+def steps_fields(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the cell's summary.json says of its step records: their count and the SHA-256 of
+    their JSONL text (the file uncompressed), so a reader can tell the file is the one written
+    with the cell (`check_steps`)."""
+    return {STEPS_COUNT: len(records), STEPS_SHA256: hashlib.sha256(_jsonl(records)).hexdigest()}
+
+
+STEPS_COUNT, STEPS_SHA256 = "step_records_count", "step_records_sha256"
+UNCHECKED = "unchecked"  # the summary predates the count and digest (older cells)
+
+
 def read_steps(path: Path) -> list[dict[str, Any]] | None:
-    """The records of a steps.jsonl.gz, None when it is missing or corrupt."""
+    """The records of a steps.jsonl.gz (every gzip member), None when it is missing or corrupt.
+    Unchecked: readers of a cell's records use `read_checked_steps`."""
     try:
-        with gzip.open(path, "rt") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with gzip.open(path, "rb") as f:
+            return [json.loads(line) for line in f.read().splitlines() if line.strip()]
     except (OSError, EOFError, ValueError):
         return None
+
+
+def check_steps(
+    records: list[dict[str, Any]], summary: dict[str, Any], episodes: list[dict[str, Any]] | None
+) -> list[str]:
+    """Why `records` are not the step records of the cell with this summary and these episodes
+    (empty: they are): the count and digest the summary recorded (cells written before it did
+    are not checked for them), one record per (seed, step), the episodes' seeds and lengths."""
+    problems = []
+    if STEPS_COUNT in summary and summary[STEPS_COUNT] != len(records):
+        problems.append(f"{len(records)} records, its summary says {summary[STEPS_COUNT]}")
+    if STEPS_SHA256 in summary and summary[STEPS_SHA256] != steps_fields(records)[STEPS_SHA256]:
+        problems.append("their SHA-256 is not the one its summary recorded")
+    keys = [(r.get("seed"), r.get("step")) for r in records]
+    if len(set(keys)) != len(keys):
+        dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+        problems.append(f"{len(keys) - len(set(keys))} repeated (seed, step), first {dup}")
+    if episodes is not None:
+        want = {int(e["seed"]): int(e["length"]) for e in episodes if "length" in e}
+        got: dict[int, int] = {}
+        for seed, _ in set(keys):
+            got[seed] = got.get(seed, 0) + 1
+        if set(got) != set(want):
+            extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+            problems.append(f"seeds not the episodes' (extra {extra[:5]}, missing {missing[:5]})")
+        else:
+            short = [s for s in want if got[s] != want[s]]
+            if short:
+                s = short[0]
+                problems.append(
+                    f"{len(short)} episodes with another number of steps (seed {s}: {got[s]} "
+                    f"records, {want[s]} steps)"
+                )
+    return problems
+
+
+def read_checked_steps(
+    path: Path, summary: dict[str, Any], episodes: list[dict[str, Any]] | None
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """The records of a cell's steps.jsonl.gz and their state: "ok", UNCHECKED (the summary
+    predates the count and digest; the rest was checked), or why they are refused (records
+    None): unreadable, or what `check_steps` found."""
+    records = read_steps(path)
+    if records is None:
+        return None, f"{path} is unreadable"
+    problems = check_steps(records, summary, episodes)
+    if problems:
+        return None, f"{path} does not match its cell: " + "; ".join(problems)
+    return records, "ok" if STEPS_SHA256 in summary else UNCHECKED
 
 
 def by_episode(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

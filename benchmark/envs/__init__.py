@@ -29,6 +29,8 @@ __all__ = [
     "load_env_cfg",
     "make_task",
     "results_root_of",
+    "recorded_task",
+    "task_targets",
 ]
 
 
@@ -78,3 +80,34 @@ def make_task(env_cfg: Any, results_root: str | Path | None = None) -> Task:
     if results_root is not None:
         task.use_results_root(Path(results_root))
     return task
+
+
+def task_targets() -> set[str]:
+    """The Task classes conf/env's configs name (`task._target_`): all a results file may ask for."""
+    return {str(load_env_cfg(name).task._target_) for name in available_envs()}
+
+
+def recorded_task(env_cfg: dict[str, Any]) -> Task:
+    """The Task of an env config read from a results file (a cell's cell.json): built only when
+    its `task._target_` is one of `task_targets()` and no other value is a `_target_`. A file's
+    `_target_` could name any callable (one that unpickles, or runs a shell), and Hydra would
+    call it; a Task class only stores the values it is given. ValueError naming what is refused."""
+    task = env_cfg.get("task") if isinstance(env_cfg, dict) else None
+    if not isinstance(task, dict):
+        raise ValueError(f"env config has no 'task' mapping: {type(task).__name__}")
+    target, allowed = task.get("_target_"), task_targets()
+    if target not in allowed:
+        raise ValueError(
+            f"env.task._target_={target!r} is not a Task class of conf/env (allowed: "
+            f"{sorted(allowed)}): not built from a results file"
+        )
+
+    def nested(value: Any, top: bool) -> bool:
+        if isinstance(value, dict):
+            here = "_target_" in value and not top
+            return here or any(nested(v, False) for v in value.values())
+        return isinstance(value, list) and any(nested(v, False) for v in value)
+
+    if nested(task, True):
+        raise ValueError(f"env.task of {target} holds another `_target_`: not built from a file")
+    return make_task(env_cfg)

@@ -193,7 +193,7 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
         # last: marks it complete
         write_json_atomic(tmp / MARKER, {"checkpoints": sha256s, "files": files})
 
-    replace_dir(out / name, fill)
+    replace_dir(policy_dir(out, name), fill)
     return {
         "name": name,
         "env": config["env"]["name"],
@@ -233,7 +233,7 @@ def export(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     index = _read_index(out) or {}
-    entries = {e["name"]: e for e in index.get("policies", [])}
+    entries = {policy_dir(out, e.get("name")).name: e for e in index.get("policies", [])}
     for item in selected:
         item = item if isinstance(item, Selected) else Selected(Path(item))
         entry = export_policy(item, out, Path(root) if root else None)
@@ -304,6 +304,20 @@ def verify(directory: Path) -> dict[str, Any]:
     return data
 
 
+def policy_dir(directory: Path, name: Any) -> Path:
+    """`directory/name` for a policy named in a bundle index, after checking that the name is
+    one folder name: an index naming `../other` (or `a/b`, `/abs`) would point outside the bundle
+    (and export would sign what is there)."""
+    text = str(name) if isinstance(name, str) else ""
+    if not text or text in (".", "..") or "/" in text or "\\" in text or "\0" in text:
+        raise CheckpointError(
+            f"{Path(directory) / INDEX} names the policy {name!r}: a policy name must be one "
+            "folder name inside the bundle (no '/', '\\', '.' or '..'); the index was edited "
+            "or is not a policy bundle: export the bundle again or download it again"
+        )
+    return Path(directory) / text
+
+
 def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
     """The policy directory inside a bundle (or `directory` itself when it is one policy) that
     `cfg` asks for: the policy trained with exactly `cfg`'s recipe (same hash), else the one for
@@ -324,7 +338,7 @@ def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPL
     want = config_hash(cfg, splits)
     exact = [p for p in policies if p["config_hash"] == want]
     if len(exact) == 1:
-        return directory / exact[0]["name"]
+        return policy_dir(directory, exact[0]["name"])
     env, seed = str(cfg.env.name), int(cfg.policy.seed)
     same = [p for p in policies if p["env"] == env and int(p["seed"]) == seed]
     if len(same) == 1:
@@ -338,7 +352,7 @@ def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPL
             seed,
             same[0]["config_hash"],
         )
-        return directory / same[0]["name"]
+        return policy_dir(directory, same[0]["name"])
     available = ", ".join(p["name"] for p in policies) or "none"
     raise CheckpointError(
         f"bundle {directory} has {'several' if same else 'no'} policies for env={env} "

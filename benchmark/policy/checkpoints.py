@@ -23,7 +23,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
-from benchmark.policy import names, resume
+from benchmark.policy import names, resume, sb3zip
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train
 from benchmark.seeds import DEFAULT_SPLITS, Splits
@@ -44,6 +44,7 @@ UNHASHED_POLICY_KEYS = (
     "recipe",
     "resume_every_steps",
     "env_workers",  # where the envs step, not what they return (benchmark.policy.vec_env)
+    "trust_pickle",  # whether a zip's pickles may run when loaded, not what is trained
 )
 
 
@@ -222,21 +223,47 @@ def _algorithm_of(path: Path) -> type[PPO] | type[RecurrentPPO]:
     return RecurrentPPO if isinstance(kwargs, dict) and "lstm_hidden_size" in kwargs else PPO
 
 
-def load(path: str | Path, device: str = "cpu", task: Task | None = None) -> PPO:
+# replaced when loading: the schedules are only needed to keep training (never unpickled)
+REPLACED_ON_LOAD = {"lr_schedule": ConstantSchedule(0.0), "learning_rate": 0.0}
+
+
+def check_pickles(path: Path, trust_pickle: bool = False) -> None:
+    """Refuse a zip whose data holds pickles that would run more than the building of data (a
+    `__reduce__` payload, a class pickled by value) when SB3 unpickles them, unless
+    `policy.trust_pickle=true` (benchmark.policy.sb3zip reads them without running them)."""
+    try:
+        unsafe = sb3zip.unsafe_entries(sb3zip.read_data(path), skip=tuple(REPLACED_ON_LOAD))
+    except (zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise CheckpointError(f"cannot read the data of {path}: {type(e).__name__}: {e}") from e
+    if not unsafe:
+        return
+    found = "; ".join(f"{key}: {', '.join(what[:3])}" for key, what in sorted(unsafe.items()))
+    if trust_pickle:
+        log.warning(
+            "policy.trust_pickle=true: loading %s, whose pickles run code (%s)", path, found
+        )
+        return
+    raise CheckpointError(
+        f"refused to load {path}: its SB3 data holds pickles that would run code when loaded "
+        f"({found}); an SB3 zip from the suite, SB3 or sb3-contrib holds only classes, spaces "
+        "and arrays. If you trust where this file came from, set policy.trust_pickle=true"
+    )
+
+
+def load(
+    path: str | Path, device: str = "cpu", task: Task | None = None, trust_pickle: bool = False
+) -> PPO:
     """Load a PPO (or RecurrentPPO) checkpoint for inference; with `task`, check its
-    observation/action spaces."""
+    observation/action spaces. A zip whose pickles would run code is refused (`check_pickles`)
+    unless `trust_pickle`."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path} is not a valid zip (truncated or corrupt checkpoint)")
+    check_pickles(path, trust_pickle)
     try:
-        # The schedules are only needed to keep training; skip unpickling them.
-        model = _algorithm_of(path).load(
-            path,
-            device=device,
-            custom_objects={"lr_schedule": ConstantSchedule(0.0), "learning_rate": 0.0},
-        )
+        model = _algorithm_of(path).load(path, device=device, custom_objects=REPLACED_ON_LOAD)
     except Exception as e:  # zip/pickle/torch errors all mean an unusable file
         raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
     if task is not None:
@@ -269,18 +296,22 @@ def policy_digest(path: str | Path, digests: str | Path | None = None) -> str:
 
 
 def _policy_digest(path: Path) -> str:
+    """The digest: the tensors, loaded with torch's weights_only (no pickle runs), then the
+    settings as `sb3zip` reads them from the zip's data JSON (never unpickled: a class is named by
+    the module and name its pickle records, a space by its dtype, shape and bounds' bytes). The
+    same digest the identity computed when it unpickled those settings, so cells keep their
+    hashes (tests/test_sb3zip.py runs both side by side)."""
     import io
 
     import torch
-    from stable_baselines3.common.save_util import json_to_data
 
     if not zipfile.is_zipfile(path):  # not a policy: named by its bytes (loading it fails)
         return "file-sha256:" + file_sha256(path)
     h = hashlib.sha256()
     try:
+        data = sb3zip.read_data(path)
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
-            data = json_to_data(zf.read("data").decode()) if "data" in names else {}
             for member in ("policy.pth", "pytorch_variables.pth"):
                 if member not in names:
                     continue
@@ -291,40 +322,11 @@ def _policy_digest(path: Path) -> str:
                     t = state[key].detach().cpu().contiguous()
                     h.update(json.dumps([member, key, str(t.dtype), list(t.shape)]).encode())
                     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    except Exception as e:  # zip/pickle/torch errors all mean an unusable file
+    except Exception as e:  # zip/JSON/torch errors all mean an unusable file
         raise CheckpointError(f"cannot read the policy in {path}: {type(e).__name__}: {e}") from e
-    settings = {k: _canonical(data.get(k)) for k in SETTINGS_KEYS}
+    settings = sb3zip.settings(data, SETTINGS_KEYS)
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()
 
 
 SETTINGS_KEYS = ("policy_class", "policy_kwargs", "observation_space", "action_space")
-
-
-def _canonical(value: Any) -> Any:
-    """A JSON value that is the same for equal settings in any process (no addresses)."""
-    import gymnasium as gym
-    import numpy as np
-
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    if isinstance(value, gym.spaces.Space):
-        out: dict[str, Any] = {"space": _canonical(type(value)), "dtype": str(value.dtype)}
-        out["shape"] = list(value.shape) if value.shape is not None else None
-        for attr in ("n", "start", "low", "high", "nvec"):
-            if hasattr(value, attr):
-                array = np.asarray(getattr(value, attr))
-                out[attr] = hashlib.sha256(array.tobytes()).hexdigest()[:16]
-        if hasattr(value, "spaces"):
-            spaces = value.spaces
-            out["spaces"] = _canonical(dict(spaces) if isinstance(spaces, dict) else list(spaces))
-        return out
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if callable(value):
-        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
-    return repr(value)

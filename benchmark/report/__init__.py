@@ -45,6 +45,7 @@ class Report:
     protocol: str = ""  # model.protocol_caption of the sweep's cells
     plots: list[Path] = field(default_factory=list)
     markdown: str = ""
+    step_notes: list[str] = field(default_factory=list)  # step records refused or unchecked
 
     def table(self, name: str) -> Table | None:
         return next((t for t in self.tables if t.name == name), None)
@@ -108,8 +109,9 @@ def build_report(sweep_dir: str | Path, out: str | Path | None = None) -> Report
     lay = Layout.of(sweep)
     rows = build_rows(sweep, lay)
     runs = policy_runs(sweep)
-    steps = analysis.load_steps(sweep)  # per-step records of the cells that have them
+    steps, notes = analysis.load_steps(sweep)  # per-step records of the cells that have them
     report = Report(sweep=sweep, out=out, protocol=protocol_caption(sweep.cells))
+    report.step_notes = analysis.steps_note(notes)
     for table in (
         main_table(sweep, rows, lay),
         paired_table(sweep, rows, lay),
@@ -172,6 +174,8 @@ def _markdown(report: Report) -> str:
         *([f"{report.protocol.capitalize()} (docs/protocol.md)"] if report.protocol else []),
         "",
     ]
+    if report.step_notes:
+        lines += ["## Step records", "", *report.step_notes, ""]
     for t in report.tables:
         lines += [
             f"## {SECTIONS.get(t.name, t.title)}",

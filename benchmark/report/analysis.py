@@ -16,7 +16,7 @@ import numpy as np
 from benchmark import results
 from benchmark.analysis import quality as gq
 from benchmark.analysis import where
-from benchmark.analysis.steps import STEPS_FILE, read_steps
+from benchmark.analysis.steps import STEPS_FILE, UNCHECKED, read_checked_steps
 from benchmark.report.model import (
     Cell,
     Layout,
@@ -52,20 +52,41 @@ def job_dir(sweep: Sweep, c: Cell) -> Path:
     return d if d.is_dir() else sweep.root
 
 
-def load_steps(sweep: Sweep) -> dict[str, list[dict]]:
-    """job -> its step records, for the finished cells that have them."""
-    out = {}
+def load_steps(sweep: Sweep) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """job -> its step records, for the finished cells whose records are theirs (count, digest,
+    unique (seed, step) and the episodes' seeds against the cell's summary and episodes:
+    `analysis.steps.read_checked_steps`), and job -> why its records are left out, or
+    "unchecked" (a summary older than the count and digest)."""
+    out, notes = {}, {}
     for c in sweep.ok:
         path = job_dir(sweep, c) / STEPS_FILE
-        if path.exists():
-            records = read_steps(path)
-            if records is None:
-                log.warning(
-                    "%s is unreadable: job %s left out of the gate-quality section", path, c.job
-                )
-            else:
-                out[c.job] = records
-    return out
+        if not path.exists():
+            continue
+        episodes = results.read_jsonl(job_dir(sweep, c) / "episodes.jsonl")
+        records, state = read_checked_steps(path, c.summary or {}, episodes)
+        if state != "ok":
+            notes[c.job] = state
+        if records is None:
+            log.warning("job %s left out of the step-record sections: %s", c.job, state)
+        else:
+            out[c.job] = records
+    return out, notes
+
+
+def steps_note(notes: dict[str, str]) -> list[str]:
+    """The report's lines on step records it refused or could not check (empty: none)."""
+    refused = {j: n for j, n in notes.items() if n != UNCHECKED}
+    unchecked = sorted(j for j, n in notes.items() if n == UNCHECKED)
+    lines = [
+        f"- job {j}: step records refused, left out of the step-record tables and figures: {n}"
+        for j, n in sorted(refused.items())
+    ]
+    if unchecked:
+        lines.append(
+            f"- jobs {', '.join(unchecked)}: step records unchecked (their summary.json predates "
+            "the records' count and digest)"
+        )
+    return lines
 
 
 def quality(c: Cell, records: list[dict] | None) -> dict[str, Any] | None:
@@ -214,13 +235,20 @@ def where_plots(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> list[P
 
 
 def _task_of(sweep: Sweep, c: Cell):
-    """The cell's task, from its cell.json (the env it ran), else conf/env/<env>.yaml."""
-    from benchmark.envs import make_task
+    """The cell's task, from its cell.json (the env it ran) when that names one of conf/env's Task
+    classes (benchmark.envs.recorded_task: nothing else in a results file is called), else
+    conf/env/<env>.yaml by name; None: the heatmap is drawn without walls."""
+    from benchmark.envs import available_envs, load_env_cfg, make_task, recorded_task
 
     record = results.read_json(job_dir(sweep, c) / "cell.json") or {}
-    env_cfg = (record.get("config") or {}).get("env") or c.env
+    env_cfg = (record.get("config") or {}).get("env")
     try:
-        return make_task(env_cfg)
+        if isinstance(env_cfg, dict):
+            return recorded_task(env_cfg)
+    except Exception as exc:  # noqa: BLE001 - refused or broken: the env by name instead
+        log.warning("%s: the env in its cell.json is not used (%s)", c.job, exc)
+    try:
+        return make_task(load_env_cfg(c.env)) if c.env in available_envs() else None
     except Exception as exc:  # noqa: BLE001 - the heatmap is then drawn without walls
         log.info("no task for %s (%s): heatmap without walls", c.env, exc)
         return None
