@@ -147,3 +147,34 @@ def test_every_method_runs_on_a_text_game(tmp_path):
     assert steps and all(r["action_optimal"] and r["facts"] for r in steps)
     ask_steps = read_steps(tmp_path / "ask" / STEPS_FILE)
     assert all(r["action"] < len(r["commands"]) for r in ask_steps)  # never a masked slot
+
+
+def test_normalised_entropy_is_over_log2_of_each_steps_admissible_commands(model, episodes, task):
+    """gate.normalise on a text game: the ceiling is log2 of the step's admissible commands (2
+    to 16 here), so one tau means the same in every room; a whole evaluation of two real games
+    records every step's normalised entropy in [0, 1], the plain run's over log2(n)."""
+    from benchmark.analysis import StepRecorder
+    from benchmark.evaluate import Evaluator
+    from benchmark.gates import EntropyGate
+
+    obs = np.stack([o for o, _ in episodes])
+    valid = np.array([n for _, n in episodes])
+    unc = mc_dropout(model, obs, 16, generator=torch.Generator().manual_seed(0))
+    np.testing.assert_array_equal(unc.n_allowed, valid)
+    norm = unc.normalised()
+    want = np.where(valid > 1, unc.total / np.log2(np.maximum(valid, 2)), 0.0)
+    np.testing.assert_allclose(norm.total, want, rtol=1e-5, atol=1e-6)
+    assert ((norm.total >= 0) & (norm.total <= 1)).all() and norm.total.max() > 0.5
+    runs = {}
+    for normalise in (False, True):
+        recorder = StepRecorder()
+        evaluator = Evaluator(task=task, gate=EntropyGate(0.9), policy=model, mc_samples=8)
+        evaluator.normalise = normalise
+        evaluator.run([100, 101], on_step=recorder)
+        runs[normalise] = recorder.records
+    plain, normed = runs[False], runs[True]
+    assert len(plain) == len(normed) > 4
+    for a, b in zip(plain, normed, strict=True):
+        n = len(b["commands"])
+        assert 0.0 <= b["total"] <= 1.0 and 0.0 <= b["epistemic"] <= 1.0
+        assert b["total"] == pytest.approx(a["total"] / math.log2(n) if n > 1 else 0.0, abs=1e-6)
