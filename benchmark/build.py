@@ -201,6 +201,7 @@ class Evaluation:
             mc_samples=gate.mc_samples or 0,
             seed=int(self.cfg.seed),
             mc_dropout_fn=self.mc_dropout_fn,
+            normalise=gate.normalise,
         )
 
     def run(
@@ -216,6 +217,8 @@ class Evaluation:
         """gate.tau_range, clipped to log2|A| (the largest total entropy a policy can have) with
         tuning.clip_tau (the suite's); searched as written without it (the paper's [0.1, 2.0])."""
         low, high = self.spec.gate.tau_range
+        if self.spec.gate.normalise:  # a normalised entropy's ceiling is 1 in every state
+            return float(low), min(float(high), 1.0)
         if not self.cfg.tuning.get("clip_tau", True):
             return float(low), float(high)
         return float(low), min(float(high), math.log2(len(self.task.action_names)))

@@ -38,6 +38,7 @@ IDENTITY_VERSION = 3
 # before they existed: at that value they stay out of the identity, so those cells keep their
 # hash (another value is a different cell). The protocols (conf/protocol) set them.
 ADDED_KEY_DEFAULTS = {
+    "gate": {"normalise": False},
     "prompt": {"planner_hint": "frontier", "style": "appendix"},
     "tuning": {"clip_tau": True},
 }
@@ -217,7 +218,7 @@ class CellSpec:
     def name(self) -> str:
         """env/gate[/slm/prompt(+r)][/checkpoint-sSEED or file@sha]: readable, not unique."""
         c = self.config
-        parts = [c["env"]["name"], self.gate.name]
+        parts = [c["env"]["name"], self.gate.name + ("-normalised" if self.gate.normalise else "")]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
             read = family_prompt_keys(c)  # the family's keys away from their usual value

@@ -59,6 +59,9 @@ class Evaluator:
     # N-pass reference, uncertainty.mc_dropout_sequential, in its place: the same masks, the
     # same entropies)
     mc_dropout_fn: Callable[..., Any] = mc_dropout
+    # gate.normalise: the entropies the gate compares (and the step records hold) divided by
+    # log2 of the step's admissible actions, in [0, 1] (Uncertainty.normalised)
+    normalise: bool = False
 
     def run(
         self,
@@ -151,6 +154,8 @@ class Evaluator:
         if self.gate.needs_uncertainty:
             masks = episode_masks(self.policy, streams, self.mc_samples)
             unc = self.mc_dropout_fn(self.policy, obs, self.mc_samples, masks=masks, state=state)
+            if self.normalise:
+                unc = unc.normalised()
             return unc, split_states(unc.state, n)
         actions, state = policy_step(self.policy, obs, state)
         return actions.tolist(), split_states(state, n)

@@ -244,6 +244,7 @@ class GateSettings:
     tau_range: tuple[float, float] | None
     mc_samples: int | None  # None when the gate needs no uncertainty
     match_tau: Any = None
+    normalise: bool = False  # entropies over log2 of the admissible actions, in [0, 1]
 
     @classmethod
     def from_config(cls, gate_cfg: Any) -> GateSettings:
@@ -262,6 +263,7 @@ class GateSettings:
             tau_range=tuple(float(v) for v in tau_range) if tau_range is not None else None,
             mc_samples=int(gate.get("mc_samples", 50)) if gate_cls.needs_uncertainty else None,
             match_tau=gate.get("match_tau"),
+            normalise=gate.get("normalise") is True,
         )
 
     @property

@@ -17,7 +17,7 @@ once per observation, dropout acts in the MLP head after it, so the N samples sh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -42,6 +42,25 @@ class Uncertainty:
     # (B, A) the action probabilities of the dropout-off pass, the distribution PPO's greedy
     # `action` is the argmax of (a learned gate's `policy_probs` feature)
     policy_probs: np.ndarray | None = None
+    # (B,) how many actions the entropies count (a masked policy's admissible ones, else |A|)
+    n_allowed: np.ndarray | None = None
+
+    def normalised(self) -> Uncertainty:
+        """The entropies divided by log2 of the actions each row counts (`gate.normalise`): the
+        largest entropy over n actions is log2(n) bits, so every value lies in [0, 1] and one
+        tau means the same in a state of 2 admissible commands as in one of 48. A row with one
+        action has no uncertainty: 0."""
+        if self.n_allowed is None:
+            raise ValueError("normalised() needs n_allowed (the MC-dropout paths fill it in)")
+        ceiling = np.log2(np.maximum(self.n_allowed, 1)).astype(np.float64)
+        scale = np.divide(1.0, ceiling, out=np.zeros_like(ceiling), where=ceiling > 0)
+        # float rounding can put a maximal entropy a hair above log2(n): clip to the ceiling
+        parts = (np.clip(x * scale, 0.0, 1.0).astype(x.dtype) for x in self.entropies())
+        total, aleatoric, epistemic = parts
+        return replace(self, total=total, aleatoric=aleatoric, epistemic=epistemic)
+
+    def entropies(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.total, self.aleatoric, self.epistemic
 
 
 def _policy(policy: object) -> ActorCriticPolicy:
@@ -138,13 +157,21 @@ def _entropies(logits: torch.Tensor, n_obs: int, n_samples: int) -> tuple[torch.
 
 
 def _to_result(
-    action: torch.Tensor, ent: tuple[torch.Tensor, ...], state, logits: torch.Tensor
+    action: torch.Tensor,
+    ent: tuple[torch.Tensor, ...],
+    state,
+    logits: torch.Tensor,
+    allowed: torch.Tensor | None,
 ) -> Uncertainty:
-    """`logits`: the dropout-off pass's, (B, A)."""
+    """`logits`: the dropout-off pass's, (B, A); `allowed`: the (B, A) action mask or None."""
     total, aleatoric, epistemic = (t.cpu().numpy() for t in ent)
     probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
     action = action.cpu().numpy().astype(np.int64)
-    return Uncertainty(action, total, aleatoric, epistemic, state, probs)
+    if allowed is None:
+        n_allowed = np.full(len(action), probs.shape[-1], dtype=np.int64)
+    else:
+        n_allowed = allowed.sum(-1).cpu().numpy().astype(np.int64)
+    return Uncertainty(action, total, aleatoric, epistemic, state, probs, n_allowed)
 
 
 def _mc_method(passes):
@@ -168,7 +195,7 @@ def _mc_method(passes):
             allowed = action_mask(pol, obs)  # None: every action counts
             action, mc, logits = passes(pol, obs, x, b, n, masks, state, allowed)
             ent = _entropies(mask_logits(mc, _per_sample(allowed, n)), b, n)
-        return _to_result(action, ent, next_state, logits)
+        return _to_result(action, ent, next_state, logits, allowed)
 
     method.__name__, method.__qualname__ = passes.__name__, passes.__qualname__
     method.__doc__ = passes.__doc__

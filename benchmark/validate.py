@@ -245,28 +245,35 @@ def _check_taus(cfg: DictConfig, task) -> None:
     """gate.tau and gate.match_tau in [0, log2|A|] bits (the largest entropy a policy over |A|
     actions can have: a tau above it never asks), or 'auto'; gate.tau_range finite with its low
     end below log2|A| (the range is clipped to it). A gate whose score is a probability (the
-    learned gate) has [0, 1] in place of [0, log2|A|]. `allow_tau_above_max=true` accepts a
+    learned gate), or an entropy gate with gate.normalise=true, has [0, 1] in place of
+    [0, log2|A|]. `allow_tau_above_max=true` accepts a
     finite tau above the maximum on purpose."""
     gate = cfg.gate
+    normalise = _check_normalise(gate)
     if getattr(_gate_class(gate), "score_is_probability", False):
         _check_probability_taus(cfg)
         return
-    max_h = math.log2(len(task.action_names)) if task is not None else math.inf
+    if normalise:  # the entropy over log2 of the admissible actions: [0, 1] in every state
+        max_h, ceiling, unit, bits = 1.0, "1 (gate.normalise=true)", "(normalised)", ""
+        top = "the largest normalised entropy"
+    else:
+        max_h = math.log2(len(task.action_names)) if task is not None else math.inf
+        ceiling, unit, bits = f"log2(|A|) = {max_h:.3f}", "(bits)", " bits"
+        top = f"the maximum entropy of {len(task.action_names) if task else '|A|'} actions"
     for key in ("tau", "match_tau"):
         tau = gate.get(key)
         if tau is None or str(tau) == TAU_AUTO:
             continue
         if not _finite_number(tau) or tau < 0:
             raise ValueError(
-                f"gate.{key}={tau!r} is invalid: allowed 'auto' or a number >= 0 (bits), at most "
-                f"log2(|A|) = {max_h:.3f} for {cfg.env.name}"
+                f"gate.{key}={tau!r} is invalid: allowed 'auto' or a number >= 0 {unit}, at most "
+                f"{ceiling} for {cfg.env.name}"
             )
         if tau > max_h and not cfg.get("allow_tau_above_max", False):
             raise ValueError(
                 f"gate.{key}={tau!r} is invalid for {cfg.env.name}: allowed 'auto' or a number "
-                f"in [0, log2(|A|) = {max_h:.3f}] bits; a tau above the maximum entropy of "
-                f"{len(task.action_names)} actions never asks (set allow_tau_above_max=true "
-                "to run such a gate on purpose)"
+                f"in [0, {ceiling}]{bits}; a tau above {top} never asks (set "
+                "allow_tau_above_max=true to run such a gate on purpose)"
             )
     if "tau_range" in gate:
         low, high = _pair("gate.tau_range", gate.tau_range)
@@ -276,11 +283,30 @@ def _check_taus(cfg: DictConfig, task) -> None:
             or high <= low
             or (low >= max_h)
         ):
+            clip = "always" if normalise else "with tuning.clip_tau"
             raise ValueError(
                 f"gate.tau_range=[{low}, {high}] is invalid for {cfg.env.name}: allowed finite "
-                f"0 <= low < high with low < log2(|A|) = {max_h:.3f} (the range is clipped to it "
-                "with tuning.clip_tau)"
+                f"0 <= low < high with low < {ceiling} (the range is clipped to it {clip})"
             )
+
+
+def _check_normalise(gate: DictConfig) -> bool:
+    """gate.normalise: a boolean, and true only for a gate that thresholds an entropy (a
+    learned gate's classifier is trained on the entropies in bits)."""
+    value = gate.get("normalise", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"gate.normalise={value!r} is invalid: allowed true or false")
+    cls = _gate_class(gate)
+    thresholds_entropy = cls is not None and (
+        getattr(cls, "threshold_field", None) in ("total", "epistemic")
+        and not getattr(cls, "score_is_probability", False)
+    )
+    if value and not thresholds_entropy:
+        raise ValueError(
+            f"gate.normalise=true is invalid for gate {gate.get('name')!r}: allowed only for a "
+            "gate whose tau compares an MC-dropout entropy (entropy, epistemic)"
+        )
+    return value
 
 
 def _gate_class(gate: DictConfig) -> type | None:

@@ -193,6 +193,26 @@ CASES = [
     ),
     ("tau not finite", ["gate=entropy", "gate.tau=inf"], {}, "gate.tau=inf is invalid"),
     (
+        "normalised tau above 1",
+        ["gate=entropy", "gate.normalise=true", "gate.tau=1.5"],
+        {},
+        "gate.tau=1.5 is invalid for empty5x5_random: allowed 'auto' or a number in [0, 1 "
+        "(gate.normalise=true)]",
+    ),
+    (
+        "normalise not a boolean",
+        ["gate=entropy", "gate.normalise=maybe"],
+        {},
+        "gate.normalise='maybe' is invalid: allowed true or false",
+    ),
+    (
+        "normalise on a gate without an entropy threshold",
+        ["gate=random", "+gate.normalise=true"],
+        {},
+        "gate.normalise=true is invalid for gate 'random': allowed only for a gate whose tau "
+        "compares an MC-dropout entropy",
+    ),
+    (
         "learned gate tau above 1",
         ["env=fourrooms", "gate=learned", "gate.tau=1.5"],
         {},

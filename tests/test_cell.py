@@ -147,3 +147,29 @@ def test_families_declare_the_prompt_keys_their_texts_read():
     assert grid.prompt_keys("stateful") == {"planner_hint", "map_radius"}
     assert memory.prompt_keys("stateful") == grid.prompt_keys("stateful")
     assert all(cards.prompt_keys(level) == frozenset() for level in ("basic", "stateful"))
+
+
+def test_gate_normalise_at_false_keeps_every_hash_and_true_is_another_cell():
+    """gate.normalise was added after cells existed: at false (the default) it stays out of the
+    identity, so a config without the key is the same cell; true is another cell, another
+    tuning study and another name."""
+    from omegaconf import OmegaConf, open_dict
+
+    def cell(*extra: str, drop: bool = False) -> CellSpec:
+        cfg = compose(["env=fourrooms", "gate=entropy", "slm=tiny", "prompt=basic", *extra])
+        if drop:
+            with open_dict(cfg):
+                del cfg.gate["normalise"]
+            assert "normalise" not in OmegaConf.to_container(cfg.gate)
+        return CellSpec.from_config(cfg).with_inputs(
+            checkpoint_sha256="c" * 64, policy_weights="w", model="m", tau_study="s"
+        )
+
+    plain, before = cell(), cell(drop=True)
+    assert plain.hash == before.hash and "normalise" not in plain.identity["gate"]
+    assert plain.tuning_key() == before.tuning_key()
+    normalised = cell("gate.normalise=true")
+    assert normalised.hash != plain.hash and normalised.identity["gate"]["normalise"] is True
+    assert normalised.tuning_key() != plain.tuning_key()  # tau is in other units
+    assert normalised.gate.normalise and not plain.gate.normalise
+    assert normalised.name == plain.name.replace("/entropy/", "/entropy-normalised/")

@@ -102,3 +102,34 @@ def test_one_admissible_command_means_no_uncertainty(model, episodes):
     obs[-k + 2] = 1.0  # only slot 2 is allowed
     unc = mc_dropout(model, obs[None], 16, generator=torch.Generator().manual_seed(0))
     assert unc.total[0] == pytest.approx(0.0, abs=1e-6) and unc.action[0] == 2
+
+
+def test_normalised_entropy_is_over_log2_of_each_steps_admissible_commands(model, episodes, task):
+    """gate.normalise on a text game: the ceiling is log2 of the step's admissible commands (2
+    to 16 here), so one tau means the same in every room; a whole evaluation of two real games
+    records every step's normalised entropy in [0, 1], the plain run's over log2(n)."""
+    from benchmark.analysis import StepRecorder
+    from benchmark.evaluate import Evaluator
+    from benchmark.gates import EntropyGate
+
+    obs = np.stack([o for o, _ in episodes])
+    valid = np.array([n for _, n in episodes])
+    unc = mc_dropout(model, obs, 16, generator=torch.Generator().manual_seed(0))
+    np.testing.assert_array_equal(unc.n_allowed, valid)
+    norm = unc.normalised()
+    want = np.where(valid > 1, unc.total / np.log2(np.maximum(valid, 2)), 0.0)
+    np.testing.assert_allclose(norm.total, want, rtol=1e-5, atol=1e-6)
+    assert ((norm.total >= 0) & (norm.total <= 1)).all() and norm.total.max() > 0.5
+    runs = {}
+    for normalise in (False, True):
+        recorder = StepRecorder()
+        evaluator = Evaluator(task=task, gate=EntropyGate(0.9), policy=model, mc_samples=8)
+        evaluator.normalise = normalise
+        evaluator.run([100, 101], on_step=recorder)
+        runs[normalise] = recorder.records
+    plain, normed = runs[False], runs[True]
+    assert len(plain) == len(normed) > 4
+    for a, b in zip(plain, normed, strict=True):
+        n = len(b["commands"])
+        assert 0.0 <= b["total"] <= 1.0 and 0.0 <= b["epistemic"] <= 1.0
+        assert b["total"] == pytest.approx(a["total"] / math.log2(n) if n > 1 else 0.0, abs=1e-6)

@@ -13,8 +13,8 @@ import pytest
 from benchmark.consultants.dice import DiceConsultant
 from benchmark.consultants.oracle import OracleConsultant
 from benchmark.envs import family_of, make_task
-from benchmark.envs.textworld import TextWorldTask, games
-from benchmark.envs.textworld.task import COMMAND_DIM, TEXT_DIM, clean
+from benchmark.envs.textworld import TextWorldTask, games, planner
+from benchmark.envs.textworld.task import COMMAND_DIM, SKIPPED, TEXT_DIM, clean
 from benchmark.prompts.ask import AskPrompt
 from benchmark.prompts.base import consult_all
 from benchmark.seeds import TRAIN_SEED_MIN
@@ -52,6 +52,64 @@ def test_the_expert_solves_every_test_game_it_plays(env, games_root):
         assert ep.outcome() == {"success": 1.0}, (env, seed, walkthrough)
         assert ep.total_reward == pytest.approx(1.0)  # the whole score, normalised
         assert 0 < ep.steps <= len(walkthrough)  # replanning never takes a detour
+
+
+def replay(task, seed: int, commands: list[str]):
+    """A fresh episode of `seed` after `commands` (by name)."""
+    ep = task.episode(seed)
+    for command in commands:
+        ep.step(ep.action_names.index(command))
+    return ep
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_at_the_start_the_walkthrough_starts_a_shortest_plan(env, games_root):
+    """The planner searches TextWorld's world model; from the start state its plans are as long
+    as the game's own walkthrough (less the commands that change nothing) and start with it."""
+    task = task_of(env, games_root)
+    for seed in (100, 101, 0):
+        ep = task.episode(seed)
+        walkthrough = [c for c in ep.walkthrough() if not SKIPPED.match(c)]
+        plans = ep.shortest_plans()
+        assert plans.length == len(walkthrough), (env, seed, walkthrough, plans)
+        assert walkthrough[0] in plans.commands
+        assert ep.action_names.index(walkthrough[0]) in ep.optimal_actions()
+
+
+def test_after_a_detour_the_optimal_set_is_the_replanned_shortest_start(games_root):
+    """Validation game 4 of TW-Treasure has a loop of rooms: from the start both `go west` (the
+    walkthrough's) and `go north` start a 4-command win. After a detour (west, then back east:
+    a step away) the set is replanned from the state reached, both starts again; after then
+    going north, TextWorld's own plan walks back south (5 commands) while going west wins in 3.
+    The set holds exactly the commands after which a shortest plan is one shorter (checked by
+    replaying every command), and the oracle answers one of them."""
+    task = task_of("tw_treasure", games_root)
+    start = task.episode(4)
+    assert start.walkthrough()[0] == "go west"
+    assert start.shortest_plans() == planner.ShortestPlans(frozenset({"go north", "go west"}), 4)
+    west = replay(task, 4, ["go west"])
+    assert west.shortest_plans().length == 3
+    assert west.action_names.index("go east") not in west.optimal_actions()  # the detour
+    back = replay(task, 4, ["go west", "go east"])
+    assert back.shortest_plans() == planner.ShortestPlans(frozenset({"go north", "go west"}), 4)
+    assert {back.action_names[i] for i in back.optimal_actions()} == {"go north", "go west"}
+    path = ["go west", "go east", "go north"]
+    ep = replay(task, 4, path)
+    walk_back = list(ep.env.state["policy_commands"])
+    assert walk_back[0] == "go south" and len(walk_back) == 5
+    plans = ep.shortest_plans()
+    assert plans == planner.ShortestPlans(frozenset({"go west"}), 3)
+    optimal = ep.optimal_actions()
+    assert {ep.action_names[i] for i in optimal} == {"go west"}
+    for i, command in enumerate(ep.action_names):
+        after = replay(task, 4, [*path, command])
+        length = 0 if after.won else after.shortest_plans().length
+        assert (length == plans.length - 1) == (i in optimal), (command, length)
+    prompt = AskPrompt("basic", "basic")
+    oracle = consult_all([prompt.session(ep, True).consult(None)], OracleConsultant().answer)
+    assert oracle[0].action in optimal
+    solve(ep)  # following the set wins in exactly the planned number of steps
+    assert ep.won and ep.steps == len(path) + plans.length
 
 
 def test_games_are_made_once_per_seed_and_cached_by_their_parameters(games_root, tmp_path):

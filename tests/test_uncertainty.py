@@ -179,3 +179,38 @@ def test_batched_is_faster_than_sequential(task, obs):
     batched, sequential = per_call(mc_dropout, 30), per_call(mc_dropout_sequential, 10)
     print(f"B=100 N=50: batched {batched * 1e6:.0f} us, sequential {sequential * 1e6:.0f} us")
     assert batched < sequential
+
+
+def test_normalised_entropy_is_over_log2_of_the_fixed_action_space(model, obs, task):
+    """gate.normalise on a grid: every action counts, so the ceiling is log2(|A|) in every state
+    and the normalised entropies are the entropies over it, in [0, 1]."""
+    unc = mc_dropout(model, obs, 16, generator=torch.Generator().manual_seed(0))
+    k = len(task.action_names)
+    assert (unc.n_allowed == k).all()
+    norm = unc.normalised()
+    for bits, scaled in zip(unc.entropies(), norm.entropies(), strict=True):
+        np.testing.assert_allclose(scaled, bits / math.log2(k), rtol=1e-5, atol=1e-7)
+        assert ((scaled >= 0) & (scaled <= 1)).all()
+    assert norm.total.max() > 0.3  # the sharpened policy's passes disagree: not all near 0
+    np.testing.assert_array_equal(norm.action, unc.action)
+    with pytest.raises(ValueError, match="normalised\\(\\) needs n_allowed"):
+        Uncertainty(unc.action, unc.total, unc.aleatoric, unc.epistemic).normalised()
+
+
+def test_the_evaluator_gates_on_the_normalised_entropy_of_every_grid_step(model, task):
+    """A whole evaluation with gate.normalise: every step's recorded entropy lies in [0, 1] and
+    is the plain run's (same dropout masks) over log2(|A|)."""
+    from benchmark.analysis import StepRecorder
+    from benchmark.evaluate import Evaluator
+    from benchmark.gates import EntropyGate
+
+    runs = {}
+    for normalise in (False, True):
+        recorder = StepRecorder()
+        evaluator = Evaluator(task=task, gate=EntropyGate(0.5), policy=model, mc_samples=8)
+        evaluator.normalise = normalise
+        evaluator.run([0], on_step=recorder)
+        runs[normalise] = np.array([r["total"] for r in recorder.records])
+    plain, norm = runs[False], runs[True]
+    assert len(norm) == len(plain) > 10 and ((norm >= 0) & (norm <= 1)).all()
+    np.testing.assert_allclose(norm, plain / math.log2(len(task.action_names)), atol=1e-6)

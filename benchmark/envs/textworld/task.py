@@ -30,7 +30,8 @@ import gymnasium as gym
 import numpy as np
 
 from benchmark.envs.base import Episode, Memory, Task
-from benchmark.envs.textworld import games
+from benchmark.envs.textworld import games, planner
+from benchmark.envs.textworld.planner import ShortestPlans
 from benchmark.seeds import TRAIN_SEED_MIN
 
 TEXT_DIM, COMMAND_DIM = 256, 16
@@ -341,6 +342,8 @@ class TextWorldEpisode(Episode):
         self.won = False
         self.memory = TextMemory()
         self.action_names = tuple(self.env.commands)
+        self._plans: tuple[int, ShortestPlans] | None = None  # (step, its plans)
+        self._inform7: Any = None
         self._enter(self.room())
 
     def _enter(self, room: str) -> None:
@@ -405,22 +408,52 @@ class TextWorldEpisode(Episode):
             max_steps=self.task.max_steps,
         )
 
+    def shortest_plans(self) -> ShortestPlans:
+        """Every command that starts a shortest winning plan from the current state, searched on
+        TextWorld's world model (planner.py); computed once per step."""
+        if self._plans is None or self._plans[0] != self.steps:
+            from textworld.generator.inform7 import Inform7Game
+
+            progression = self.env.state["_game_progression"]
+            if self._inform7 is None:
+                self._inform7 = Inform7Game(progression.game)
+            self._plans = (self.steps, planner.shortest_plans(progression, self._inform7))
+        return self._plans[1]
+
+    def optimal_actions(self) -> set[int]:
+        """Every command index that starts a shortest winning plan now (replanned from the
+        current state, as the grids' planner does); empty when no plan wins or the episode is
+        over."""
+        if self.done:
+            return set()
+        commands = self.shortest_plans().commands
+        missing = sorted(commands - set(self.action_names))
+        if missing:  # the world model and the game disagree: never guess
+            raise RuntimeError(
+                f"game {self.env.path} (seed {self.seed}) at step {self.steps}: the shortest "
+                f"plans start with {missing}, not among the valid commands {list(self.action_names)}"
+            )
+        return {i for i, c in enumerate(self.action_names) if c in commands}
+
     def expert_plan(self) -> list[int]:
-        """The winning commands from the current state (TextWorld replans after every step);
-        only the first is sure to be admissible now."""
-        plan = list(self.env.state["policy_commands"] or [])
-        if not plan or plan[0] not in self.action_names:
+        """The expert's next command, one of the shortest plans' starts (only the first command of
+        a plan is sure to be admissible now): TextWorld's own next winning command when it starts
+        a shortest plan (from the start state, the walkthrough's), else the first in command
+        order."""
+        optimal = self.optimal_actions()
+        if not optimal:
             raise RuntimeError(
                 f"game {self.env.path} (seed {self.seed}) at step {self.steps}: no winning "
-                f"command among the valid ones {list(self.action_names)} (plan {plan})"
+                f"command among the valid ones {list(self.action_names)}"
             )
-        return [self.action_names.index(plan[0])]
+        policy = list(self.env.state["policy_commands"] or [])
+        own = (
+            self.action_names.index(policy[0]) if policy and policy[0] in self.action_names else -1
+        )
+        return [own if own in optimal else min(optimal)]
 
     def expert_action(self) -> int:
         return self.expert_plan()[0]
-
-    def optimal_actions(self) -> set[int]:
-        return {self.expert_action()}
 
     def step_fields(self) -> dict[str, Any]:
         """The room, the score, the valid commands and the true facts (the state TextWorld
