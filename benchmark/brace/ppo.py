@@ -131,7 +131,16 @@ class Learner:
 
     def score(self, trajs: Sequence[Trajectory]) -> None:
         """Old log-probs and values (no gradient), then GAE advantages, whitened over the
-        batch's tokens, and returns, per completion."""
+        batch's tokens, and returns, per completion.
+
+        The whitening is verl's (`masked_whiten`: less the mean over the batch's tokens, over
+        their std). It keeps each advantage's sign on the first iteration: with lambda = 1 and
+        the critic's zero-initialised head, every token of an episode has its episode's return
+        as advantage, the token mean lies between the batch's smallest and largest return, so
+        with R_env in {0, 1} every token of a won episode stays above 0 and every token of a
+        lost one below (tested); a batch whose episodes all agree gets 0 everywhere. With
+        lambda < 1 the early tokens of a long won episode get a tiny raw advantage that the
+        mean pushes below 0."""
         import torch
 
         self.model.eval()
