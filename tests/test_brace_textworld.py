@@ -32,7 +32,27 @@ def test_teacher_claims_are_correct_at_their_state():
                           "- the agent carries: bug, cookie [confirmed]",
                           "- score 1 of 2 [confirmed]"]  # fmt: skip
     assert "- go north from the sauna leads to the cookery [almost certain]" in claims
-    assert {verify(c, t).verdict for c in claims} == {"correct"}
+    unexplored = "- the rooms not yet entered [unknown]"
+    assert claims[-1] == unexplored and verify(unexplored, t).verdict == "unverifiable"
+    assert {verify(c, t).verdict for c in claims[:-1]} == {"correct"}
+
+
+def test_the_teacher_caps_its_exits_so_its_belief_keeps_a_full_format_score():
+    """A long walk (12 rooms, 3 exits each: 36 walked exits) gives a belief of at most 20
+    bullets, every one checked correct but the unexplored line, the current room's exits
+    kept first, and its own format score 1."""
+    from benchmark.brace.rewards import format_score
+
+    rooms = [f"room{i}" for i in range(12)]
+    exits = {r: {f"go {d}": rooms[(i + k + 1) % 12] for k, d in enumerate(("north", "east", "south"))}
+             for i, r in enumerate(rooms)}  # fmt: skip
+    view = TextView("", "", "nothing", "look", "room3", ("go west",), 0, 2, 9, 30)
+    t = Truth(view, TextMemory(rooms=rooms, exits=exits), ("go west",), 9, "textworld")
+    claims = t.brace.brace_teacher(t)
+    assert len(claims) == 20
+    assert "- go north from the room3 leads to the room4 [confirmed]" in claims
+    assert {verify(c, t).verdict for c in claims[:-1]} == {"correct"}
+    assert format_score("<belief_state>\n" + "\n".join(claims) + "\n</belief_state>") == 1.0
 
 
 @pytest.mark.parametrize(
@@ -47,6 +67,7 @@ def test_teacher_claims_are_correct_at_their_state():
         ("- go east from the sauna leads to the shower [confirmed]", "unverifiable"),
         ("- the agent is in the cookery [probable]", "partial"),  # right fact, label too weak
         ("- 2 rooms entered so far [confirmed]", "correct"),
+        ("- the rooms not yet entered [unknown]", "unverifiable"),  # states no checked fact
     ],
 )
 def test_claims_are_checked_against_the_true_state(claim, verdict):

@@ -36,6 +36,7 @@ TOY = ["env=empty5x5_random", "brace.teacher_episodes=2", "brace.sft_examples=4"
         ("brace.mode=always", "brace.mode='always': allowed slm, ask"),
         ("brace.policy_input=raw", "brace.policy_input='raw': allowed belief, history"),
         ("brace.sft_examples=0", "brace.sft_examples=0: must be >= 1"),
+        ("brace.sft_random_trajectories=-1", "brace.sft_random_trajectories=-1: must be >= 0"),
         ("brace.sft_lr=0", "brace.sft_lr=0: must be > 0"),
         ("brace.sft_roles=[critic]", "brace.sft_roles=['critic']: allowed a list of belief"),
         ("brace.train_belief=maybe", "brace.train_belief='maybe': allowed true, false"),

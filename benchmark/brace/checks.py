@@ -19,8 +19,8 @@ POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes"
 RATES = ("sft_epochs", "sft_lr")
 # the keys that shape the SFT models (the RL models: all of them); execution keys stay out
 EXECUTION = ("threads", "measure_base", "skip_rl", "out")
-SFT_KEYS = ("base", "teacher_episodes", "sft_examples", "sft_epochs", "sft_batch", "sft_lr",
-            "sft_roles", "seed", "policy_input")  # fmt: skip
+SFT_KEYS = ("base", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
+            "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
 
 
 class SettingsError(ValueError):
@@ -91,7 +91,7 @@ def check(cfg: DictConfig) -> Settings:
     for key in ("train_belief", "skip_rl", "measure_base"):
         if not isinstance(values[key], bool):
             _fail(key, values[key], "allowed true, false")
-    for key in (*POSITIVE, "seed", "rl_max_steps"):
+    for key in (*POSITIVE, "seed", "rl_max_steps", "sft_random_trajectories"):
         if isinstance(values[key], bool) or not isinstance(values[key], int):
             _fail(key, values[key], "must be an integer")
     for key in POSITIVE:
@@ -100,6 +100,8 @@ def check(cfg: DictConfig) -> Settings:
     for key in RATES:
         if not isinstance(values[key], (int, float)) or not values[key] > 0:
             _fail(key, values[key], "must be > 0")
+    if values["sft_random_trajectories"] < 0:
+        _fail("sft_random_trajectories", values["sft_random_trajectories"], "must be >= 0")
     if values["rl_max_steps"] < 0:
         _fail("rl_max_steps", values["rl_max_steps"], "must be >= 0 (0: the env's own length)")
     roles = values["sft_roles"]
