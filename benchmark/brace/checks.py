@@ -23,6 +23,17 @@ SFT_KEYS = ("base", "teacher_episodes", "sft_random_trajectories", "sft_examples
             "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
 
 
+# what shapes a trained model beyond the `brace` keys: the code's rules, named by version, so
+# that a model folder made under other rules is refused, never reused (its completion record
+# keeps them): the SFT targets (the teachers' beliefs) and, for RL, the reward and the sampler
+RULES = {
+    "teacher": "textworld-exits-capped-20",  # TextWorld's teacher: at most 20 bullets
+    "format_score": "authors-continuous",  # rewards.format_score (was a binary gate)
+    "claims": "unexplored-unverifiable",  # no TextWorld claim scores unchecked
+    "sampler": "neutral-generation-config",  # samples softmax(logits / T), what PPO scores
+}
+
+
 class SettingsError(ValueError):
     """A trainer setting that is refused, named by its key."""
 
@@ -55,14 +66,18 @@ class Settings:
         return ("policy",) if self.raw_history else ROLES
 
     def sft_identity(self) -> dict[str, Any]:
-        """What made the SFT models: the env (resolved), the SFT keys."""
-        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS}}
+        """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
+        game included) and the teacher's rule version."""
+        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS},
+                "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What made the RL models: every key but the execution ones, the RL stage's numbers,
-        and (ask mode) the job whose PPO and gate it uses."""
+        """What made the RL models: every key but the execution ones, the RL stage's numbers
+        (GAE lambda, ...), (ask mode) the job whose PPO and gate it uses, and the code's
+        `RULES` (the reward's format score, the teacher, the sampler)."""
         keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
-        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job}
+        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job,
+                "rules": dict(RULES)}  # fmt: skip
 
 
 def _fail(key: str, value: Any, why: str) -> None:
