@@ -85,3 +85,25 @@ def test_r_belief_prefers_the_teacher_belief():
     assert r_good.correctness == 1.0 and r_good.tracking == 1.0
     assert r_wrong.correctness == 0.0 and r_good.total > r_wrong.total
     assert belief_reward("no block", prev, t, teacher, 1.0).total == 0.0  # the format gate
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["tw_quest", "tw_treasure", "tw_cooking"])
+def test_the_teacher_passes_its_own_format_score_on_generated_games(env, tmp_path, monkeypatch):
+    """Games of the evaluation generation settings (validation seeds 0-1), played by the
+    expert: every teacher belief holds at most 20 bullets, each a labelled, distinct claim (its
+    format score is the count term alone, min(1, bullets / 8)), and every claim a rule checks
+    is correct."""
+    from benchmark.brace import rollout
+    from benchmark.brace.pipeline import brace_prompt, task_for
+    from benchmark.brace.rewards import format_score
+
+    monkeypatch.setenv("BENCHMARK_ROOT", str(tmp_path))
+    _, logs = rollout.run(task_for(env), brace_prompt(), rollout.TeacherConsultant(), [0, 1])
+    assert logs
+    for s in logs:
+        text = "<belief_state>\n" + "\n".join(s.teacher) + "\n</belief_state>"
+        assert len(s.teacher) <= 20
+        assert format_score(text) == pytest.approx(min(1.0, len(s.teacher) / 8)), s.teacher
+        verdicts = {verify(c, s.truth).verdict for c in s.teacher}
+        assert verdicts <= {"correct", "unverifiable"}, (s.step, s.teacher)
