@@ -65,6 +65,9 @@ def strip_thinking(text: str, *, literal: bool = False) -> tuple[str, str]:
 
 
 # ----------------------------------------------------------------------------- belief claims
+# the most bullets a belief update holds before R_belief's format score penalises its length
+# (the authors' released code: 20); a teacher's belief never states more
+BELIEF_MAX_BULLETS = 20
 LABELS = (
     "confirmed",
     "almost certain",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from benchmark.brace.rewards import belief_reward, diversity, env_reward, format_gate, tracking
+from benchmark.brace.rewards import belief_reward, diversity, env_reward, format_score, tracking
 from benchmark.brace.teacher import teacher_claims
 from benchmark.envs import make_task
 from benchmark.envs.truth import correctness, snapshot, verify
@@ -41,8 +41,10 @@ def test_correct_belief_scores_one_and_the_teacher_is_correct(doorkey):
     ]
     assert correctness(hand, truth) == 1.0
     r = belief_reward(block(*hand), [], truth, teacher, success=1.0)
-    assert r.gate == 1.0 and r.correctness == 1.0
-    assert r.total == pytest.approx(r.correctness + r.tracking + r.diversity + 0.99**truth.step)
+    assert r.gate == pytest.approx(4 / 8) and r.correctness == 1.0  # 4 bullets of the 8
+    assert r.total == pytest.approx(
+        0.5 * (r.correctness + r.tracking + r.diversity + 0.99**truth.step)
+    )
 
 
 def test_partly_correct_and_wrong_beliefs_score_less(doorkey):
@@ -68,24 +70,30 @@ def test_partly_correct_and_wrong_beliefs_score_less(doorkey):
     assert scores[0] > scores[1] > scores[2] >= 0.0
 
 
-def test_malformed_updates_are_gated_to_zero(doorkey):
+def test_the_format_score_is_the_authors_continuous_one(doorkey):
+    """bullets / 8 (capped) x labelled share x de-duplication x length penalty above 20; no
+    closed block, no bullet: 0 (R_belief 0)."""
     truth = snapshot(doorkey)
     teacher = teacher_claims(truth)
-    good = block(*teacher)
-    assert format_gate(good) == 1.0
-    malformed = [
-        None,
-        "",
-        "\n".join(teacher),  # no <belief_state> block
-        good.replace("</belief_state>", ""),  # unclosed
-        block(*teacher, "- I should go to the key [probable]"),  # a plan
-        block(*teacher, "- the key is near"),  # no label
-        block("- I am at (1, 1) [confirmed] [unknown]"),  # two labels
-        block(*(teacher * 2)),  # more than max_claims=12
-        '<belief_state>{"pos": [1, 5]}</belief_state>',  # JSON
-    ]
-    for text in malformed:
-        assert format_gate(text) == 0.0, text
+    eight = [f"- claim {i} [possible]" for i in range(8)]
+    assert format_score(block(*eight)) == 1.0
+    assert format_score(block(*eight[:4])) == pytest.approx(0.5)
+    assert format_score(block(*eight, "- I should go to the key [probable]")) == pytest.approx(
+        8 / 9
+    )  # a plan is not a claim
+    assert format_score(block(*eight, "- the key is near")) == pytest.approx(8 / 9)  # no label
+    assert format_score(block(*eight, "- I am at (1, 1) [confirmed] [unknown]")) == (
+        pytest.approx(8 / 9)
+    )  # two labels
+    assert format_score(block(*eight, *eight[:2])) == pytest.approx(8 / 10)  # duplicates
+    assert format_score(block(*eight, "prose that is no bullet")) == 1.0  # not a bullet: ignored
+    many = [f"- claim {i} [possible]" for i in range(25)]
+    assert format_score(block(*many[:20])) == 1.0
+    assert format_score(block(*many)) == pytest.approx(20 / 25)
+    assert format_score(block(*teacher)) == pytest.approx(min(1.0, len(teacher) / 8))
+    for text in (None, "", "\n".join(teacher), block(*teacher).replace("</belief_state>", ""),
+                 '<belief_state>{"pos": [1, 5]}</belief_state>'):  # fmt: skip
+        assert format_score(text) == 0.0, text
         assert belief_reward(text, [], truth, teacher, success=1.0).total == 0.0
 
 
@@ -177,7 +185,10 @@ def test_teacher_states_come_from_training_seeds_only():
     assert states[1].previous == states[0].teacher
     assert "\n".join(states[0].teacher) in states[1].messages[1]["content"]
     teacher = score([s.answer for s in states], states)
-    assert teacher["format_compliance"] == 1.0 and teacher["reward"]["correctness"] == 1.0
+    # the authors' count term: HigherLower's teacher states 7 claims, 7 / 8 of full credit
+    counts = [min(1.0, len(s.teacher) / 8) for s in states]
+    assert teacher["format_compliance"] == pytest.approx(sum(counts) / len(counts), abs=1e-4)
+    assert teacher["reward"]["correctness"] == 1.0
     assert score(["no belief here"] * len(states), states)["reward"]["total"] == 0.0
 
 
@@ -305,11 +316,11 @@ def test_every_label_gets_its_verdict_on_a_probability():
 
 
 def test_reward_terms_at_their_boundaries(doorkey):
-    """12 claims pass the format gate and 13 do not; the success term is 0.99^t."""
+    """20 claims score 1 and 21 get the length penalty; the success term is 0.99^t."""
     truth = snapshot(doorkey)
-    twelve = [f"- claim {i} [possible]" for i in range(12)]
-    assert format_gate(block(*twelve)) == 1.0
-    assert format_gate(block(*twelve, "- claim 12 [possible]")) == 0.0
+    twenty = [f"- claim {i} [possible]" for i in range(20)]
+    assert format_score(block(*twenty)) == 1.0
+    assert format_score(block(*twenty, "- claim 20 [possible]")) == pytest.approx(20 / 21)
     x, y = truth.view.pos
     right = f"- I am at ({x}, {y}) facing {truth.view.facing} [confirmed]"
     r = belief_reward(block(right), [], truth, [right], success=1.0)
@@ -317,5 +328,6 @@ def test_reward_terms_at_their_boundaries(doorkey):
     # (diversity 0), success discounted by the step of the update
     assert (r.correctness, r.tracking, r.diversity) == (1.0, 1.0, 0.0)
     assert truth.step == 2 and r.success == pytest.approx(0.99**2)
-    assert r.total == pytest.approx(2.0 + 0.9801)
-    assert belief_reward(block(right), [], truth, [right], success=0.0).total == 2.0
+    assert r.gate == pytest.approx(1 / 8)  # one bullet of the 8 for full count credit
+    assert r.total == pytest.approx((2.0 + 0.9801) / 8)
+    assert belief_reward(block(right), [], truth, [right], success=0.0).total == 2.0 / 8

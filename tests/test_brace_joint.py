@@ -9,6 +9,7 @@ import pytest
 
 from benchmark.brace import joint, rollout
 from benchmark.brace.pipeline import brace_prompt, task_for
+from benchmark.brace.rewards import format_score
 from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
 
@@ -33,6 +34,40 @@ def test_teacher_rollouts_give_both_roles_examples(teacher_logs):
     assert states[0].answer == ex["belief"][0].answer and states[0].success == 1.0
 
 
+def test_sft_data_is_gold_plus_random_trajectories_of_the_same_games(teacher_logs):
+    """Each game's gold trajectory gives both roles' examples; its random trajectories add
+    belief examples only (the teacher's belief at states random actions reach), and they reach
+    states the expert's path never does."""
+    _, gold = teacher_logs
+    ex = rollout.teacher_examples(task_for("empty5x5_random"), brace_prompt(), [200, 201], 2)
+    assert len(ex["policy"]) == len(gold)  # the expert's actions only
+    assert len(ex["belief"]) > 2 * len(gold)
+    answers = {e.answer for e in ex["belief"]}
+    assert {e.answer for e in rollout.sft_examples(gold)["belief"]} < answers
+    assert {e.seed for e in ex["belief"]} == {200, 201}
+    again = rollout.teacher_examples(task_for("empty5x5_random"), brace_prompt(), [200, 201], 2)
+    assert [e.answer for e in again["belief"]] == [e.answer for e in ex["belief"]]  # seeded
+
+
+def test_rl_draws_from_the_whole_training_pool():
+    """TextWorld: one seed per game of `task.train_games` (each folds onto its own game);
+    an env without a pool: a fresh seed for every episode of every RL iteration."""
+    from benchmark.brace.pipeline import rl_seed_pool
+    from benchmark.brace.rl import RLSettings
+    from benchmark.envs import load_env_cfg
+    from benchmark.seeds import TRAIN_SEED_MIN
+
+    rl = RLSettings(iterations=4, policy_iterations=2, seeds_per_step=4)
+    tw = load_env_cfg("tw_quest")
+    tw.task.train_games = 64
+    seeds = rl_seed_pool(tw, rl)
+    task = task_for(tw)
+    assert len({task.game_seed(s) for s in seeds}) == 64 == len(seeds)
+    assert min(seeds) == TRAIN_SEED_MIN
+    grid = rl_seed_pool(load_env_cfg("empty5x5_random"), rl)
+    assert len(set(grid)) == (4 + 2) * 4 and min(grid) >= TRAIN_SEED_MIN
+
+
 def test_group_advantages_and_rewards_of_hand_built_rollouts(teacher_logs):
     assert joint.group_advantages([1, 1, 1]) == [0.0, 0.0, 0.0]  # no signal in an agreeing group
     adv = joint.group_advantages([1.0, 0.0])
@@ -47,7 +82,9 @@ def test_group_advantages_and_rewards_of_hand_built_rollouts(teacher_logs):
     for s in won:
         s.turns = [rollout.Turn(**{**t.__dict__, "extra": {"ids": 0}}) for t in s.turns]
     batch, raw = joint.samples({200: [won, lost]})
-    assert raw["env"] == [1.0, 0.0] and raw["gate"] == [1.0] * len(won) + [0.0] * len(lost)
+    teacher_format = [format_score(t.text) for s in won for t in s.turns if t.role == "belief"]
+    assert min(teacher_format) > 0
+    assert raw["env"] == [1.0, 0.0] and raw["gate"] == teacher_format + [0.0] * len(lost)
     policy = [(ids["ids"], a) for r, ids, a in batch if r == "policy"]
     belief = [(ids["ids"], a) for r, ids, a in batch if r == "belief"]
     assert all((a > 0) == (i == 0) for i, a in policy)  # the winner's actions are reinforced

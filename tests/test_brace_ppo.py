@@ -75,6 +75,40 @@ def test_the_update_raises_an_advantaged_completion_and_lowers_a_disadvantaged_o
     assert stats["policy_loss"] == pytest.approx(0.0, abs=1e-6)  # ratio 1: -(mean A) = 0
 
 
+def test_first_iteration_advantages_carry_the_sign_of_the_episode_outcome(tiny, tmp_path):
+    """The trainer's own settings (conf/brace, checked), the critic's zero-initialised head:
+    every act token of a won episode gets a positive advantage and every one of a lost
+    episode a negative one, whatever the episode's length (GAE lambda < 1 plus the batch
+    whitening pushed a long won episode's first tokens below 0)."""
+    import torch
+
+    from benchmark.brace import checks
+    from tests.conftest import compose_cfg
+
+    s = checks.check(compose_cfg(tmp_path, "env=empty5x5_random")).rl
+    learner = ppo.Learner(*lm.load(tiny), s)
+    rng = np.random.default_rng(0)
+
+    def episode(turns, won):  # `turns` act completions of 12 tokens after 20-token prompts
+        pairs = [([int(t) for t in rng.integers(3, 500, 20)],
+                  [int(t) for t in rng.integers(3, 500, 12)]) for _ in range(turns)]  # fmt: skip
+        return ppo.Trajectory("policy", pairs, float(won))
+
+    batch = [episode(8, True), episode(8, False), episode(12, True), episode(3, False),
+             episode(2, True)]  # fmt: skip
+    learner.score(batch)
+    for traj in batch:
+        adv = torch.cat(traj.advantages)
+        assert adv.numel() == 12 * len(traj.pairs)
+        if traj.reward:
+            assert float(adv.min()) > 0, (traj.reward, adv[:5])
+        else:
+            assert float(adv.max()) < 0, (traj.reward, adv[:5])
+    same = [episode(4, True), episode(6, True)]  # nothing to tell apart: no push either way
+    learner.score(same)
+    assert all(float(a.abs().max()) == 0 for t in same for a in t.advantages)
+
+
 def test_the_critic_learns_a_fixed_batch(tiny):
     learner = _learner(tiny, value_learning_rate=1e-2, learning_rate=1e-6)
     pairs = [([5, 6, 7], [20, 21, 22]), ([8, 9], [30, 31])]

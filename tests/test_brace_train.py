@@ -36,6 +36,7 @@ TOY = ["env=empty5x5_random", "brace.teacher_episodes=2", "brace.sft_examples=4"
         ("brace.mode=always", "brace.mode='always': allowed slm, ask"),
         ("brace.policy_input=raw", "brace.policy_input='raw': allowed belief, history"),
         ("brace.sft_examples=0", "brace.sft_examples=0: must be >= 1"),
+        ("brace.sft_random_trajectories=-1", "brace.sft_random_trajectories=-1: must be >= 0"),
         ("brace.sft_lr=0", "brace.sft_lr=0: must be > 0"),
         ("brace.sft_roles=[critic]", "brace.sft_roles=['critic']: allowed a list of belief"),
         ("brace.train_belief=maybe", "brace.train_belief='maybe': allowed true, false"),
@@ -76,6 +77,30 @@ def test_the_rows_and_their_model_folders(tmp_path):
     direct = compose_cfg(tmp_path, "+experiment=brace_tw", "method=brace_direct_rl")
     assert direct.prompt.name == "history"
     assert direct.slm.backend.path.policy.endswith("brace/tw_quest/direct_rl-s0/rl-always/policy")
+
+
+def test_a_model_made_with_another_lambda_or_other_rules_is_never_reused(tmp_path, monkeypatch):
+    """The completion record keeps every setting that changes a trained model: a folder made
+    with GAE lambda 0.95, another number of random SFT trajectories, or under the old format
+    score is refused (naming what differs), never reused."""
+    from benchmark.brace.models import build_model, check_reusable
+
+    now = settings.check(compose_cfg(tmp_path, *TOY))
+    old = settings.check(compose_cfg(tmp_path, *TOY, "brace.rl.lam=0.95"))
+    folder = tmp_path / "rl"
+    build_model(folder, lambda w: (w / "weights.bin").write_bytes(b"x"), old.rl_identity())
+    check_reusable(folder, old.rl_identity())  # the same settings: reused
+    with pytest.raises(SystemExit, match=r"trained with other settings \(rl: .*'lam': 0.95"):
+        check_reusable(folder, now.rl_identity())
+    sft = tmp_path / "sft"
+    fewer = settings.check(compose_cfg(tmp_path, *TOY, "brace.sft_random_trajectories=0"))
+    build_model(sft, lambda w: (w / "weights.bin").write_bytes(b"x"), fewer.sft_identity())
+    with pytest.raises(SystemExit, match=r"sft_random_trajectories"):
+        check_reusable(sft, now.sft_identity())
+    build_model(tmp_path / "rl2", lambda w: (w / "w.bin").write_bytes(b"x"), now.rl_identity())
+    monkeypatch.setitem(settings.RULES, "format_score", "binary-gate")  # the code's rules change
+    with pytest.raises(SystemExit, match=r"\(rules: "):
+        check_reusable(tmp_path / "rl2", now.rl_identity())
 
 
 def test_the_rl_iteration_count_of_minus_one_is_refused_in_seconds_before_any_work(tmp_path):

@@ -19,8 +19,19 @@ POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes"
 RATES = ("sft_epochs", "sft_lr")
 # the keys that shape the SFT models (the RL models: all of them); execution keys stay out
 EXECUTION = ("threads", "measure_base", "skip_rl", "out")
-SFT_KEYS = ("base", "teacher_episodes", "sft_examples", "sft_epochs", "sft_batch", "sft_lr",
-            "sft_roles", "seed", "policy_input")  # fmt: skip
+SFT_KEYS = ("base", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
+            "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
+
+
+# what shapes a trained model beyond the `brace` keys: the code's rules, named by version, so
+# that a model folder made under other rules is refused, never reused (its completion record
+# keeps them): the SFT targets (the teachers' beliefs) and, for RL, the reward and the sampler
+RULES = {
+    "teacher": "textworld-exits-capped-20",  # TextWorld's teacher: at most 20 bullets
+    "format_score": "authors-continuous",  # rewards.format_score (was a binary gate)
+    "claims": "unexplored-unverifiable",  # no TextWorld claim scores unchecked
+    "sampler": "neutral-generation-config",  # samples softmax(logits / T), what PPO scores
+}
 
 
 class SettingsError(ValueError):
@@ -55,14 +66,18 @@ class Settings:
         return ("policy",) if self.raw_history else ROLES
 
     def sft_identity(self) -> dict[str, Any]:
-        """What made the SFT models: the env (resolved), the SFT keys."""
-        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS}}
+        """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
+        game included) and the teacher's rule version."""
+        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS},
+                "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What made the RL models: every key but the execution ones, the RL stage's numbers,
-        and (ask mode) the job whose PPO and gate it uses."""
+        """What made the RL models: every key but the execution ones, the RL stage's numbers
+        (GAE lambda, ...), (ask mode) the job whose PPO and gate it uses, and the code's
+        `RULES` (the reward's format score, the teacher, the sampler)."""
         keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
-        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job}
+        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job,
+                "rules": dict(RULES)}  # fmt: skip
 
 
 def _fail(key: str, value: Any, why: str) -> None:
@@ -91,7 +106,7 @@ def check(cfg: DictConfig) -> Settings:
     for key in ("train_belief", "skip_rl", "measure_base"):
         if not isinstance(values[key], bool):
             _fail(key, values[key], "allowed true, false")
-    for key in (*POSITIVE, "seed", "rl_max_steps"):
+    for key in (*POSITIVE, "seed", "rl_max_steps", "sft_random_trajectories"):
         if isinstance(values[key], bool) or not isinstance(values[key], int):
             _fail(key, values[key], "must be an integer")
     for key in POSITIVE:
@@ -100,6 +115,8 @@ def check(cfg: DictConfig) -> Settings:
     for key in RATES:
         if not isinstance(values[key], (int, float)) or not values[key] > 0:
             _fail(key, values[key], "must be > 0")
+    if values["sft_random_trajectories"] < 0:
+        _fail("sft_random_trajectories", values["sft_random_trajectories"], "must be >= 0")
     if values["rl_max_steps"] < 0:
         _fail("rl_max_steps", values["rl_max_steps"], "must be >= 0 (0: the env's own length)")
     roles = values["sft_roles"]

@@ -32,7 +32,8 @@ from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
 from benchmark.brace.rollout import StepLog, run
 from benchmark.consultants import Answer, Consultant, Query
-from benchmark.consultants.hf import prompt_ids, stop_ids
+from benchmark.consultants.hf import neutral_generation_config, prompt_ids, stop_ids
+from benchmark.consultants.lean import plain_greedy
 from benchmark.finetune import lm
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
@@ -44,14 +45,16 @@ class Sampler(Consultant):
     `temperature`; each answer keeps its prompt and completion token ids for the loss."""
 
     def __init__(self, models: dict[str, tuple[Any, Any]], temperature: float = 1.0,
-                 max_batch: int = 16, belief_samples: int = 1) -> None:  # fmt: skip
+                 max_batch: int = 16, belief_samples: int = 1, seed: int = 0) -> None:  # fmt: skip
         """`belief_samples` > 1: each belief update is sampled that many times from the same
         state; the episode goes on with the first, and all of them (`extra["siblings"]`) are
-        scored as one GRPO group of that state (R_belief is known at once from the truth)."""
+        scored as one GRPO group of that state (R_belief is known at once from the truth).
+        `seed`: the stream of the rows' sampling seeds (a run repeats)."""
         self.models = models  # role -> (model, tokenizer)
         self.temperature = float(temperature)
         self.max_batch = int(max_batch)
         self.belief_samples = int(belief_samples)
+        self.rng = np.random.default_rng(seed)
 
     @property
     def identity(self) -> str:
@@ -80,6 +83,14 @@ class Sampler(Consultant):
         return out  # type: ignore[return-value]
 
     def _generate(self, role: str, queries: list[Query]) -> list[Answer]:
+        """Samples exactly the distribution the RL losses score, softmax(logits / temperature)
+        (benchmark.brace.tokens.completion_forward): the model's generation config reset as the
+        hf backend resets it for evaluation (no repetition penalty, top-k, top-p or other
+        processor of the checkpoint's, e.g. Qwen2.5's repetition_penalty 1.05), then the suite's
+        row sampler (benchmark.consultants.sampling) at `temperature` alone; a query's own
+        sampling fields are not read (its max_new_tokens is). Each answer keeps the log-prob
+        its tokens were sampled with (`extra["sample_logp"]`): PPO's first ratio is 1 against
+        it (tested)."""
         import torch
 
         model, tok = self.models[role]
@@ -90,16 +101,20 @@ class Sampler(Consultant):
         mask = torch.tensor(
             [[0] * (width - len(x)) + [1] * len(x) for x in ids], device=model.device
         )
+        gc = neutral_generation_config(model, pad, sorted(eos))
+        gc.update(max_new_tokens=queries[0].decoding.max_new_tokens)
+        if not plain_greedy(gc):
+            raise ValueError(f"brace RL sampler: the {role} model's generation config applies a "
+                             "logits processor (repetition / n-gram / length rules...); PPO "
+                             "would score another distribution than the one sampled")  # fmt: skip
+        recorder = _Recorder(self.temperature, len(ids), width, self.rng)
         model.eval()
         with torch.no_grad():
-            gen = model.generate(
-                input_ids=batch, attention_mask=mask, do_sample=self.temperature > 0,
-                temperature=self.temperature or None, top_p=None, top_k=None,
-                max_new_tokens=queries[0].decoding.max_new_tokens, pad_token_id=pad,
-                eos_token_id=sorted(eos),
-            )  # fmt: skip
+            gen = model.generate(input_ids=batch, attention_mask=mask, generation_config=gc,
+                                 logits_processor=recorder.processors())  # fmt: skip
         answers = []
-        for x, row in zip(ids, gen[:, width:].tolist(), strict=True):
+        sampled = recorder.logp()
+        for r, (x, row) in enumerate(zip(ids, gen[:, width:].tolist(), strict=True)):
             completion = []
             for t in row:
                 completion.append(t)
@@ -107,9 +122,49 @@ class Sampler(Consultant):
                     break
             text = tok.decode([t for t in completion if t not in eos], skip_special_tokens=True)
             a = Answer(text, prompt_tokens=len(x), generated_tokens=len(completion))
-            a.extra = {"prompt_ids": x, "completion_ids": completion, "role": role}  # type: ignore[attr-defined]
+            a.extra = {"prompt_ids": x, "completion_ids": completion, "role": role,  # type: ignore[attr-defined]
+                       "sample_logp": sampled[r, : len(completion)].tolist()}  # fmt: skip
             answers.append(a)
         return answers
+
+
+class _Recorder:
+    """The sampler's logits processors (the suite's row sampler at `temperature`, each row its
+    own seed from `rng`; greedy when the temperature is 0) and the log-prob of each token they
+    chose under the logits generate handed them, at that temperature."""
+
+    def __init__(self, temperature: float, rows: int, width: int, rng: Any) -> None:
+        from benchmark.consultants.base import Decoding
+        from benchmark.consultants.sampling import row_sampler
+
+        self.t = float(temperature) or 1.0
+        self.steps: list[Any] = []
+        seeds = [int(s) for s in rng.integers(0, 2**62, size=rows)]
+        self.row = None
+        if temperature > 0:
+            self.row = row_sampler(Decoding(temperature=float(temperature)), seeds,
+                                   [0] * rows, width)  # fmt: skip
+
+    def processors(self) -> Any:
+        import torch
+        from transformers import LogitsProcessor, LogitsProcessorList
+
+        outer = self
+
+        class Record(LogitsProcessor):
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
+                out = scores if outer.row is None else outer.row(input_ids, scores)
+                token = out.argmax(-1, keepdim=True)
+                logp = torch.log_softmax(scores.float() / outer.t, -1).gather(-1, token)[:, 0]
+                outer.steps.append(logp)
+                return out
+
+        return LogitsProcessorList([Record()])
+
+    def logp(self) -> Any:
+        import torch
+
+        return torch.stack(self.steps, 1).cpu() if self.steps else torch.zeros(0, 0)
 
 
 def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
@@ -251,7 +306,7 @@ def train(
             )  # fmt: skip
     # a role whose model another role shares trains through that role's optimizer
     train_models = {r: loaded[r] for r in optimizers}
-    sampler = Sampler(loaded, temperature, belief_samples=belief_samples)
+    sampler = Sampler(loaded, temperature, belief_samples=belief_samples, seed=seed)
     history = []
     pool = list(train_seeds)
     for it in range(iterations):

@@ -57,6 +57,20 @@ def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> An
     return make_task(cfg, root)
 
 
+def rl_seed_pool(env: dict[str, Any], rl: Any) -> list[int]:
+    """The training seeds RL draws its batches from: an env with a training pool (TextWorld's
+    `task.train_games`: training seeds fold onto that many games) gives one seed per game of
+    the WHOLE pool (the paper: 1,000 training games); an env without one (every training seed
+    a fresh level) gives a fresh seed for every episode the RL stage plays."""
+    from benchmark.seeds import TRAIN_SEED_MIN
+
+    pool = (env.get("task") or {}).get("train_games")
+    if pool:
+        return list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + int(pool)))
+    n = (rl.policy_iterations + rl.iterations) * rl.seeds_per_step
+    return list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + max(n, rl.seeds_per_step)))
+
+
 def prompt_of(policy_input: str = "belief") -> Any:
     """The prompt the models train on: the brace belief prompt, or raw history."""
     from hydra.utils import instantiate
@@ -144,8 +158,11 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     examples: dict[str, list] = {}
     if any(r in s.sft_roles for r in todo):
         check_training_seeds(train_seeds, splits)
-        _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), train_seeds)
-        examples = rollout.sft_examples(logs)
+        examples = rollout.teacher_examples(task, prompt, train_seeds, s.sft_random_trajectories)
+        log(
+            f"SFT examples: { ({r: len(v) for r, v in examples.items()}) } (gold + "
+            f"{s.sft_random_trajectories} random trajectories per game for the belief)"
+        )
     settings = TrainSettings(epochs=s.sft_epochs, learning_rate=s.sft_lr, batch_size=s.sft_batch)
     for role in todo:
         if role not in s.sft_roles:  # no SFT stage (the paper's policy): the base itself
@@ -182,7 +199,7 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     report["train_reward"] = {"sft": measure.training_reward(
         rl_task, prompt, sft, reward_seeds, splits, gate, policy)}  # fmt: skip
     log(f"train reward sft {report['train_reward']['sft']}")
-    rl_seeds = list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + 10 * s.rl.seeds_per_step))
+    rl_seeds = rl_seed_pool(s.env, s.rl)
     if made_with(rl[s.roles[0]].parent, digests) is not None:  # made ones are reused, as SFT's
         report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
         log(f"rl: reusing {rl[s.roles[0]].parent}")

@@ -68,6 +68,7 @@ class Trajectory:
     role: str
     pairs: list[tuple[list[int], list[int]]]
     reward: float
+    sampled: list[Any] = field(default_factory=list)  # the sampler's log-probs, per completion
     old_logp: list[Any] = field(default_factory=list)
     advantages: list[Any] = field(default_factory=list)
     returns: list[Any] = field(default_factory=list)
@@ -92,7 +93,7 @@ def trajectories(groups: dict[int, list[list[StepLog]]], roles: Sequence[str],
                     ids = t.extra
                     if t.role != BELIEF_ROLE:
                         if ids:
-                            acts.append((ids["prompt_ids"], ids["completion_ids"]))
+                            acts.append(ids)
                             raw["context"].append(len(ids["prompt_ids"]))
                         continue
                     r = belief_reward(t.text, s.previous, s.truth, s.teacher, s.success, weights)
@@ -100,11 +101,29 @@ def trajectories(groups: dict[int, list[list[StepLog]]], roles: Sequence[str],
                     raw["gate"].append(r.gate)
                     raw["correctness"].append(r.correctness)
                     if "belief" in roles and ids:
-                        pair = (ids["prompt_ids"], ids["completion_ids"])
-                        out.append(Trajectory("belief", [pair], r.total))
+                        out.append(_trajectory("belief", [ids], r.total))
             if "policy" in roles and acts:
-                out.append(Trajectory("policy", acts, float(success)))
+                out.append(_trajectory("policy", acts, float(success)))
     return out, raw
+
+
+def _trajectory(role: str, completions: Sequence[dict[str, Any]], reward: float) -> Trajectory:
+    """A trajectory of the sampler's completions (their token ids and sampling log-probs)."""
+    pairs = [(c["prompt_ids"], c["completion_ids"]) for c in completions]
+    return Trajectory(role, pairs, reward, [c.get("sample_logp") for c in completions])
+
+
+def sampling_gap(trajs: Sequence[Trajectory]) -> float | None:
+    """The largest |r - 1| over the tokens of scored trajectories, r = exp(old log-prob - the
+    sampler's log-prob): 0 up to float error when the sampler samples what PPO scores (None:
+    no sampler log-probs)."""
+    import torch
+
+    gaps = [float((torch.exp(old - torch.as_tensor(s, dtype=old.dtype, device=old.device)) - 1)
+                  .abs().max())
+            for t in trajs for old, s in zip(t.old_logp, t.sampled, strict=False)
+            if s is not None and len(s) == old.numel() and old.numel()]  # fmt: skip
+    return max(gaps) if gaps else None
 
 
 class Learner:
@@ -131,7 +150,16 @@ class Learner:
 
     def score(self, trajs: Sequence[Trajectory]) -> None:
         """Old log-probs and values (no gradient), then GAE advantages, whitened over the
-        batch's tokens, and returns, per completion."""
+        batch's tokens, and returns, per completion.
+
+        The whitening is verl's (`masked_whiten`: less the mean over the batch's tokens, over
+        their std). It keeps each advantage's sign on the first iteration: with lambda = 1 and
+        the critic's zero-initialised head, every token of an episode has its episode's return
+        as advantage, the token mean lies between the batch's smallest and largest return, so
+        with R_env in {0, 1} every token of a won episode stays above 0 and every token of a
+        lost one below (tested); a batch whose episodes all agree gets 0 everywhere. With
+        lambda < 1 the early tokens of a long won episode get a tiny raw advantage that the
+        mean pushes below 0."""
         import torch
 
         self.model.eval()
@@ -243,7 +271,7 @@ def train(
         for role, d in model_dirs.items()
     }  # fmt: skip
     learners = {r: Learner(*loaded[r], settings) for r in trained_roles}
-    sampler = Sampler(loaded, settings.temperature)
+    sampler = Sampler(loaded, settings.temperature, seed=seed)
     stages = ["policy"] * settings.policy_iterations + ["joint"] * settings.iterations
     history, pool = [], [int(s) for s in train_seeds]
     value_loss: dict[str, list[float | None]] = {r: [] for r in sorted(trained_roles)}
@@ -261,7 +289,8 @@ def train(
         for role in roles:  # the belief after the policy, both on this batch
             mine = [t for t in trajs if t.role == role]
             learners[role].score(mine)
-            losses[role] = learners[role].update(mine, seed=seed + it)
+            losses[role] = {**learners[role].update(mine, seed=seed + it),
+                            "sampling_gap": sampling_gap(mine)}  # fmt: skip
         for role in value_loss:
             value_loss[role].append(losses.get(role, {}).get("value_loss"))
         row = {

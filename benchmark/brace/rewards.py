@@ -2,10 +2,10 @@
 LLM judge (the suite knows the true grid, inventory, doors and card history exactly).
 
 R_env (policy model)  = 1 on success, 0 on failure.
-R_belief (belief model) = format gate x (w_c correctness + w_t tracking + w_d diversity
+R_belief (belief model) = format score x (w_c correctness + w_t tracking + w_d diversity
                                          + w_s gamma^t x success)
-- format gate: the update has a <belief_state> block and every non-empty line in it is a valid
-  claim of the suite's belief format (benchmark.prompts.belief.parse_belief), at most max_claims;
+- format score (the multiplier; `format_score`: the authors' released code, continuous): bullets
+  / 8 capped at 1 x share of labelled bullets x de-duplication x a length penalty above 20;
 - correctness: each (subject, predicate, certainty) claim is verified against the true state:
   correct (1), partially correct (0.5: the fact is right but its certainty label is miscalibrated),
   incorrect (0) or unverifiable (left out); the mean over verifiable claims (0 if none);
@@ -25,22 +25,38 @@ from typing import Any
 
 from benchmark.envs.truth import Truth, Verdict, correctness, verify
 from benchmark.prompts.belief import BELIEF_BLOCK, parse_belief
-from benchmark.vocabulary import LABELS, split_claim, strip_thinking
+from benchmark.vocabulary import BELIEF_MAX_BULLETS, LABELS, split_claim, strip_thinking
+
+# the authors' format score (their released BeliefStateLMTrainer.compute_format_compliance_score)
+MIN_BULLETS = 8  # bullets for full count credit
+MAX_BULLETS = BELIEF_MAX_BULLETS  # bullets before the length penalty
+MAX_CLAIMS = 40  # claims parsed for the other terms (beyond MAX_BULLETS the penalty acts)
 
 
-def format_gate(text: str | None, max_claims: int = 12) -> float:
-    """1 when the update is a <belief_state> block whose every non-empty line is a valid claim
-    (at most max_claims), else 0: a structurally invalid update earns nothing."""
+def format_score(text: str | None) -> float:
+    """The format multiplier of R_belief as the authors' released code computes it, in [0, 1]:
+    count (bullets / 8, capped at 1) x labelled share (bullets that are valid claims of the
+    suite's belief format: a label of the 7-level scale) x de-duplication (distinct bullets,
+    case-folded, / bullets) x length penalty (1 up to 20 bullets, else 20 / bullets). Bullets
+    are the `-` lines of the <belief_state> block; no closed block, no bullet: 0. Where this
+    differs from the authors' code: their labelled share matches 8 label words anywhere in the
+    line and leaves out `unknown` (their prompt forbids it); here a bullet counts when it
+    parses as one claim with one label of the suite's scale, `unknown` included (the suite's
+    belief prompt uses it). The paper's text calls it a binary gate; the code is continuous."""
     if not text:
         return 0.0
     visible, _ = strip_thinking(text)
     m = BELIEF_BLOCK.search(visible)
     if not m or "</belief_state>" not in visible.lower():
         return 0.0
-    lines = [ln for ln in m.group(1).splitlines() if ln.strip()]
-    if not lines or len(lines) > max_claims:
+    bullets = [ln.strip() for ln in m.group(1).splitlines() if ln.strip().startswith("-")]
+    if not bullets:
         return 0.0
-    return float(len(parse_belief(m.group(1), max_claims)) == len(lines))
+    count = min(1.0, len(bullets) / MIN_BULLETS)
+    labelled = sum(len(parse_belief(b, 1)) == 1 for b in bullets) / len(bullets)
+    dedup = len({b.lower() for b in bullets}) / len(bullets)
+    length = 1.0 if len(bullets) <= MAX_BULLETS else MAX_BULLETS / len(bullets)
+    return count * labelled * dedup * length
 
 
 def diversity(claims: Sequence[str]) -> float:
@@ -103,11 +119,12 @@ def belief_reward(
     teacher: Sequence[str],
     success: float,
     weights: BeliefWeights = DEFAULT_WEIGHTS,
-    max_claims: int = 12,
+    max_claims: int = MAX_CLAIMS,
 ) -> BeliefReward:
     """R_belief of one update `text` (the model's raw answer) at the state `truth`, given the
-    previous belief b(t-1), the teacher's claims at t and the episode's success (0/1)."""
-    gate = format_gate(text, max_claims)
+    previous belief b(t-1), the teacher's claims at t and the episode's success (0/1); `gate`
+    is the format score (`format_score`), the multiplier."""
+    gate = format_score(text)
     claims = parse_belief(text, max_claims) if gate else []
     terms = {
         "correctness": correctness(claims, truth) if claims else 0.0,

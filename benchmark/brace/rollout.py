@@ -84,6 +84,43 @@ class TeacherConsultant(Consultant):
         return [Answer(q.render_answer((q.expert or [""])[0], "")) for q in queries]
 
 
+class RandomTeacherConsultant(TeacherConsultant):
+    """The teacher's belief with a uniformly random action: the authors' SFT data adds random
+    trajectories to each game's gold one, so the belief model also sees the states a weaker
+    policy reaches. Draw `k` of a step is seeded by (k, the query's rng_key): a run repeats."""
+
+    def __init__(self, k: int) -> None:
+        self.k = int(k)
+
+    @property
+    def identity(self) -> str:
+        return f"brace-random-teacher-{self.k}"
+
+    def answer(self, queries: list[Query]) -> list[Answer]:
+        out = []
+        for q in queries:
+            if q.role == BELIEF_ROLE:
+                out.append(Answer(q.render_answer((q.expert or [""])[0], "")))
+                continue
+            rng = np.random.default_rng([self.k, *(int(x) for x in q.rng_key)])
+            out.append(Answer(q.render_answer(str(rng.choice(list(q.actions))), "")))
+        return out
+
+
+def teacher_examples(task: Any, prompt: Any, seeds: Sequence[int], random_per_game: int = 0
+                     ) -> dict[str, list[Example]]:  # fmt: skip
+    """The SFT examples of each role: the gold trajectory of every seed (the teacher's belief,
+    the expert's actions) plus `random_per_game` random trajectories of the same seed, whose
+    updates (the teacher's belief at the states random actions reach) join the belief role's
+    examples; their random actions teach the policy nothing and are left out."""
+    _, logs = run(task, prompt, TeacherConsultant(), seeds)
+    examples = sft_examples(logs)
+    for k in range(int(random_per_game)):
+        _, more = run(task, prompt, RandomTeacherConsultant(k), seeds)
+        examples["belief"] += sft_examples(more)["belief"]
+    return examples
+
+
 def run(
     task: Any,
     prompt: Any,

@@ -27,8 +27,12 @@ class RLSettings:
     ppo_epochs: int = 2  # passes over each rollout batch
     minibatch: int = 8  # completions per gradient step
     clip: float = 0.2  # the surrogate's ratio clip
-    gamma: float = 1.0  # GAE discount over the tokens of an episode
-    lam: float = 0.95  # GAE lambda
+    gamma: float = 1.0  # GAE discount over the tokens of an episode (verl's default)
+    # GAE lambda: 1 (verl's default, the authors' stack): with the critic's zero-initialised
+    # head every token of an episode starts with the episode's return as its advantage, so a
+    # won episode's first actions are pushed up from the first iteration (0.95 over a 96-token
+    # episode gave its first token 0.95^95 = 0.008, below the batch mean after whitening)
+    lam: float = 1.0
     value_coef: float = 0.5  # weight of the critic's loss
     value_learning_rate: float = 1e-3  # the value head's own rate
     max_grad_norm: float = 1.0

@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmark.brace.rewards import (
     DEFAULT_WEIGHTS,
+    MAX_CLAIMS,
     BeliefReward,
     BeliefWeights,
     belief_reward,
@@ -114,7 +115,7 @@ def measure(
     model_dir: str | Path,
     states: Sequence[BeliefState],
     weights: BeliefWeights = DEFAULT_WEIGHTS,
-    max_claims: int = 12,
+    max_claims: int = MAX_CLAIMS,
 ) -> dict[str, Any]:
     """The model's belief updates on `states` (greedy, as a cell asks them): format compliance
     (R_belief's gate), the rate of updates the evaluator accepts (at least one valid claim) and
@@ -132,7 +133,7 @@ def rewards_at(
     texts: Sequence[str | None],
     states: Sequence[BeliefState],
     weights: BeliefWeights = DEFAULT_WEIGHTS,
-    max_claims: int = 12,
+    max_claims: int = MAX_CLAIMS,
 ) -> list[BeliefReward]:
     """R_belief (with its terms) of each update `texts[i]` made at `states[i]`."""
     return [
@@ -145,7 +146,7 @@ def score(
     texts: Sequence[str | None],
     states: Sequence[BeliefState],
     weights: BeliefWeights = DEFAULT_WEIGHTS,
-    max_claims: int = 12,
+    max_claims: int = MAX_CLAIMS,
 ) -> dict[str, Any]:
     """Mean R_belief terms of the updates `texts` at `states`."""
     from benchmark.prompts.belief import parse_belief

@@ -194,19 +194,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         self.batching = resolve_batching(
             getattr(self, "batching_setting", "auto"), self.device.type
         )
-        gc = copy.deepcopy(self.model.generation_config)
-        # the decoding owns sampling and the repetition penalty: the checkpoint's own values
-        # (Qwen2.5's generation config has repetition_penalty 1.05) never apply unasked
-        gc.update(
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            min_p=None,
-            do_sample=False,
-            repetition_penalty=1.0,
-        )
-        gc.pad_token_id, gc.eos_token_id = self.pad_id, self.eos_ids
-        self._base_gc = gc
+        gc = self._base_gc = neutral_generation_config(self.model, self.pad_id, self.eos_ids)
         self._lean_ok = self.lean_max_new_tokens > 0 and plain_greedy(gc)
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
@@ -528,6 +516,25 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: 
     """The token ids of `chat_prompt` (the template already holds the special tokens)."""
     text = chat_prompt(tokenizer, messages, enable_thinking)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def neutral_generation_config(model: Any, pad_id: int, eos_ids: list[int]) -> Any:
+    """The model's generation config with sampling and the repetition penalty reset (greedy, no
+    warper, penalty 1), `pad_id` and the stops `eos_ids` set: the caller's decoding owns
+    sampling and the penalty, so the checkpoint's own values (Qwen2.5's generation config has
+    repetition_penalty 1.05) never apply unasked. The evaluation's generation and Agent-BRACE's
+    RL sampler (benchmark.brace.joint.Sampler, which adds only its own row sampler) start here."""
+    gc = copy.deepcopy(model.generation_config)
+    gc.update(
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        min_p=None,
+        do_sample=False,
+        repetition_penalty=1.0,
+    )
+    gc.pad_token_id, gc.eos_token_id = pad_id, eos_ids
+    return gc
 
 
 def stop_ids(model: Any, tokenizer: Any) -> list[int]:

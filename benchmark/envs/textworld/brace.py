@@ -9,13 +9,16 @@ connections: static, so almost certain once walked; confirmed from the room the 
 number of rooms entered (confirmed) and the rest of the map (unknown until every room is seen).
 Each claim is verified against the episode's true state: the room from TextWorld's facts, the
 inventory and score from the game, the exits against the exits walked (an exit never walked is
-unverifiable: nothing was observed to check it against)."""
+unverifiable: nothing was observed to check it against); no claim scores without being checked
+(the unexplored rest is unverifiable)."""
 
 from __future__ import annotations
 
 import functools
 import re
 from typing import Any
+
+from benchmark.vocabulary import BELIEF_MAX_BULLETS
 
 ARTICLES = re.compile(r"^(a|an|the|some)\s+")
 
@@ -39,20 +42,29 @@ def brace_teacher(truth: Any) -> list[str]:
         f"- the agent carries: {', '.join(items(view.inventory)) or 'nothing'} [confirmed]",
         f"- score {view.score} of {view.max_score} [confirmed]",
     ]
-    for room, exits in mem.exits.items():
-        label = "confirmed" if room == view.room else "almost certain"
-        claims += [
-            f"- {cmd} from the {room} leads to the {to} [{label}]" for cmd, to in exits.items()
-        ]
-    claims.append(f"- {len(mem.rooms)} rooms entered so far [confirmed]")
-    claims.append("- the rooms not yet entered [unknown]")
-    return claims
+    tail = [f"- {len(mem.rooms)} rooms entered so far [confirmed]",
+            "- the rooms not yet entered [unknown]"]  # fmt: skip
+    # the walked exits, the current room's first, then the most recently walked rooms', capped
+    # so that the whole belief stays within BELIEF_MAX_BULLETS (the paper's 6-8-room maps walk
+    # more exits than that; a longer target would fail its own format score)
+    others = [r for r in reversed(list(mem.exits)) if r != view.room]
+    rooms = ([view.room] if view.room in mem.exits else []) + others
+    exits = [
+        f"- {cmd} from the {room} leads to the {to} "
+        f"[{'confirmed' if room == view.room else 'almost certain'}]"
+        for room in rooms
+        for cmd, to in mem.exits[room].items()
+    ]
+    room_claims = BELIEF_MAX_BULLETS - len(claims) - len(tail)
+    return claims + exits[:room_claims] + tail
 
 
 @functools.cache
 def brace_rules() -> list[Any]:
-    """The claim rules of the TextWorld belief (room, inventory, score, exits, rooms entered,
-    the unexplored rest)."""
+    """The claim rules of the TextWorld belief (room, inventory, score, exits, rooms entered).
+    The teacher's "the rooms not yet entered [unknown]" states no fact: no rule checks it, so
+    it is unverifiable and never scores (it used to count as correct whenever labelled
+    unknown)."""
     from benchmark.vocabulary import fact_verdict
 
     def room(m, t, lb):
@@ -75,14 +87,10 @@ def brace_rules() -> list[Any]:
     def entered(m, t, lb):
         return fact_verdict(int(m[1]) == len(t.memory.rooms), lb)
 
-    def unexplored(m, t, lb):
-        return "correct" if lb == "unknown" else None
-
     return [
         ("location", re.compile(r"^the agent is in the (.+)$"), room),
         ("inventory", re.compile(r"^the agent carries:?\s*(.+)$"), carries),
         ("score", re.compile(r"^score (\d+) of (\d+)$"), score),
         ("exits", re.compile(r"^(.+?) from the (.+?) leads to the (.+)$"), exit_to),
         ("rooms", re.compile(r"^(\d+) rooms? entered"), entered),
-        ("unexplored", re.compile(r"rooms not yet entered"), unexplored),
     ]
