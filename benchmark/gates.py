@@ -114,6 +114,8 @@ class EntropyGate(Gate):
     needs_uncertainty = True
     threshold_field = "total"
     swept, report_order, marker = True, 2, "o"
+    # gate.normalise: the job divides the entropies by log2 of each step's admissible actions
+    SETTINGS = (*Gate.SETTINGS, "normalise")
 
     def __init__(self, tau: float) -> None:
         self.tau = float(tau)
