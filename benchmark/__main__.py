@@ -21,10 +21,28 @@ def main(cfg: DictConfig) -> float | None:
     from benchmark.job import run_job
 
     hc = HydraConfig.get()
+    redact_hydra_files(hc)
     summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=hc.mode == RunMode.MULTIRUN)
     if summary is None:
         return None
     return summary.get("reward_mean")
+
+
+def redact_hydra_files(hc: DictConfig) -> None:
+    """Hydra has written the composed config, its own config and the overrides (.hydra/, and a
+    sweep's multirun.yaml) before the job starts: rewritten without secrets (benchmark.redact),
+    such as a key given by mistake as `slm.backend.api_key_env=sk-...` or a URL's user:password."""
+    from benchmark.redact import redact_file, redact_logging
+
+    redact_logging()  # the job's log file too
+    files = []
+    if hc.output_subdir is not None:
+        out = Path(hc.runtime.output_dir) / str(hc.output_subdir)
+        files += [out / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml")]
+    if hc.mode == RunMode.MULTIRUN:
+        files.append(Path(hc.sweep.dir) / "multirun.yaml")
+    for file in files:
+        redact_file(file)
 
 
 def check_root(args: list[str]) -> None:

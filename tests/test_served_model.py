@@ -33,16 +33,19 @@ def free_port() -> int:
 
 class FakeServer:
     """/v1/models lists `model` (with vLLM's `root` when given); every chat completion answers
-    FORWARD. `posts` counts the completions asked."""
+    FORWARD, or with `refuse_key` HTTP 401 echoing the request's Authorization header (a proxy
+    that repeats the key it refuses). `posts` counts the completions asked."""
 
-    def __init__(self, port: int, model: str, root: str | None = None) -> None:
+    def __init__(
+        self, port: int, model: str, root: str | None = None, refuse_key: bool = False
+    ) -> None:
         self.port, self.model, self.root, self.posts = port, model, root, 0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _send(self, body: dict) -> None:
+            def _send(self, body: dict, status: int = 200) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -56,6 +59,9 @@ class FakeServer:
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 fake.posts += 1
+                if refuse_key:
+                    self._send({"error": f"invalid {self.headers['Authorization']}"}, 401)
+                    return
                 message = {"role": "assistant", "content": ANSWER}
                 usage = {"prompt_tokens": 10, "completion_tokens": 5}
                 choice = {"index": 0, "message": message, "finish_reason": "stop"}

@@ -70,6 +70,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,7 @@ from benchmark.consultants.errors import ConsultantError, ServerNotUp
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.remote_choices import RemoteChoiceScoring
 from benchmark.consultants.retry import Retryable, Unavailable, with_retries
+from benchmark.redact import redact, register
 from benchmark.vocabulary import released_answer
 
 CHOICES_NO_PENALTY = (
@@ -164,6 +166,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         self.restart_wait_s = float(restart_wait_s)
         headers = {}
         if api_key_env:
+            check_key_variable(api_key_env)
             key = os.environ.get(api_key_env)
             if not key:
                 raise ConsultantError(
@@ -171,6 +174,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
                     f"{api_key_env} is not set (or empty); export it, or set "
                     "slm.backend.api_key_env=null for a server without authentication"
                 )
+            register(key)  # redacted wherever a server echoes it (benchmark.redact)
             headers["Authorization"] = f"Bearer {key}"
         self._client = httpx.Client(
             timeout=timeout,
@@ -191,7 +195,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         weights = read_served_weights(url_file, self.base_url, model) if url_file else None
         self.served = served_identity(model, models.get(model) or {}, weights)
         # with url_file the address changes with every server job; the file names the deployment
-        where = url_file or self.base_url
+        where = redact(str(url_file or self.base_url))  # never a URL's user:password
         self._identity = identity or f"openai:{model}@{where}" + (f"#{weights}" if weights else "")
 
     @classmethod
@@ -214,8 +218,8 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         (`wait_timeout`), failing naming the URL, so the identity that follows can be known."""
         cls(**backend_args).close()
 
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIConsultant(base_url={self.base_url!r}, model={self.model!r})"
+    def __repr__(self) -> str:  # never shows the key, nor a URL's credentials
+        return f"OpenAIConsultant(base_url={redact(str(self.base_url))!r}, model={self.model!r})"
 
     @property
     def identity(self) -> str:
@@ -415,7 +419,9 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             if r.status_code == 429 or r.status_code >= 500:
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
-                raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+                raise ConsultantError(
+                    f"{url} answered HTTP {r.status_code}: {redact(r.text[:300])}"
+                )
             return (read or _json_of)(r)
 
         return with_retries(
@@ -428,6 +434,20 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
 
     def close(self) -> None:
         self._client.close()
+
+
+KEY_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_key_variable(name: str) -> None:
+    """`slm.backend.api_key_env` is the NAME of a variable: a value that is not one (a key
+    pasted there by mistake) is refused without being repeated."""
+    if not KEY_VARIABLE.fullmatch(str(name)):
+        raise ConsultantError(
+            "slm.backend.api_key_env must be the NAME of an environment variable holding the "
+            "key (letters, digits, _), not the key itself: export MY_KEY=<key> and set "
+            "slm.backend.api_key_env=MY_KEY (the value given is not shown: it may be a secret)"
+        )
 
 
 SERVED_SUFFIX = ".served.json"  # beside the URL file: what benchmark.serve serves there
