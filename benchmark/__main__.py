@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -22,10 +25,35 @@ def main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     redact_hydra_files(hc)
-    summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=hc.mode == RunMode.MULTIRUN)
+    multirun = hc.mode == RunMode.MULTIRUN
+    with one_line_errors(multirun, Path(hc.runtime.output_dir)):
+        summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=multirun)
     if summary is None:
         return None
     return summary.get("reward_mean")
+
+
+@contextmanager
+def one_line_errors(multirun: bool, job_dir: Path) -> Iterator[None]:
+    """A single job that fails (a refused value, a server that is down) exits 1 with one line,
+    the error as error.json records it, instead of Hydra's traceback first; HYDRA_FULL_ERROR=1
+    keeps Hydra's report (the traceback). A multirun's cells record theirs and carry on."""
+    try:
+        yield
+    except Exception as exc:
+        if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        from benchmark.job import root_cause
+        from benchmark.redact import redact
+
+        cause = root_cause(exc)
+        where = f"error.json in {job_dir}; " if (job_dir / "error.json").is_file() else ""
+        message = " ".join(str(cause["message"]).split())  # one line
+        raise SystemExit(
+            redact(
+                f"Error: {cause['type']}: {message} ({where}HYDRA_FULL_ERROR=1 for the traceback)"
+            )
+        ) from None
 
 
 def redact_hydra_files(hc: DictConfig) -> None:
