@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     redact_hydra_files(hc)
     multirun = hc.mode == RunMode.MULTIRUN
-    with one_line_errors(multirun, Path(hc.runtime.output_dir)):
+    with one_line_errors(multirun, Path(hc.runtime.output_dir), str(cfg.paths.root)):
         summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=multirun)
     if summary is None:
         return None
@@ -34,10 +35,11 @@ def main(cfg: DictConfig) -> float | None:
 
 
 @contextmanager
-def one_line_errors(multirun: bool, job_dir: Path) -> Iterator[None]:
+def one_line_errors(multirun: bool, job_dir: Path, root: str | None = None) -> Iterator[None]:
     """A single job that fails (a refused value, a server that is down) exits 1 with one line,
     the error as error.json records it, instead of Hydra's traceback first; HYDRA_FULL_ERROR=1
-    keeps Hydra's report (the traceback). A multirun's cells record theirs and carry on."""
+    keeps Hydra's report (the traceback). A multirun's cells record theirs and carry on. A full
+    disk (ENOSPC anywhere in the chain) is one line naming the results root `root`."""
     try:
         yield
     except Exception as exc:
@@ -46,6 +48,13 @@ def one_line_errors(multirun: bool, job_dir: Path) -> Iterator[None]:
         from benchmark.job import root_cause
         from benchmark.redact import redact
 
+        full = disk_full(exc)
+        if full is not None:
+            raise SystemExit(
+                f"Error: no space left on the disk of the results root {root} (writing "
+                f"{full.filename or 'a file'}): free space there, or set paths.root or "
+                "BENCHMARK_ROOT to a directory on another disk; rerun to resume"
+            ) from None
         cause = root_cause(exc)
         where = f"error.json in {job_dir}; " if (job_dir / "error.json").is_file() else ""
         message = " ".join(str(cause["message"]).split())  # one line
@@ -54,6 +63,17 @@ def one_line_errors(multirun: bool, job_dir: Path) -> Iterator[None]:
                 f"Error: {cause['type']}: {message} ({where}HYDRA_FULL_ERROR=1 for the traceback)"
             )
         ) from None
+
+
+def disk_full(exc: BaseException | None) -> OSError | None:
+    """The ENOSPC error in `exc`'s chain (causes and contexts), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def redact_hydra_files(hc: DictConfig) -> None:

@@ -83,7 +83,10 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
         error = redact_data(error)  # a key or a URL's credentials in a message stay here
         for d in (job_dir, cell_dir):
             if d is not None:
-                results.write_json(d / "error.json", error)
+                try:
+                    results.write_json(d / "error.json", error)
+                except OSError as lost:  # a full disk: the error itself is what to report
+                    log.error("could not write %s: %s", d / "error.json", lost)
         if tracker is not None:
             tracker.summary({"error": f"{error['type']}: {error['message']}"})
             tracker.finish(1)
