@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -21,10 +25,72 @@ def main(cfg: DictConfig) -> float | None:
     from benchmark.job import run_job
 
     hc = HydraConfig.get()
-    summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=hc.mode == RunMode.MULTIRUN)
+    redact_hydra_files(hc)
+    multirun = hc.mode == RunMode.MULTIRUN
+    with one_line_errors(multirun, Path(hc.runtime.output_dir), str(cfg.paths.root)):
+        summary = run_job(cfg, Path(hc.runtime.output_dir), multirun=multirun)
     if summary is None:
         return None
     return summary.get("reward_mean")
+
+
+@contextmanager
+def one_line_errors(multirun: bool, job_dir: Path, root: str | None = None) -> Iterator[None]:
+    """A single job that fails (a refused value, a server that is down) exits 1 with one line,
+    the error as error.json records it, instead of Hydra's traceback first; HYDRA_FULL_ERROR=1
+    keeps Hydra's report (the traceback). A multirun's cells record theirs and carry on. A full
+    disk (ENOSPC anywhere in the chain) is one line naming the results root `root`."""
+    try:
+        yield
+    except Exception as exc:
+        if multirun or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        from benchmark.job import root_cause
+        from benchmark.redact import redact
+
+        full = disk_full(exc)
+        if full is not None:
+            raise SystemExit(
+                f"Error: no space left on the disk of the results root {root} (writing "
+                f"{full.filename or 'a file'}): free space there, or set paths.root or "
+                "BENCHMARK_ROOT to a directory on another disk; rerun to resume"
+            ) from None
+        cause = root_cause(exc)
+        where = f"error.json in {job_dir}; " if (job_dir / "error.json").is_file() else ""
+        message = " ".join(str(cause["message"]).split())  # one line
+        raise SystemExit(
+            redact(
+                f"Error: {cause['type']}: {message} ({where}HYDRA_FULL_ERROR=1 for the traceback)"
+            )
+        ) from None
+
+
+def disk_full(exc: BaseException | None) -> OSError | None:
+    """The ENOSPC error in `exc`'s chain (causes and contexts), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def redact_hydra_files(hc: DictConfig) -> None:
+    """Hydra has written the composed config, its own config and the overrides (.hydra/, and a
+    sweep's multirun.yaml) before the job starts: rewritten without secrets (benchmark.redact),
+    such as a key given by mistake as `slm.backend.api_key_env=sk-...` or a URL's user:password."""
+    from benchmark.redact import redact_file, redact_logging
+
+    redact_logging()  # the job's log file too
+    files = []
+    if hc.output_subdir is not None:
+        out = Path(hc.runtime.output_dir) / str(hc.output_subdir)
+        files += [out / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml")]
+    if hc.mode == RunMode.MULTIRUN:
+        files.append(Path(hc.sweep.dir) / "multirun.yaml")
+    for file in files:
+        redact_file(file)
 
 
 def check_root(args: list[str]) -> None:

@@ -134,6 +134,8 @@ def locate_inputs(
         try:
             inputs["model"] = model_identity(cfg.slm, train, digests)
         except ModelNotBuilt:
+            if train:  # made just now: not there (a server gone again) is the job's failure
+                raise
             if unbuilt is None:
                 return None
             inputs["model"] = unbuilt

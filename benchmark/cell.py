@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.consultants import backend_class
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
+from benchmark.redact import redact_data
 from benchmark.tuning import OBJECTIVE_KEYS, Objective
 
 # 1: before paths left the identity and inputs entered it by content; 2: before the policy
@@ -98,7 +99,8 @@ class CellSpec:
     @classmethod
     def from_config(cls, cfg: DictConfig) -> CellSpec:
         """No I/O: the cell `cfg` asks for. `policy.checkpoint=tK` must be normalized first."""
-        data = OmegaConf.to_container(cfg, resolve=True)
+        # no secret in an identity or a written config (benchmark.redact: unchanged without one)
+        data = redact_data(OmegaConf.to_container(cfg, resolve=True))
         gate = GateSettings.from_config(data["gate"])
         keys = ["env", "gate", "eval", "seed", "splits"]
         if gate.needs_policy:

@@ -28,6 +28,7 @@ from benchmark.analysis.steps import UNCHECKED
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
+from benchmark.redact import redact_data
 from benchmark.store import Store
 from benchmark.tracking import Tracker
 from benchmark.tuning import Objective
@@ -89,15 +90,21 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             "config": spec.config if spec is not None else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
+        error = redact_data(error)  # a key or a URL's credentials in a message stay here
         for d in (job_dir, cell_dir):
             if d is not None:
-                results.write_json(d / "error.json", error)
+                try:
+                    results.write_json(d / "error.json", error)
+                except OSError as lost:  # a full disk: the error itself is what to report
+                    log.error("could not write %s: %s", d / "error.json", lost)
         if tracker is not None:
-            tracker.summary({"error": f"{type(exc).__name__}: {exc}"})
+            tracker.summary({"error": f"{error['type']}: {error['message']}"})
             tracker.finish(1)
         if not multirun or isinstance(exc, KeyboardInterrupt):
             raise
-        log.error("cell %s failed (%s: %s); the sweep carries on", name, type(exc).__name__, exc)
+        log.error(
+            "cell %s failed (%s: %s); the sweep carries on", name, error["type"], error["message"]
+        )
         return None
 
 

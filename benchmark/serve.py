@@ -17,6 +17,9 @@ URL is written to `--url-file` (atomically; cells read it with `slm.backend.url_
 it with `slm.backend.wait_timeout`) and printed as `export BENCHMARK_SLM_URL=<url>`. The process
 then stays in the foreground with the server; SIGTERM or SIGINT (scancel, Ctrl-C, the end of the
 SLURM job) stops the server and removes the URL file, so no cell finds a dead address there.
+Beside it, `<url-file>.served.json` names the served model id and its weights' identity (a local
+directory by the bytes of its files, a cached hub model by its snapshot commit), computed before
+the server starts: a cell records it, so weights replaced under the same name make new cells.
 
 A server that exits on its own (an engine that crashed: CUDA error, out of memory) is started
 again, on the same address, up to `--restarts` times (launchers/serve/serve.sbatch: 3): the URL
@@ -27,6 +30,7 @@ server's exit code."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -225,13 +229,44 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> str:
         return client.model
 
 
-def write_url_file(path: Path, url: str) -> None:
-    """Atomically: a cell never reads half a URL."""
+def weights_of(model: str) -> str | None:
+    """The identity of the weights `model` (a directory or hub id) names, as the hf backend
+    computes it; None for a hub model that is not in the local cache (its commit is not known
+    until the server downloads it)."""
+    from benchmark.consultants.fingerprint import resolve_source
+
+    local = Path(model).expanduser().is_dir()
+    try:
+        _, found, identity = resolve_source(
+            None if local else model, model if local else None, None
+        )
+    except (ConsultantError, ValueError):  # check_model has said why (HFValidationError)
+        return None
+    return identity if found else None
+
+
+def write_url_file(
+    path: Path, url: str, served: str | None = None, weights: str | None = None
+) -> None:
+    """Atomically: a cell never reads half a URL. The served model's record first (`served`:
+    the model id the server lists), so a cell that finds the URL finds it too."""
+    from benchmark.consultants.openai_compat import served_file, served_record
+
+    if served is not None:
+        write_text_atomic(served_file(path), served_record(url, served, weights))
     write_text_atomic(path, url + "\n")
 
 
 def remove_url_file(path: Path, url: str) -> None:
-    """Only our own URL: a newer server may have written the file since."""
+    """Only our own URL (and its served record): a newer server may have written them since."""
+    from benchmark.consultants.openai_compat import served_file
+
+    record = served_file(path)
+    try:
+        if json.loads(record.read_text(encoding="utf-8")).get("url") == url:
+            record.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
     try:
         if path.read_text(encoding="utf-8").strip() == url:
             path.unlink()
@@ -279,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     cmd = server_command(args.engine, model, args.host, port, args.device, args.bin, args.extra)
     url = advertised_url(args.host, port)
     if args.url_file is not None:  # a stale file from a killed server must not be read
+        from benchmark.consultants.openai_compat import served_file
+
         args.url_file.unlink(missing_ok=True)
+        served_file(args.url_file).unlink(missing_ok=True)
+    args.weights = weights_of(model)
     print(f"starting: {' '.join(cmd)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if args.threads is not None:  # like slm.backend.num_threads: idle threads spin on a busy CPU
@@ -310,7 +349,7 @@ def serve(cmd: list[str], env: dict[str, str], url: str, args: argparse.Namespac
                 code = procs[-1].returncode  # a restart that died on the way up
             else:
                 if args.url_file is not None:
-                    write_url_file(args.url_file, url)
+                    write_url_file(args.url_file, url, served, getattr(args, "weights", None))
                 print(f"# serving {served} ({args.engine})", flush=True)
                 print(f"export BENCHMARK_SLM_URL={url}", flush=True)
                 code = procs[-1].wait()

@@ -21,6 +21,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from benchmark.redact import redact_data
+
 log = logging.getLogger(__name__)
 
 DEFAULT_INIT_TIMEOUT = 30.0  # seconds wandb.init may take online before the offline fallback
@@ -32,6 +34,7 @@ _online_failure: str | None = None  # why online init failed in this process (th
 def run_config(config: dict) -> dict:
     """The W&B run config of a cell: its config plus `method`, the report's label of the cell
     (None-safe: a config that is not a cell's, such as the report run's, is returned as it is)."""
+    config = redact_data(config)  # no key or URL credentials in a run (benchmark.redact)
     if not isinstance(config, dict) or not {"env", "gate"} <= set(config) or "method" in config:
         return config
     try:

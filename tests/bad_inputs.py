@@ -126,6 +126,12 @@ CASES = [
         "BENCH_MISSING_KEY",
     ),
     (
+        "API key pasted as the variable's name",
+        ["slm=openai", "slm.backend.api_key_env=sk-test-0123456789abcdef"],
+        {},
+        "slm.backend.api_key_env must be the NAME of an environment variable",
+    ),
+    (
         "random gate p outside [0, 1]",
         ["gate=random", "gate.p=1.5"],
         {},

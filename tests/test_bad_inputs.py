@@ -37,6 +37,21 @@ def test_bad_input_fails_fast_with_a_clear_error(
 
 
 @pytest.mark.slow
+def test_a_refused_single_job_prints_one_line(tmp_path, monkeypatch):
+    """Hydra's traceback only with HYDRA_FULL_ERROR=1; the line names the value and error.json."""
+    args = ("eval.n_episodes=0", "tracking=none", f"hydra.run.dir={tmp_path / 'run'}")
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    proc = run_cli(tmp_path, *args, check=False, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("Error: ValueError: eval.n_episodes=0 is invalid"), lines[0]
+    assert f"error.json in {tmp_path / 'run'}" in lines[0]
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    full = run_cli(tmp_path, *args, check=False, timeout=120)
+    assert full.returncode == 1 and "Traceback" in full.stderr
+
+
+@pytest.mark.slow
 def test_checkpoint_from_another_env_is_refused(trained_root, tmp_path):
     from benchmark.policy.checkpoints import checkpoint_dir
     from tests.conftest import compose_cfg

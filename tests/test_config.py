@@ -96,3 +96,24 @@ def test_a_bad_value_override_fails_as_a_whole_composition_fails(job):
         whole.value, ConfigCompositionException
     )
     assert str(shared.value).splitlines()[:1] == str(whole.value).splitlines()[:1]
+
+
+def test_cfg_job_resolve_works_for_every_method_env_and_preset() -> None:
+    """`python -m benchmark ... --cfg job --resolve` resolves the composed config in place
+    (OmegaConf.resolve): an interpolation whose value is a list literal (an oc.select default)
+    made it fail for every method but the default. Every method, every env (under method=ask,
+    the one that failed) and the first job of every experiment preset; composition only."""
+    firsts = {x: sweep_jobs([f"+experiment={x}"])[1][0] for x in options("experiment")}
+    cases = [[f"method={m}"] for m in options("method")]
+    cases += [["method=ask", f"env={e}"] for e in options("env")]
+    cases += list(firsts.values())
+    failed = []
+    with session(CONF) as composer:
+        for overrides in cases:
+            cfg = composer(overrides)
+            try:
+                OmegaConf.resolve(cfg)
+            except Exception as exc:  # noqa: BLE001 - collected: every case is reported
+                failed.append(f"{' '.join(overrides)}: {type(exc).__name__}: {exc}")
+    assert not failed, "\n".join(failed)
+    assert len(cases) >= 50

@@ -521,3 +521,30 @@ def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
     kept_bf16 = _adamw_step(pure, batch, lr, autocast=False)
     kept_fp32 = _adamw_step(master, batch, lr, autocast=True)
     assert kept_bf16 < 0.25 and kept_fp32 > 0.99, (kept_bf16, kept_fp32)  # measured 0.03, 1.0
+
+
+def test_a_one_step_fine_tuning_moves_the_weights_and_one_that_does_not_is_an_error(tmp_path):
+    """Warmup rounds up (ceil(0.05 x 1 step) = 1) and starts at learning rate 0: a one-step SFT
+    trained at rate 0 and saved its base as a fine-tuned model. The warmup is never the whole
+    training now; a training that still leaves the weights as they were is refused."""
+    import torch
+    from safetensors.torch import load_file
+
+    from benchmark.consultants.tiny import build_tiny
+    from benchmark.finetune.train import fine_tune, warmup_steps
+
+    assert [warmup_steps(0.05, n) for n in (1, 2, 20, 21, 100)] == [0, 1, 1, 2, 5]
+    assert warmup_steps(10, 5) == 4 and warmup_steps(0.0, 1) == 0
+    base = build_tiny(tmp_path / "tiny", 0)
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2)
+    stats = fine_tune(base, ppo_examples(4), tmp_path / "one", settings, seed=0)
+    assert stats["optimizer_steps"] == 1
+    before, after = (
+        load_file(base / "model.safetensors"),
+        load_file(tmp_path / "one" / "model.safetensors"),
+    )
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    frozen = TrainSettings(epochs=1, batch_size=8, learning_rate=0.0)
+    with pytest.raises(RuntimeError, match="did not change the weights"):
+        fine_tune(base, ppo_examples(4), tmp_path / "zero", frozen, seed=0)
+    assert not (tmp_path / "zero" / "model.safetensors").exists()

@@ -339,3 +339,27 @@ def test_an_identical_job_started_meanwhile_waits_and_reuses_the_cell(tmp_path):
     assert (tmp_path / "second" / results.REUSED_FILE).is_file()  # waited, then reused
     cell = held.parent / held.name.split(".")[1]
     assert second == results.read_json(cell / "summary.json")
+
+
+def test_a_full_disk_is_one_line_naming_the_results_root(tmp_path, monkeypatch):
+    """ENOSPC while computing, and again while recording error.json: one line that names the
+    results root and the file, not three chained tracebacks."""
+    import errno
+
+    from benchmark import job as job_module
+    from benchmark.__main__ import one_line_errors
+
+    root, target = tmp_path / "root", tmp_path / "root" / "cells" / "x" / "steps.jsonl.gz"
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr(job_module, "prepare", disk_full)
+    monkeypatch.setattr(job_module.results, "write_json", disk_full)
+    cfg = compose_cfg(root, "eval.n_episodes=2")
+    with pytest.raises(SystemExit) as err, one_line_errors(False, tmp_path / "job", str(root)):
+        run_job(cfg, tmp_path / "job", multirun=False)
+    message = str(err.value)
+    assert "\n" not in message and err.value.__suppress_context__
+    assert message.startswith(f"Error: no space left on the disk of the results root {root}")
+    assert str(target) in message

@@ -227,6 +227,20 @@ def test_validation_cadence_never_changes_the_weights(task, tmp_path):
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
+def test_training_leaves_nothing_in_the_temp_dir(task, tmp_path, monkeypatch):
+    """SB3's default logger makes an empty SB3-<time> folder in the temp dir per `learn`; the
+    training sets its own (policy.train.silent_logger)."""
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    train(task, job_cfg(tmp_path, eval_freq=10**6).policy, tmp_path / "run")
+    assert (tmp_path / "run" / "final.zip").is_file()
+    assert [p.name for p in temp.iterdir() if p.name.startswith("SB3-")] == []
+
+
 @pytest.mark.slow
 def test_ppo_learns_better_than_random(task, tmp_path):
     cfg = job_cfg(

@@ -252,7 +252,7 @@ def new_ppo(
     from stable_baselines3.common.utils import LinearSchedule, set_random_seed
 
     from benchmark.policy import DropoutActorCriticPolicy
-    from benchmark.policy.train import training_vec_env
+    from benchmark.policy.train import silent_logger, training_vec_env
 
     set_random_seed(seed)
     env = training_vec_env(task, seed, n_envs, workers)
@@ -260,7 +260,7 @@ def new_ppo(
     if n_steps is not None:
         kwargs["n_steps"] = n_steps
     lr = float(policy_cfg.learning_rate)
-    return PPO(
+    model = PPO(
         DropoutActorCriticPolicy,
         env,
         learning_rate=LinearSchedule(lr, 0.0, 1.0),
@@ -269,6 +269,8 @@ def new_ppo(
         verbose=0,
         **kwargs,
     )
+    model.set_logger(silent_logger())
+    return model
 
 
 def sample_observations(task: Any, n: int, steps: int = 5) -> np.ndarray:

@@ -85,9 +85,13 @@ def run_job(cfg: DictConfig, job_dir: Path, overrides: list[str], multirun: bool
 
 @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from benchmark.__main__ import one_line_errors
+
     hc = HydraConfig.get()
-    done = run_job(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task),
-                   multirun=hc.mode == RunMode.MULTIRUN)  # fmt: skip
+    multirun = hc.mode == RunMode.MULTIRUN
+    with one_line_errors(multirun, Path(hc.runtime.output_dir)):
+        done = run_job(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task),
+                       multirun=multirun)  # fmt: skip
     return None if done is None else done.get("seconds")
 
 

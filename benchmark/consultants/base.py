@@ -259,9 +259,9 @@ class Consultant(abc.ABC):
     def weights_identity(cls, **backend_args: object) -> str | None:
         """The identity of the weights a backend config names, found without loading them (a
         cell's identity must follow the model's content, not where it lies). None when the
-        config itself says it all (dice, oracle, a server's URL and model). Never builds,
-        trains or downloads: a model made on first use that is not there yet raises
-        `ModelNotBuilt` (the job calls `make_weights` first)."""
+        config itself says it all (dice, oracle). Never builds, trains or downloads: a model
+        made on first use that is not there yet raises `ModelNotBuilt` (the job calls
+        `make_weights` first). A served model (the openai backend) is asked of its server."""
         return None
 
     @classmethod  # noqa: B027 - an optional hook

@@ -54,15 +54,27 @@ An engine that dies and is restarted (`python -m benchmark.serve --restarts`, do
 a request that finds no server (connection refused or reset, HTTP 502/503/504) is retried, with
 backoff, until the server has been unavailable for `slm.backend.restart_wait_s` seconds; then it
 fails naming that setting and the URL. Meanwhile the `url_file` is read again at each attempt, so a
-server that comes back elsewhere is found. Other faults keep their `max_retries`."""
+server that comes back elsewhere is found. Other faults keep their `max_retries`.
+
+Which model answers is part of a cell (`weights_identity`, module benchmark.cell): the model id
+the server reports at /v1/models (and vLLM's `root`, the weights it loaded under that name), plus,
+where the server is ours, the weights' fingerprint that `python -m benchmark.serve` publishes
+beside its URL file (`served_file`: read only for the URL and model id it names). The same
+command against a server that now serves another model, or re-fine-tuned weights under the same
+name, is another cell; the response cache's identity carries the fingerprint too. A server that
+does not answer while the identity is computed makes it unknown (ServerNotUp): the job then waits
+for it as at start-up, and fails naming the URL."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.base import (
@@ -73,7 +85,7 @@ from benchmark.consultants.base import (
     query_seed,
     scores_choices,
 )
-from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.errors import ConsultantError, ServerNotUp
 from benchmark.consultants.hf import strip_thinking
 from benchmark.consultants.openai_config import (
     CHOICES_NEED_LOGPROBS,
@@ -82,6 +94,7 @@ from benchmark.consultants.openai_config import (
 )
 from benchmark.consultants.remote_choices import RemoteChoiceScoring
 from benchmark.consultants.retry import Retryable, Unavailable, with_retries
+from benchmark.redact import redact, register
 from benchmark.vocabulary import released_answer
 
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
@@ -162,6 +175,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         self.restart_wait_s = float(restart_wait_s)
         headers = {}
         if api_key_env:
+            check_key_variable(api_key_env)
             key = os.environ.get(api_key_env)
             if not key:
                 raise ConsultantError(
@@ -169,6 +183,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
                     f"{api_key_env} is not set (or empty); export it, or set "
                     "slm.backend.api_key_env=null for a server without authentication"
                 )
+            register(key)  # redacted wherever a server echoes it (benchmark.redact)
             headers["Authorization"] = f"Bearer {key}"
         self._client = httpx.Client(
             timeout=timeout,
@@ -184,18 +199,42 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
                 )
             model = next(iter(models))
         self.model = model
-        self.owned_by = models.get(model, next(iter(models.values()), None))
+        card = models.get(model) or next(iter(models.values()), {})
+        self.owned_by = card.get("owned_by")
+        weights = read_served_weights(url_file, self.base_url, model) if url_file else None
+        self.served = served_identity(model, models.get(model) or {}, weights)
         # with url_file the address changes with every server job; the file names the deployment
-        self._identity = identity or f"openai:{model}@{url_file or self.base_url}"
+        where = redact(str(url_file or self.base_url))  # never a URL's user:password
+        self._identity = identity or f"openai:{model}@{where}" + (f"#{weights}" if weights else "")
 
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIConsultant(base_url={self.base_url!r}, model={self.model!r})"
+    @classmethod
+    def weights_identity(cls, digests: str | None = None, **backend_args: Any) -> str | None:
+        """The served model (module docstring), asked of the server once, without waiting for
+        it: ServerNotUp (a ModelNotBuilt) while it does not answer. No other backend asks a
+        server: this is the only one whose weights lie behind an address."""
+        try:
+            probe = cls(**{**backend_args, "wait_timeout": 0})
+        except ConsultantError as exc:
+            if isinstance(exc.__cause__, Retryable):  # not up (_wait_healthy)
+                raise ServerNotUp(str(exc)) from exc
+            raise
+        probe.close()
+        return probe.served
+
+    @classmethod
+    def make_weights(cls, **backend_args: Any) -> None:
+        """A served model is not made here: wait for its server as a start-up would
+        (`wait_timeout`), failing naming the URL, so the identity that follows can be known."""
+        cls(**backend_args).close()
+
+    def __repr__(self) -> str:  # never shows the key, nor a URL's credentials
+        return f"OpenAIConsultant(base_url={redact(str(self.base_url))!r}, model={self.model!r})"
 
     @property
     def identity(self) -> str:
         return self._identity
 
-    def _wait_healthy(self) -> dict[str, str | None]:
+    def _wait_healthy(self) -> dict[str, dict[str, Any]]:
         """Probe until the server lists its models, for at most `wait_timeout` seconds (one
         probe when 0); sets base_url from `url_file` when given. No probe outlasts the deadline:
         against a server that accepts and never answers, the wait ends on time."""
@@ -209,27 +248,27 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
                     self.base_url = read_url_file(self.url_file)
                 return self._probe(probe_timeout)
             except Retryable as exc:
-                last = str(exc)
+                last, cause = str(exc), exc
             if time.monotonic() >= deadline:
                 break
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         where = self.base_url or "(no URL yet)"
         if self.url_file is not None:
             where += f" from url_file {self.url_file}"
-        if self.wait_timeout <= 0:
+        if self.wait_timeout <= 0:  # caused by the Retryable: not up (weights_identity)
             raise ConsultantError(
                 f"OpenAI-compatible server {last}; start it first, fix slm.backend.base_url (it "
                 "should end in /v1) or url_file, or set slm.backend.wait_timeout to wait for it"
-            )
+            ) from cause
         raise ConsultantError(
             f"OpenAI-compatible server at {where} not healthy after "
             f"slm.backend.wait_timeout={self.wait_timeout:g} s (last: {last}); start it "
             "(python -m benchmark.serve), check its log, or raise the timeout"
-        )
+        ) from cause
 
-    def _probe(self, timeout: float) -> dict[str, str | None]:
-        """GET /models once: model id -> owner (`owned_by`), Retryable while the server is not
-        (yet) up."""
+    def _probe(self, timeout: float) -> dict[str, dict[str, Any]]:
+        """GET /models once: model id -> its model card (`owned_by`, vLLM's `root`, ...),
+        Retryable while the server is not (yet) up."""
         import httpx
 
         url = f"{self.base_url}/models"
@@ -242,7 +281,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         if r.status_code != 200:
             raise Retryable(f"at {url} answered HTTP {r.status_code}: {r.text[:200]}")
         try:
-            return {m["id"]: m.get("owned_by") for m in r.json().get("data", [])}
+            return {str(m["id"]): dict(m) for m in r.json().get("data", [])}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConsultantError(f"{url} did not return an OpenAI model list: {exc}") from exc
 
@@ -389,7 +428,9 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             if r.status_code == 429 or r.status_code >= 500:
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
-                raise ConsultantError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+                raise ConsultantError(
+                    f"{url} answered HTTP {r.status_code}: {redact(r.text[:300])}"
+                )
             return (read or _json_of)(r)
 
         return with_retries(
@@ -402,6 +443,57 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
 
     def close(self) -> None:
         self._client.close()
+
+
+KEY_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_key_variable(name: str) -> None:
+    """`slm.backend.api_key_env` is the NAME of a variable: a value that is not one (a key
+    pasted there by mistake) is refused without being repeated."""
+    if not KEY_VARIABLE.fullmatch(str(name)):
+        raise ConsultantError(
+            "slm.backend.api_key_env must be the NAME of an environment variable holding the "
+            "key (letters, digits, _), not the key itself: export MY_KEY=<key> and set "
+            "slm.backend.api_key_env=MY_KEY (the value given is not shown: it may be a secret)"
+        )
+
+
+SERVED_SUFFIX = ".served.json"  # beside the URL file: what benchmark.serve serves there
+
+
+def served_file(url_file: str | Path) -> Path:
+    """Where `python -m benchmark.serve --url-file F` publishes the served model: F.served.json."""
+    return Path(f"{url_file}{SERVED_SUFFIX}")
+
+
+def served_record(url: str, model: str, weights: str | None) -> str:
+    """The served file's text: the URL and model id it speaks for, and the weights' identity
+    (benchmark.consultants.fingerprint: a local directory by the bytes of its files, a hub
+    model by its snapshot commit)."""
+    return json.dumps({"url": url, "model": model, "weights": weights}, sort_keys=True) + "\n"
+
+
+def read_served_weights(url_file: str, url: str | None, model: str) -> str | None:
+    """The weights' identity published beside `url_file`, when it speaks for this URL and model
+    id (a file left by another server, or a model named otherwise, says nothing); None without
+    one (a server not started by benchmark.serve)."""
+    try:
+        record = json.loads(served_file(url_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or (record.get("url"), record.get("model")) != (url, model):
+        return None
+    weights = record.get("weights")
+    return str(weights) if weights else None
+
+
+def served_identity(model: str, card: dict[str, Any], weights: str | None) -> str:
+    """`served:<model id>`, `@<root>` when the server names the weights it loaded under that id
+    otherwise (vLLM's --served-model-name), `#<weights identity>` when published (module doc)."""
+    root = card.get("root")
+    out = f"served:{model}" + (f"@{root}" if root and str(root) != model else "")
+    return out + (f"#{weights}" if weights else "")
 
 
 def read_url_file(path: str) -> str:

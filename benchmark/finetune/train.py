@@ -142,6 +142,8 @@ def fine_tune(
     if settings.lora:
         model = _with_lora(model, settings.lora)
     steps_per_epoch = math.ceil(len(rows) / (settings.batch_size * settings.grad_accum))
+    total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
+    before = _weights_signature(model)
     args = TrainingArguments(
         output_dir=str(out_dir.parent / (out_dir.name + ".trainer")),
         per_device_train_batch_size=settings.batch_size,
@@ -149,7 +151,7 @@ def fine_tune(
         num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
         lr_scheduler_type=settings.scheduler,
-        warmup_steps=settings.warmup,
+        warmup_steps=warmup_steps(settings.warmup, total_steps),
         weight_decay=settings.weight_decay,
         bf16=autocast,  # torch.autocast(bfloat16) around forward and backward, CPU or GPU
         **_checkpointing(TrainingArguments, settings.gradient_checkpointing),
@@ -176,6 +178,14 @@ def fine_tune(
     result = trainer.train()
     seconds = time.perf_counter() - start
     model = trainer.model
+    if _weights_signature(model) == before:
+        raise RuntimeError(
+            f"fine-tuning did not change the weights ({int(trainer.state.global_step)} optimizer "
+            f"steps at slm.backend.train.learning_rate={settings.learning_rate:g}, warmup "
+            f"{settings.warmup:g} = {warmup_steps(settings.warmup, total_steps)} steps): the "
+            "model would be the base under another name; raise the learning rate, the epochs "
+            "or the number of examples"
+        )
     if settings.lora:
         model = model.merge_and_unload()
     lm.save(model, tokenizer, out_dir, dtype=settings.dtype)
@@ -195,6 +205,27 @@ def fine_tune(
         "autocast": settings.dtype if autocast else None,
         "saved_dtype": settings.dtype,
     }
+
+
+def warmup_steps(warmup: float, total: int) -> int:
+    """The warmup's optimizer steps: a fraction `warmup` of `total`, rounded up as transformers
+    does, but never every step. Warmup starts at learning rate 0, so a warmup as long as the
+    training (a one-step SFT: ceil(0.05 x 1) = 1) would train at rate 0 and change nothing."""
+    steps = int(warmup) if warmup >= 1 else math.ceil(total * warmup)
+    return max(0, min(steps, total - 1))
+
+
+def _weights_signature(model: Any) -> list[tuple[float, float]]:
+    """Per trainable tensor, its sum and sum of squares (float64, on the CPU): any optimizer
+    step with a nonzero learning rate moves them; a copy of the weights would double memory."""
+    import torch
+
+    with torch.no_grad():
+        return [
+            (p.double().sum().item(), p.double().square().sum().item())
+            for p in model.parameters()
+            if p.requires_grad
+        ]
 
 
 def _checkpointing(arguments: type, on: bool) -> dict[str, bool]:

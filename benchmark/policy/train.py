@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.utils import ConstantSchedule, LinearSchedule, set_random_seed
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -52,6 +53,14 @@ LOG_EVERY = 0.05
 # Part of every checkpoint's identity: bump it with any change here or in policy/network.py that
 # changes the weights a config trains to, so no cached checkpoint of older code is reused.
 TRAINING_VERSION = 1
+
+
+def silent_logger() -> Logger:
+    """SB3's logger for a training, set explicitly: without one, every `learn` makes an empty
+    `SB3-<time>` folder in the system temp directory (its default logger's folder, even with
+    nothing to write). The values are still recorded (`name_to_value`); our own progress and
+    metrics are logged by the callbacks."""
+    return Logger(folder=None, output_formats=[])
 
 
 def as_dict(cfg: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
@@ -282,6 +291,7 @@ def train(
         else:
             model = resume.restore_model(state, algo, cfg.get("device", "cpu"), out)
             log.info("resuming PPO training at %d steps from %s", model.num_timesteps, resume_path)
+        model.set_logger(silent_logger())
         env = model.get_env()
         callback = ThresholdCheckpoints(
             task,
