@@ -225,7 +225,25 @@ def caption(protocols: dict[str, int], overrides: dict[str, int]) -> str:
     return text
 
 
-if __name__ == "__main__":  # python -m benchmark.protocol: the tables docs/protocol.md holds
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    """python -m benchmark.protocol [values | departures]: the table docs/protocol.md holds."""
+    import argparse
 
-    print(departures_table() if sys.argv[1:] == ["departures"] else values_table(), end="")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.protocol",
+        description="Print a table docs/protocol.md holds, generated from conf/protocol.",
+    )
+    parser.add_argument(
+        "table",
+        nargs="?",
+        default="values",
+        choices=("values", "departures"),
+        help="values: every protocol's values; departures: where paper differs from the "
+        "released code (default: values)",
+    )
+    args = parser.parse_args(argv)
+    print(departures_table() if args.table == "departures" else values_table(), end="")
+
+
+if __name__ == "__main__":
+    main()
