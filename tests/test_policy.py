@@ -173,7 +173,7 @@ class RecordingTask:
     def __getattr__(self, name):
         return getattr(self.task, name)
 
-    def training_env(self, seed: int, index: int = 0) -> gym.Env:
+    def training_env(self, seed: int, index: int = 0, pool=None) -> gym.Env:
         outer = self
 
         class Record(gym.Wrapper):
@@ -183,7 +183,7 @@ class RecordingTask:
                 outer.used.append(info["reset_seed"])
                 return obs, info
 
-        return Record(self.task.training_env(seed, index))
+        return Record(self.task.training_env(seed, index, pool))
 
 
 def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):

@@ -179,7 +179,9 @@ def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
     policy = as_dict(cfg.policy)
     paper_row = OmegaConf.to_container(cfg.ppo_recipes.paper.default, resolve=True)
     for key, value in paper_row.items():
-        if key not in ("eval_freq", "train_gym_ids"):  # train_gym_ids: the task's, null above
+        # train_gym_ids: the task's, null above; train_seed_pool: the released maps (the text
+        # is silent on them; the paper protocol's DoorKey is the suite's recipe anyway)
+        if key not in ("eval_freq", "train_gym_ids", "train_seed_pool"):
             assert policy[key] == value, key
     validate_policy(policy)
     task = make_task(cfg.env)
@@ -505,3 +507,38 @@ def test_every_paper_difference_from_the_released_code_has_a_departure_row():
     assert undocumented(diffs, rows) == ([], ["['gate.nothing']"])
     # the docs no longer claim one exception is the complete list
     assert "one allowed exception" not in (REPO / "docs" / "protocol.md").read_text()
+
+
+def test_official_doorkey_trains_on_the_released_800_map_pool_in_order():
+    """protocol=official, DoorKey-8x8: the training episodes' maps are seeds 200, 201, ... in
+    order (door_key/env.py TRAIN_SEEDS = range(200, 1000), cycled by SeededDoorKeyEnv), every
+    one a training seed; the paper and suite recipes keep the random training stream (and
+    their checkpoint hashes: the key is out of the hash at null)."""
+    from benchmark.policy.train import training_vec_env
+    from benchmark.seeds import TRAIN_SEED_MIN
+
+    released_pool = list(range(200, 1000))  # door_key/env.py TRAIN_SEEDS
+    cfg = compose("env=doorkey8", "protocol=official")
+    assert list(cfg.policy.train_seed_pool) == [200, 1000]
+    task = make_task(cfg.env)
+    venv = training_vec_env(task, 0, 1, pool=cfg.policy.train_seed_pool)
+    try:
+        env = venv.envs[0]
+        seeds = []
+        venv.reset()
+        seeds.append(env.last_seed)
+        for _ in range(9):  # each episode ends; the vec env resets to the next map
+            env.reset()
+            seeds.append(env.last_seed)
+    finally:
+        venv.close()
+    assert seeds == released_pool[:10]
+    wrapper = task.training_env(0, pool=[998, 1000])
+    assert [wrapper.reset()[1]["reset_seed"] for _ in range(3)] == [998, 999, 998]  # cycled
+    for protocol in ("paper", "suite"):
+        other = compose("env=doorkey8", f"protocol={protocol}")
+        assert other.policy.train_seed_pool is None
+        stream = task.training_env(0, pool=other.policy.train_seed_pool)
+        assert all(stream.reset()[1]["reset_seed"] >= TRAIN_SEED_MIN for _ in range(3))
+    with pytest.raises(ValueError, match=r"train_seed_pool=\[0, 100\] is invalid"):
+        task.training_env(0, pool=[0, 100])

@@ -50,7 +50,11 @@ UNHASHED_POLICY_KEYS = (
 
 # policy keys added after checkpoints were cached, at the value those checkpoints were trained
 # with: left out of the hash there, so they keep it (the official recipe sets other values)
-ADDED_POLICY_KEY_DEFAULTS = {"dropout_placement": "after_activation", "image_scale": None}
+ADDED_POLICY_KEY_DEFAULTS = {
+    "dropout_placement": "after_activation",
+    "image_scale": None,
+    "train_seed_pool": None,
+}
 
 
 class CheckpointError(RuntimeError):
