@@ -92,7 +92,9 @@ def policy_checkpoint(
         return ensure(cfg, task, log_fn=log_fn, splits=splits)
     ckpt_dir = checkpoint_dir(cfg, splits)
     try:
-        return resolve(ckpt_dir, str(cfg.policy.checkpoint))
+        return resolve(
+            ckpt_dir, str(cfg.policy.checkpoint), match_success=cfg.policy.get("match_success")
+        )
     except Exception:  # noqa: BLE001 - not trained (or not intact): the caller trains
         return None
 

@@ -7,6 +7,7 @@ everything a cell uses share the cell)."""
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -48,7 +49,14 @@ BRACE_TW_FIELDS = {  # field -> (env.task key, where paper's and official's valu
         "the suite's: above the most commands a walkthrough state of these games offers",
     ),
 }
-FIELDS = frozenset({"name", *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS})  # keys it may set
+# the envs the released code trains and evaluates (its recipes and per-env values)
+RELEASED_ENVS = ("fourrooms", "doorkey8", "higherlower")
+# conf/protocol/paper.yaml's list of the places where `paper` differs from the released code
+# (`official`): one row each of the generated departures table; not a config key
+DEPARTURES = "departures"
+DEPARTURE_KINDS = ("text", "departure", "decision")
+# the keys a protocol file may hold
+FIELDS = frozenset({"name", DEPARTURES, *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS})
 
 
 def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:
@@ -125,6 +133,107 @@ def values_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def differences(
+    paper: DictConfig | None = None,
+    official: DictConfig | None = None,
+    recipes: DictConfig | None = None,
+) -> dict[str, tuple[Any, Any]]:
+    """Every value on which `paper` and `official` (the released code) differ: "<config key>" or
+    "<config key> (<env>)" -> (paper's value, official's value). The protocol fields by their
+    config keys (per-env fields and each recipe value per env in RELEASED_ENVS); the protocol
+    files and conf/ppo_recipes unless given (a test passes a changed copy)."""
+    from benchmark.config import CONF
+    from benchmark.recipes import RECIPES_FILE, recipe_value
+
+    paper = paper if paper is not None else OmegaConf.load(CONF / "protocol" / "paper.yaml")
+    official = (
+        official if official is not None else OmegaConf.load(CONF / "protocol" / "official.yaml")
+    )
+    recipes = recipes if recipes is not None else OmegaConf.load(RECIPES_FILE)
+    default_range = [0.1, 2.0]  # conf/gate/entropy.yaml's, where the protocol names no range
+    out: dict[str, tuple[Any, Any]] = {}
+
+    def add(item: str, a: Any, b: Any) -> None:
+        if _plain(a) != _plain(b):
+            out[item] = (_plain(a), _plain(b))
+
+    keys = {field: key for field, (key, _) in KEYS.items() if field != "policy_recipe"}
+    keys.update({t: f"tuning.* in +experiment={e}" for e, t in PRESET_TUNING.items()})
+    for field, key in keys.items():
+        if field in PER_ENV:
+            for env in RELEASED_ENVS:
+                a = paper[field].get(env, default_range) if field in paper else default_range
+                b = official[field].get(env, default_range) if field in official else default_range
+                add(f"{key} ({env})", a, b)
+        else:
+            add(key, paper.get(field), official.get(field))
+    for env in RELEASED_ENVS:  # policy.recipe: every value the recipe fills, per env
+        env_cfg = OmegaConf.load(CONF / "env" / f"{env}.yaml")
+        values = {}
+        for name in (paper.policy_recipe, official.policy_recipe):
+            root = OmegaConf.create({"policy": {"recipe": name}, "env": env_cfg})
+            root.ppo_recipes = recipes
+            fields = sorted({str(k) for t in recipes.values() for k in t.get("default", {})})
+            values[name] = {k: _plain(recipe_value(k, _root_=root)) for k in fields}
+        for k in values[paper.policy_recipe]:
+            add(
+                f"policy.{k} ({env})",
+                values[paper.policy_recipe][k],
+                values[official.policy_recipe][k],
+            )
+    return out
+
+
+def undocumented(
+    diffs: dict[str, tuple[Any, Any]], departures: list | ListConfig
+) -> tuple[list[str], list[str]]:
+    """(the differences no departure row covers, the rows that cover no difference and are not
+    a `decision`): both empty when the table and the protocol files agree. A row's `covers` are
+    fnmatch patterns over the keys of `differences()`."""
+    rows = [_plain(r) for r in departures]
+    bare = [d for d in diffs if not any(_covers(r, d) for r in rows)]
+    idle = [
+        str(r.get("covers") or r.get("what"))
+        for r in rows
+        if r.get("kind") != "decision" and not any(_covers(r, d) for d in diffs)
+    ]
+    return bare, idle
+
+
+def _covers(row: dict, item: str) -> bool:
+    return any(fnmatch.fnmatchcase(item, pattern) for pattern in row.get("covers") or ())
+
+
+def departures_table() -> str:
+    """The markdown table of conf/protocol/paper.yaml's departures: every place where `paper`
+    differs from the released code, with the values (computed: differences()), the kind (the
+    text says so; a departure kept on purpose; a decision on a measured PPO row), why and its
+    measured effect. docs/protocol.md holds it between markers; tests/test_protocol.py fails
+    when a difference has no row."""
+    from benchmark.config import CONF
+
+    paper = OmegaConf.load(CONF / "protocol" / "paper.yaml")
+    diffs = differences(paper)
+    rows = list(paper.get(DEPARTURES) or [])
+    lines = [
+        "| where | paper / released code | kind | why | measured effect |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        row = _plain(row)
+        if row.get("kind") not in DEPARTURE_KINDS:
+            raise ValueError(
+                f"departure {row.get('what')!r}: kind={row.get('kind')!r}, allowed {DEPARTURE_KINDS}"
+            )
+        shown = [d for d in diffs if _covers(row, d)]
+        values = "; ".join(f"`{d}`: {_inline(diffs[d][0])} / {_inline(diffs[d][1])}" for d in shown)
+        lines.append(
+            f"| {row['what']} | {values or '—'} | {row['kind']} | {row['why']} | "
+            f"{row.get('effect') or '—'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _inline(value: Any) -> str:
     plain = _plain(value)
     if isinstance(plain, dict):
@@ -159,5 +268,25 @@ def caption(protocols: dict[str, int], overrides: dict[str, int]) -> str:
     return text
 
 
-if __name__ == "__main__":  # python -m benchmark.protocol: the table docs/protocol.md holds
-    print(values_table(), end="")
+def main(argv: list[str] | None = None) -> None:
+    """python -m benchmark.protocol [values | departures]: the table docs/protocol.md holds."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.protocol",
+        description="Print a table docs/protocol.md holds, generated from conf/protocol.",
+    )
+    parser.add_argument(
+        "table",
+        nargs="?",
+        default="values",
+        choices=("values", "departures"),
+        help="values: every protocol's values; departures: where paper differs from the "
+        "released code (default: values)",
+    )
+    args = parser.parse_args(argv)
+    print(departures_table() if args.table == "departures" else values_table(), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -96,3 +96,22 @@ def test_tau_range_must_be_finite(tmp_path, rng):
     cfg = compose_cfg(tmp_path, *BASE, "gate=entropy", "gate.tau=auto", f"gate.tau_range={rng}")
     with pytest.raises(ValueError, match="gate.tau_range="):
         prepare(cfg)
+
+
+def test_match_needs_its_target_and_a_training_to_pick_from(tmp_path):
+    """`policy.checkpoint=match` is a name like tK (no file until resolved), needs
+    policy.match_success in [0, 1], and refuses a single zip (nothing to pick among)."""
+    assert names.parse("match").kind == "match" and not names.parse("match").is_file_name
+    assert names.order("best") < names.order("final") and names.order("match")[0] == 1
+    ok = compose_cfg(tmp_path, *BASE, "policy.checkpoint=match", "policy.match_success=0.5")
+    assert names.of_config(ok) == "match"
+    for bad in ("null", "1.5", "-0.1", "true", "high"):
+        cfg = compose_cfg(tmp_path, *BASE, "policy.checkpoint=match", f"policy.match_success={bad}")
+        with pytest.raises(ValueError, match=r"needs policy.match_success.*\[0, 1\]"):
+            prepare(cfg)
+    one_zip = compose_cfg(
+        tmp_path, *BASE, "policy.checkpoint=match", "policy.match_success=0.5",
+        "policy.path=/some/policy.zip",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="policy.path='/some/policy.zip' is one file"):
+        names.of_config(one_zip)

@@ -317,7 +317,8 @@ def test_a_shared_study_is_counted_once_in_a_fresh_root(tmp_path, protocol, stud
     """Table 1 under the paper protocol: ASK reuses ASK+'s study (tuning.scope=shared), so a
     root where no policy is trained yet still needs one study, not one per cell."""
     over = [f"paths.root={tmp_path}", "+experiment=table1", f"protocol={protocol}"]
-    plan = plan_sweep([*over, "env=fourrooms", "method=ask,ask_plus", "slm=qwen3.5-2b"])
+    one_policy = "ppo_baseline=recipe"  # not also the matched checkpoint (its own study)
+    plan = plan_sweep([*over, "env=fourrooms", "method=ask,ask_plus", "slm=qwen3.5-2b", one_policy])
     assert [c.note for c in plan.cells] == ["policy not trained"] * 2
     assert plan.totals()["tuning_trials"] == studies * 15
 
@@ -384,3 +385,28 @@ def test_rows_of_a_tau_grid_name_their_tau(tmp_path):
         [f"paths.root={tmp_path}", "env=empty5x5_random", "method=ask", "slm=oracle"]
     )
     assert "tau=" not in tuned.cells[0].name
+
+
+def test_table1_plans_the_recipes_and_the_matched_ppo_rows(tmp_path):
+    """`python -m benchmark.plan +experiment=table1`: every PPO-using cell twice, at the recipe's
+    checkpoint (paper: final) and at `match` (the saved checkpoint nearest the paper's PPO
+    success of that env); SLM-only uses no policy, so its two jobs are one cell."""
+    over = [f"paths.root={tmp_path}", "+experiment=table1", "slm=tiny"]
+    plan = plan_sweep(over)
+    assert (plan.jobs, len(plan.cells)) == (24, 21)
+    rows = format_plan(plan).splitlines()
+    # the recipe's checkpoint: paper's `final`; DoorKey trains the suite's recipe (`best`)
+    for env, own in (("fourrooms", "final"), ("doorkey8", "best"), ("higherlower", "final")):
+        for checkpoint in (own, "match"):
+            assert sum(f"{env}/never/{checkpoint}-s0" in r for r in rows) == 1, (env, checkpoint)
+    targets = {
+        env: compose_cfg(tmp_path, "+experiment=table1", f"env={env}", "ppo_baseline=match")
+        for env in ("fourrooms", "doorkey8", "higherlower")
+    }
+    assert {e: (c.policy.checkpoint, c.policy.match_success) for e, c in targets.items()} == {
+        "fourrooms": ("match", 0.53),
+        "doorkey8": ("match", 0.89),
+        "higherlower": ("match", 0.72),
+    }
+    suite = plan_sweep([*over, "protocol=suite"])  # the suite recipe's own checkpoint: best
+    assert sum("fourrooms/never/best-s0" in r for r in format_plan(suite).splitlines()) == 1

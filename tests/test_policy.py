@@ -173,7 +173,7 @@ class RecordingTask:
     def __getattr__(self, name):
         return getattr(self.task, name)
 
-    def training_env(self, seed: int, index: int = 0) -> gym.Env:
+    def training_env(self, seed: int, index: int = 0, pool=None) -> gym.Env:
         outer = self
 
         class Record(gym.Wrapper):
@@ -183,7 +183,7 @@ class RecordingTask:
                 outer.used.append(info["reset_seed"])
                 return obs, info
 
-        return Record(self.task.training_env(seed, index))
+        return Record(self.task.training_env(seed, index, pool))
 
 
 def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
@@ -569,3 +569,36 @@ def test_training_logs_at_a_bounded_rate(task, tmp_path, caplog):
     assert lines[-1].startswith(f"PPO eval at {rows[-1]['timesteps']} steps (100%)")
     assert any("saved r000" in line for line in lines)  # a threshold checkpoint is always said
     assert all("best" in line for line in lines)
+
+
+def test_match_picks_the_saved_checkpoint_nearest_the_target_success(tmp_path):
+    """policy.checkpoint=match: among the checkpoints a training saved (each with its validation
+    record, <name>.json), the one whose validation success is nearest policy.match_success; a
+    tie goes to the earlier one; without any validation record, a clear error."""
+    import shutil
+
+    from benchmark.policy.checkpoints import CheckpointError, matched, resolve
+
+    source = next((Path(__file__).parent / "data" / "small-policy").iterdir())
+    ckpt = tmp_path / source.name
+    shutil.copytree(source, ckpt)
+    # the records (not part of the manifest) rewritten to distinct validation successes
+    for name, success, steps in (
+        ("r030", 0.25, 1000), ("r050", 0.5, 2000), ("r070", 0.75, 3000), ("r090", 0.875, 4000),
+        ("best", 1.0, 5000), ("final", 0.8125, 6000),
+    ):  # fmt: skip
+        meta = json.loads((ckpt / f"{name}.json").read_text())
+        meta.update(eval_success=success, timesteps=steps)
+        (ckpt / f"{name}.json").write_text(json.dumps(meta))
+    assert matched(ckpt, 0.53) == "r050"
+    assert matched(ckpt, 0.625) == "r050"  # a tie (0.125 each way): the earlier checkpoint
+    assert matched(ckpt, 0.0) == "r030" and matched(ckpt, 1.0) == "best"
+    assert matched(ckpt, 0.82) == "final"
+    assert resolve(ckpt, "match", match_success=0.88) == ckpt / "r090.zip"
+    with pytest.raises(ValueError, match="needs policy.match_success"):
+        resolve(ckpt, "match")
+    for meta in ckpt.glob("*.json"):
+        if meta.name not in ("config.json", "system.json"):
+            meta.unlink()
+    with pytest.raises(CheckpointError, match="match: no checkpoint in .* has a validation record"):
+        resolve(ckpt, "match", match_success=0.5)

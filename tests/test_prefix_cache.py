@@ -30,10 +30,15 @@ def pair(tmp_path_factory):
 
 
 def ask_queries(root, env: str, prompt: str, *overrides: str, n: int = 8) -> list[Query]:
-    """The first consultation of n episodes (seeds 0..n-1) with a real prompt variant."""
+    """The first consultation of n episodes (seeds 0..n-1) with a real prompt variant, without a
+    repetition penalty (the suite's; tests add one where they test it)."""
     from benchmark.build import build_prompt, prepare
 
-    cfg = compose_cfg(root, f"env={env}", "slm=tiny", f"prompt={prompt}", "gate=always", *overrides)
+    cfg = compose_cfg(
+        root, f"env={env}", "slm=tiny", f"prompt={prompt}", "gate=always",
+        "slm.decoding.repetition_penalty=1.0",
+        *overrides,
+    )  # fmt: skip
     task = prepare(cfg)[0]
     variant = build_prompt(cfg, task)
     out: list[Query] = []

@@ -32,10 +32,12 @@ EXPECTED = {
         "prompt.planner_hint": "seen_target",
         "prompt.style": "appendix",
         "slm.decoding.source": "config",
-        "slm.decoding.repetition_penalty": 1.0,
+        "slm.decoding.repetition_penalty": 1.1,
         "gate.mc_samples": 30,
         "tuning.clip_tau": False,
         "tuning.n_trials": 15,
+        "policy.dropout_placement": "before_activation",
+        "policy.image_scale": 10,
     },
     "official": {
         "policy.recipe": "official",
@@ -170,8 +172,6 @@ def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
         "policy.recipe=official",
         "policy.total_timesteps=2000000",
         "policy.lr_schedule=linear",
-        "policy.dropout_placement=after_activation",
-        "policy.image_scale=null",
     )
     cfg = compose("env=doorkey8", *text_doorkey)
     assert cfg.env.task.train_gym_ids is None and cfg.policy.checkpoint == "final"
@@ -179,7 +179,9 @@ def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
     policy = as_dict(cfg.policy)
     paper_row = OmegaConf.to_container(cfg.ppo_recipes.paper.default, resolve=True)
     for key, value in paper_row.items():
-        if key not in ("eval_freq", "train_gym_ids"):  # train_gym_ids: the task's, null above
+        # train_gym_ids: the task's, null above; train_seed_pool: the released maps (the text
+        # is silent on them; the paper protocol's DoorKey is the suite's recipe anyway)
+        if key not in ("eval_freq", "train_gym_ids", "train_seed_pool"):
             assert policy[key] == value, key
     validate_policy(policy)
     task = make_task(cfg.env)
@@ -338,7 +340,7 @@ def test_suite_protocol_keeps_the_cells_of_todays_defaults():
     )
     assert _spec(paper).with_inputs(tau_study="s").identity["tuning"]["clip_tau"] is False
     # slm.decoding.source and .repetition_penalty enter only away from their defaults
-    # (official: the released code's penalty)
+    # (paper and official: the released code's penalty)
     official = compose(
         "+experiment=table1", "env=fourrooms", "method=ask_plus", "protocol=official"
     )
@@ -347,9 +349,9 @@ def test_suite_protocol_keeps_the_cells_of_todays_defaults():
     )
     for c, source, penalty in (
         (ask_plus, None, None),
-        (paper, None, None),
+        (paper, None, 1.1),
         (official, None, 1.1),
-        (model, "model", None),
+        (model, "model", 1.1),
     ):
         identity = _spec(c).with_inputs(tau_study="s").identity
         for part, key in (("slm", "decoding"), ("prompt", "sampling")):
@@ -460,4 +462,94 @@ def test_every_protocol_value_reaches_its_config_key(name):
                     want = 100  # the long-horizon run's, whatever the protocol
                 assert task[key] == want, (name, preset, env, field)
                 checked.add(field)
-    assert checked == set(values) - {"name"}, "a protocol field no test composes"
+    assert checked == set(values) - {"name", "departures"}, "a protocol field no test composes"
+
+
+def _departures_doc() -> str:
+    text = (REPO / "docs" / "protocol.md").read_text()
+    start, end = "<!-- protocol-departures:start -->\n", "<!-- protocol-departures:end -->"
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+def test_every_paper_difference_from_the_released_code_has_a_departure_row():
+    """`paper` takes the released code's value where the text is silent: every value on which it
+    differs from `official` (protocol fields, and each paper-recipe value per env) is covered by
+    a row of conf/protocol/paper.yaml's departures, shown in docs/protocol.md. Changing one
+    `paper` value (a protocol field or a recipe value) without a row fails; so does a row that
+    covers nothing but is not a measured decision."""
+    from benchmark.protocol import departures_table, differences, undocumented
+    from benchmark.recipes import RECIPES_FILE
+
+    paper = OmegaConf.load(REPO / "conf" / "protocol" / "paper.yaml")
+    diffs = differences(paper)
+    assert undocumented(diffs, paper.departures) == ([], [])
+    assert _departures_doc() == departures_table(), (
+        "re-run: python -m benchmark.protocol departures (docs/protocol.md)"
+    )
+    # the six places the text is silent on take the released value: no difference at all
+    for key in ("slm.decoding.repetition_penalty", "slm.backend.dtype"):
+        assert key not in diffs
+    for env in ("fourrooms", "higherlower"):
+        for key in ("dropout_placement", "image_scale"):
+            assert f"policy.{key} ({env})" not in diffs
+    # one protocol value changed away from the released code's, no row: fails, naming it
+    changed = paper.copy()
+    changed.mc_samples = 50
+    bare, idle = undocumented(differences(changed), paper.departures)
+    assert bare == ["gate.mc_samples"] and idle == []
+    changed = paper.copy()
+    changed.repetition_penalty = 1.0
+    assert undocumented(differences(changed), paper.departures)[0] == [
+        "slm.decoding.repetition_penalty"
+    ]
+    # one paper-recipe value changed (the suite's network again), no row: fails per env
+    recipes = OmegaConf.load(RECIPES_FILE)
+    recipes.paper.default.dropout_placement = "after_activation"
+    bare, _ = undocumented(differences(paper, recipes=recipes), paper.departures)
+    assert bare == [
+        "policy.dropout_placement (fourrooms)",
+        "policy.dropout_placement (higherlower)",
+    ]
+    # a departure row that covers no difference (its value made equal again) is flagged
+    rows = [
+        *OmegaConf.to_container(paper.departures),
+        {"what": "x", "covers": ["gate.nothing"], "kind": "departure", "why": "-"},
+    ]
+    assert undocumented(diffs, rows) == ([], ["['gate.nothing']"])
+    # the docs no longer claim one exception is the complete list
+    assert "one allowed exception" not in (REPO / "docs" / "protocol.md").read_text()
+
+
+def test_official_doorkey_trains_on_the_released_800_map_pool_in_order():
+    """protocol=official, DoorKey-8x8: the training episodes' maps are seeds 200, 201, ... in
+    order (door_key/env.py TRAIN_SEEDS = range(200, 1000), cycled by SeededDoorKeyEnv), every
+    one a training seed; the paper and suite recipes keep the random training stream (and
+    their checkpoint hashes: the key is out of the hash at null)."""
+    from benchmark.policy.train import training_vec_env
+    from benchmark.seeds import TRAIN_SEED_MIN
+
+    released_pool = list(range(200, 1000))  # door_key/env.py TRAIN_SEEDS
+    cfg = compose("env=doorkey8", "protocol=official")
+    assert list(cfg.policy.train_seed_pool) == [200, 1000]
+    task = make_task(cfg.env)
+    venv = training_vec_env(task, 0, 1, pool=cfg.policy.train_seed_pool)
+    try:
+        env = venv.envs[0]
+        seeds = []
+        venv.reset()
+        seeds.append(env.last_seed)
+        for _ in range(9):  # each episode ends; the vec env resets to the next map
+            env.reset()
+            seeds.append(env.last_seed)
+    finally:
+        venv.close()
+    assert seeds == released_pool[:10]
+    wrapper = task.training_env(0, pool=[998, 1000])
+    assert [wrapper.reset()[1]["reset_seed"] for _ in range(3)] == [998, 999, 998]  # cycled
+    for protocol in ("paper", "suite"):
+        other = compose("env=doorkey8", f"protocol={protocol}")
+        assert other.policy.train_seed_pool is None
+        stream = task.training_env(0, pool=other.policy.train_seed_pool)
+        assert all(stream.reset()[1]["reset_seed"] >= TRAIN_SEED_MIN for _ in range(3))
+    with pytest.raises(ValueError, match=r"train_seed_pool=\[0, 100\] is invalid"):
+        task.training_env(0, pool=[0, 100])

@@ -158,7 +158,8 @@ def test_openai_sends_the_penalty_only_when_on_and_refuses_it_for_choices(tmp_pa
 
 
 def test_official_protocol_decodes_greedily_with_the_released_penalty(tmp_path):
-    """`python -m benchmark ... protocol=official --cfg job`: greedy, repetition penalty 1.1."""
+    """`python -m benchmark ... protocol=official --cfg job`: greedy, repetition penalty 1.1;
+    `paper` takes the released penalty too (the text is silent), `suite` none."""
     out = subprocess.run(
         [
             sys.executable,
@@ -180,9 +181,9 @@ def test_official_protocol_decodes_greedily_with_the_released_penalty(tmp_path):
     assert decoding["source"] == "config"
     assert decoding["temperature"] == 0.0
     assert decoding["repetition_penalty"] == PENALTY
-    for protocol in ("paper", "suite"):
+    for protocol, penalty in (("paper", PENALTY), ("suite", 1.0)):
         cfg = compose_cfg(tmp_path, f"protocol={protocol}")
-        assert cfg.slm.decoding.repetition_penalty == 1.0
+        assert cfg.slm.decoding.repetition_penalty == penalty
 
 
 def test_padding_of_a_batch_is_never_penalized():

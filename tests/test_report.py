@@ -766,3 +766,21 @@ def test_captions_name_the_protocol(sweep):
     md = (sweep["dir"] / "report" / "report.md").read_text()
     assert "Protocol paper; cells override gate.mc_samples=10" in md
     assert "protocol paper" in (sweep["dir"] / "report" / "main.tex").read_text()
+
+
+def test_a_matched_checkpoint_row_is_captioned(tmp_path):
+    """Table 1's PPO at the paper's strength (policy.checkpoint=match) is a row of its own
+    beside the recipe's checkpoint, and the main table's notes say what `match` means."""
+    from benchmark.report.tables import MATCH_NOTE
+
+    sweep_dir = tmp_path / "s"
+    sweep_dir.mkdir()
+    ckpt = write_checkpoint_dir(tmp_path, "fourrooms")
+    write_job(sweep_dir, 0, env="fourrooms", gate="never", ckpt_dir=ckpt, checkpoint="final")
+    write_job(sweep_dir, 1, env="fourrooms", gate="never", ckpt_dir=ckpt, checkpoint="match")
+    main = build_report(sweep_dir).table("main")
+    assert MATCH_NOTE in main.notes and len(main.rows) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    write_job(other, 0, env="fourrooms", gate="never", ckpt_dir=ckpt, checkpoint="final")
+    assert MATCH_NOTE not in build_report(other).table("main").notes

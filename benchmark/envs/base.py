@@ -178,11 +178,12 @@ class Task(abc.ABC):
         a mixture (e.g. smaller DoorKey grids as a curriculum), always with the same spaces."""
         return self.make_env()
 
-    def training_env(self, seed: int, index: int = 0) -> gym.Env:
-        """A gymnasium env for PPO whose resets draw seeds only from benchmark.seeds.training_seeds."""
+    def training_env(self, seed: int, index: int = 0, pool: Any = None) -> gym.Env:
+        """A gymnasium env for PPO whose resets draw seeds only from benchmark.seeds.training_seeds
+        (`pool` [lo, hi): lo, lo+1, ..., hi-1 in order, cycled; all training seeds)."""
         from benchmark.envs.wrappers import TrainingSeeds
 
-        return TrainingSeeds(self.make_training_env(index), seed)
+        return TrainingSeeds(self.make_training_env(index), seed, pool)
 
     def validation_env(self) -> gym.Env:
         """A gymnasium env with the same observation/action spaces, reset with explicit seeds."""

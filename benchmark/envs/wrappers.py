@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from benchmark.seeds import training_seeds
+from benchmark.seeds import TRAIN_SEED_MIN, training_seeds
 
 
 class ActionSubset(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
@@ -62,22 +62,50 @@ class SeedStream:
         self.seed, self.drawn, self._it = state["seed"], state["drawn"], None
 
 
-class TrainingSeeds(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Every reset uses the next seed of the training stream (all >= TRAIN_SEED_MIN). A seed
-    passed to reset (SB3 does this once) restarts the stream from that seed; it is never used
-    as a layout itself. The seed actually used is in `last_seed` and `info['reset_seed']`."""
+class PoolStream:
+    """The seeds lo, lo+1, ..., hi-1 in order, cycled (policy.train_seed_pool: the released DoorKey
+    trainer's fixed 800 maps, seeds 200-999); picklable like SeedStream."""
 
-    def __init__(self, env: gym.Env, seed: int):
-        gym.utils.RecordConstructorArgs.__init__(self, seed=seed)
+    def __init__(self, pool: Sequence[int]):
+        lo, hi = (int(v) for v in pool)
+        if not TRAIN_SEED_MIN <= lo < hi:
+            raise ValueError(
+                f"policy.train_seed_pool={[lo, hi]} is invalid: allowed [lo, hi) with "
+                f"{TRAIN_SEED_MIN} <= lo < hi (training seeds only), or null"
+            )
+        self.lo, self.hi, self.drawn = lo, hi, 0
+
+    def __next__(self) -> int:
+        seed = self.lo + self.drawn % (self.hi - self.lo)
+        self.drawn += 1
+        return seed
+
+    def __iter__(self) -> PoolStream:
+        return self
+
+
+class TrainingSeeds(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Every reset uses the next seed of the training stream (all >= TRAIN_SEED_MIN): a random
+    stream from `seed`, or with `pool` [lo, hi) the seeds lo..hi-1 in order, cycled. A seed
+    passed to reset (SB3 does this once) restarts the stream (from that seed; a pool from lo);
+    it is never used as a layout itself. The seed actually used is in `last_seed` and
+    `info['reset_seed']`."""
+
+    def __init__(self, env: gym.Env, seed: int, pool: Sequence[int] | None = None):
+        gym.utils.RecordConstructorArgs.__init__(self, seed=seed, pool=pool)
         gym.Wrapper.__init__(self, env)
-        self.stream = SeedStream(seed)
+        self.pool = None if pool is None else [int(v) for v in pool]
+        self.stream = self._stream(seed)
         self.last_seed: int | None = None
+
+    def _stream(self, seed: int) -> Iterator[int]:
+        return SeedStream(seed) if self.pool is None else PoolStream(self.pool)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         if seed is not None:
-            self.stream = SeedStream(seed)
+            self.stream = self._stream(seed)
         self.last_seed = next(self.stream)
         obs, info = self.env.reset(seed=self.last_seed, options=options)
         return obs, {**info, "reset_seed": self.last_seed}

@@ -385,7 +385,7 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
         else f"the bundle {directory} is damaged: export it again (python -m benchmark.policy "
         "export) or copy it again from where it came"
     )
-    return resolve(policy_dir, str(cfg.policy.checkpoint), remedy)
+    return resolve(policy_dir, str(cfg.policy.checkpoint), remedy, cfg.policy.get("match_success"))
 
 
 def fetch(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:

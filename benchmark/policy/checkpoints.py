@@ -43,6 +43,7 @@ UNHASHED_POLICY_KEYS = (
     "revision",
     "recipe",
     "resume_every_steps",
+    "match_success",  # which saved checkpoint policy.checkpoint=match picks, not the weights
     "env_workers",  # where the envs step, not what they return (benchmark.policy.vec_env)
     "trust_pickle",  # whether a zip's pickles may run when loaded, not what is trained
 )
@@ -50,7 +51,11 @@ UNHASHED_POLICY_KEYS = (
 
 # policy keys added after checkpoints were cached, at the value those checkpoints were trained
 # with: left out of the hash there, so they keep it (the official recipe sets other values)
-ADDED_POLICY_KEY_DEFAULTS = {"dropout_placement": "after_activation", "image_scale": None}
+ADDED_POLICY_KEY_DEFAULTS = {
+    "dropout_placement": "after_activation",
+    "image_scale": None,
+    "train_seed_pool": None,
+}
 
 
 class CheckpointError(RuntimeError):
@@ -186,18 +191,27 @@ def ensure(
     """Path of the checkpoint `cfg.policy.checkpoint` (final | best | rNNN), training once if the
     directory for this env + policy config is not complete yet. `task` defaults to
     `benchmark.envs.make_task(cfg.env)`."""
-    name = file_name(cfg.policy.checkpoint)
+    name = str(cfg.policy.checkpoint)
+    if names.parse(name).kind != "match":
+        file_name(name)
     ckpt_dir, _ = ensure_dir(cfg, task, log_fn, splits)
-    return resolve(ckpt_dir, name)
+    return resolve(ckpt_dir, name, match_success=cfg.policy.get("match_success"))
 
 
-def resolve(ckpt_dir: Path, name: str, remedy: str | None = None) -> Path:
-    """The verified zip for `name` in a complete directory. `remedy`: what to do about a corrupt
-    zip when it is not the suite's to retrain (a bundle's)."""
-    file_name(name)
+def resolve(
+    ckpt_dir: Path, name: str, remedy: str | None = None, match_success: float | None = None
+) -> Path:
+    """The verified zip for `name` in a complete directory (`match`: the checkpoint `matched`
+    picks for `match_success`). `remedy`: what to do about a corrupt zip when it is not the
+    suite's to retrain (a bundle's)."""
+    match = names.parse(name).kind == "match"
+    if not match:
+        file_name(name)
     recorded = manifest(ckpt_dir)
     if recorded is None:
         raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
+    if match:
+        name = matched(ckpt_dir, names.match_target(match_success))
     files: dict[str, str] = recorded["checkpoints"]
     if name not in files:
         available = ", ".join(sorted(files, key=names.order)) or "none"
@@ -212,6 +226,42 @@ def resolve(ckpt_dir: Path, name: str, remedy: str | None = None) -> Path:
             f"truncated): {remedy or f'delete {ckpt_dir} to retrain'}"
         )
     return path
+
+
+def validation_scores(ckpt_dir: Path) -> dict[str, dict[str, Any]]:
+    """Per checkpoint of a complete directory, the validation record saved with it (`<name>.json`:
+    timesteps, eval_reward, eval_success, taken when it was saved); checkpoints without one (a
+    policy from elsewhere) are left out."""
+    out = {}
+    for name in (manifest(ckpt_dir) or {}).get("checkpoints", {}):
+        try:
+            row = json.loads((ckpt_dir / f"{name}.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+        success = row.get("eval_success")
+        if isinstance(success, (int, float)) and not isinstance(success, bool):
+            out[name] = row
+    return out
+
+
+def matched(ckpt_dir: Path, target: float) -> str:
+    """`policy.checkpoint=match`: the saved checkpoint (final, best, rNNN) whose validation
+    success is nearest `target`; a tie goes to the one saved earlier in training. Why: a paper's
+    PPO row may be weaker than this suite's training, and ASK's headroom is measured against a
+    PPO of the paper's strength; the saved checkpoints are the only weights there are."""
+    scores = validation_scores(ckpt_dir)
+    if not scores:
+        raise CheckpointError(
+            f"policy.checkpoint=match: no checkpoint in {ckpt_dir} has a validation record "
+            "(<name>.json with eval_success, written by training): name a checkpoint "
+            "(final, best, rNNN) instead"
+        )
+
+    def distance(name: str) -> tuple:
+        row = scores[name]
+        return (abs(float(row["eval_success"]) - target), int(row.get("timesteps", 0)), name)
+
+    return min(scores, key=distance)
 
 
 def _algorithm_of(path: Path) -> type[PPO] | type[RecurrentPPO]:

@@ -4,7 +4,10 @@
 - `rNNN`: the first weights to reach validation reward NNN/100 (r030 for 0.3), saved only for
   the reward thresholds of the training recipe (`policy.thresholds`, the env's by default);
 - `tK`: the recipe's K-th threshold (so one sweep covers envs with different thresholds), a
-  config value only: `resolve` turns it into the rNNN file name before anything is loaded."""
+  config value only: `resolve` turns it into the rNNN file name before anything is loaded;
+- `match`: of the checkpoints a training saved, the one whose validation success is nearest
+  `policy.match_success` (a PPO baseline at a paper's strength, not at this training's best);
+  turned into a file name once the training exists (benchmark.policy.checkpoints.matched)."""
 
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_NAME = re.compile(r"(final|best)|r(\d{3})|t([1-9]\d*)")
-ALLOWED = "final, best, tK (the env's K-th reward threshold) or rNNN (reward threshold x 100)"
+_NAME = re.compile(r"(final|best|match)|r(\d{3})|t([1-9]\d*)")
+ALLOWED = (
+    "final, best, tK (the env's K-th reward threshold), rNNN (reward threshold x 100) or match "
+    "(the saved checkpoint nearest policy.match_success)"
+)
 
 
 @dataclass(frozen=True)
 class CheckpointName:
-    """A parsed checkpoint name: `kind` is final, best, threshold (rNNN) or index (tK)."""
+    """A parsed checkpoint name: `kind` is final, best, match, threshold (rNNN) or index (tK)."""
 
     name: str
     kind: str = ""
@@ -32,8 +38,8 @@ class CheckpointName:
 
     @property
     def is_file_name(self) -> bool:
-        """final, best and rNNN name files; tK must be resolved first."""
-        return self.kind != "index"
+        """final, best and rNNN name files; tK and match must be resolved first."""
+        return self.kind not in ("index", "match")
 
 
 def parse(name: object) -> CheckpointName:
@@ -73,8 +79,8 @@ def resolve(name: object, thresholds: Sequence[float], env: str, *, check: bool 
     except ValueError:
         raise ValueError(
             f"policy.checkpoint={name!r} is invalid: allowed final, best, tK (K-th threshold, "
-            f"t1..t{len(thresholds)} for {env}) or rNNN (reward threshold x 100, one of "
-            f"{', '.join(files)})"
+            f"t1..t{len(thresholds)} for {env}), rNNN (reward threshold x 100, one of "
+            f"{', '.join(files)}) or match (with policy.match_success)"
         ) from None
     if parsed.kind == "index":
         if parsed.index > len(thresholds):
@@ -93,8 +99,8 @@ def resolve(name: object, thresholds: Sequence[float], env: str, *, check: bool 
 
 
 def order(name: str | None) -> tuple:
-    """Sort key, weakest first: None, then rNNN by threshold (tK by index), best, final, and any
-    other name (a file's) last."""
+    """Sort key, weakest first: None, then rNNN by threshold (tK by index), best and match, final,
+    and any other name (a file's) last."""
     if name is None:
         return (-1, 0.0, "")
     try:
@@ -105,7 +111,7 @@ def order(name: str | None) -> tuple:
         return (0, parsed.threshold, name)
     if parsed.kind == "index":
         return (0, float(parsed.index), name)
-    return ({"best": 1, "final": 2}[parsed.kind], 0.0, name)
+    return ({"best": 1, "match": 1, "final": 2}[parsed.kind], 0.0, name)
 
 
 def of_config(cfg: Any, *, check: bool = True) -> str:
@@ -117,4 +123,25 @@ def of_config(cfg: Any, *, check: bool = True) -> str:
     if thresholds is None:
         thresholds = cfg.env.thresholds
     elsewhere = bool(policy.get("path") or policy.get("source"))
-    return resolve(policy.checkpoint, thresholds, cfg.env.name, check=check and not elsewhere)
+    name = resolve(policy.checkpoint, thresholds, cfg.env.name, check=check and not elsewhere)
+    if name == "match":
+        match_target(policy.get("match_success"))
+        path = policy.get("path")
+        if path and str(path).endswith(".zip"):
+            raise ValueError(
+                f"policy.checkpoint=match picks among the checkpoints a training saved; "
+                f"policy.path={path!r} is one file: name a checkpoint directory or bundle, or "
+                "another policy.checkpoint"
+            )
+    return name
+
+
+def match_target(value: Any) -> float:
+    """`policy.match_success`: the validation success `policy.checkpoint=match` aims at, a number
+    in [0, 1]; ValueError naming the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(
+            f"policy.checkpoint=match needs policy.match_success, the validation success to "
+            f"match, a number in [0, 1] (e.g. 0.53, the ASK+ paper's FourRooms PPO); got {value!r}"
+        )
+    return float(value)

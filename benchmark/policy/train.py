@@ -8,7 +8,7 @@ import contextlib
 import csv
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +100,17 @@ def evaluate(model: PPO, task: Task, seeds: list[int]) -> dict[str, float]:
     }
 
 
-def training_vec_env(task: Task, seed: int, n_envs: int, workers: int = 1) -> VecEnv:
-    """PPO's training envs: slot i draws layouts from training seed stream `seed * 1000 + i` and
-    is the task's training env `i` (a task may give slots different grids); stepped in `workers`
-    processes (benchmark.policy.vec_env: the same envs and results as one)."""
-    fns = [lambda i=i: task.training_env(seed * 1000 + i, index=i) for i in range(n_envs)]
+def training_vec_env(
+    task: Task, seed: int, n_envs: int, workers: int = 1, pool: Sequence[int] | None = None
+) -> VecEnv:
+    """PPO's training envs: slot i draws layouts from training seed stream `seed * 1000 + i`
+    (with `pool` [lo, hi): the seeds lo, lo+1, ..., hi-1 in order, cycled: the released DoorKey
+    trainer's 800 maps) and is the task's training env `i` (a task may give slots different
+    grids); stepped in `workers` processes (benchmark.policy.vec_env: the same envs and results
+    as one)."""
+    fns = [
+        lambda i=i: task.training_env(seed * 1000 + i, index=i, pool=pool) for i in range(n_envs)
+    ]
     return make_vec_env(fns, workers)
 
 
@@ -234,7 +240,8 @@ def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     """The untrained PPO of a validated policy config on its training envs: SB3's defaults but
     for what the config sets (policy.ppo, the LR and its schedule, the network)."""
     seed, n_envs = int(cfg["seed"]), int(cfg["n_envs"])
-    env = training_vec_env(task, seed, n_envs, resolve_workers(cfg.get("env_workers"), n_envs))
+    workers = resolve_workers(cfg.get("env_workers"), n_envs)
+    env = training_vec_env(task, seed, n_envs, workers, cfg.get("train_seed_pool"))
     lr = float(cfg["learning_rate"])
     linear = cfg["lr_schedule"] == "linear"
     schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)

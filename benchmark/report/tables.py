@@ -103,6 +103,8 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
     aliases = _checkpoint_aliases(sweep)
     if aliases:
         table.notes.append("Checkpoints used: " + "; ".join(aliases) + ".")
+    if any(c.checkpoint == "match" for c in sweep.cells):
+        table.notes.append(MATCH_NOTE)
     degenerate = [
         f"{c.name} τ={c.tau_setting} ({c.summary['gate_degenerate']})"
         for c in sweep.ok
@@ -115,6 +117,13 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
             + "."
         )
     return table
+
+
+MATCH_NOTE = (
+    "match: the saved PPO checkpoint whose validation success is nearest policy.match_success "
+    "(Table 1: the paper's PPO row of the env), so PPO and ASK are also shown at the paper's PPO "
+    "strength; the other checkpoint is the recipe's own."
+)
 
 
 def _checkpoint_aliases(sweep: Sweep) -> list[str]:
