@@ -140,7 +140,10 @@ def test_bad_mode_and_sampled_choices_fail_clearly():
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (("slm=openai", "slm.decoding.mode=choices"), "prompt_logprobs=true"),
+        (
+            ("slm=openai", "slm.decoding.mode=choices", "slm.decoding.repetition_penalty=1.0"),
+            "prompt_logprobs=true",
+        ),
         (("slm=tiny", "slm.decoding.mode=vote"), "mode='vote' is invalid"),
         (("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.temperature=0.5"), "temperature"),
         (  # a Reason line: choice scoring would silently fall back to generation
@@ -168,7 +171,8 @@ def test_validation_refuses_choices_where_they_cannot_run(tmp_path, overrides, e
     validate(compose_cfg(tmp_path, "env=fourrooms", "gate=never", "slm=tiny",
                          "slm.decoding.mode=choices", "prompt.rationale=true"))  # fmt: skip
     ok = compose_cfg(tmp_path, "env=fourrooms", "slm=openai", "slm.decoding.mode=choices",
-                     "slm.backend.prompt_logprobs=true")  # fmt: skip
+                     "slm.backend.prompt_logprobs=true",
+                     "slm.decoding.repetition_penalty=1.0")  # fmt: skip
     validate(ok)
 
 

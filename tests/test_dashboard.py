@@ -135,7 +135,7 @@ def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
 @pytest.mark.parametrize(
     "preset, grouping",
     [
-        ("table1", ["method"]),
+        ("table1", ["method", "ppo_baseline.name"]),  # the recipe's PPO and the matched one
         ("table2", ["method"]),
         ("table3", ["policy.checkpoint", "method"]),
     ],
@@ -182,7 +182,7 @@ def test_command_line_overrides_change_the_sweep(tmp_path):
         "table1", [f"paths.root={tmp_path}", "slm=tiny", "hydra.sweeper.params.env=doorkey8"]
     )
     assert d.envs == ["doorkey8"] and d.axes["slm"] == ["tiny"]
-    assert d.n_runs == 4
+    assert d.n_runs == 8  # 4 methods x the two PPO baselines (recipe, match)
 
 
 def test_unknown_preset_and_presets_without_dashboard(capsys, tmp_path):
@@ -200,7 +200,7 @@ def test_cli_writes_the_definition_offline(tmp_path, capsys):
     assert str(path) in out and "--publish" in out
     data = json.loads(path.read_text())
     assert len(data["workspaces"]) == 3 and data["report"] is not None
-    assert data["grouping"] == ["method"]
+    assert data["grouping"] == ["method", "ppo_baseline.name"]
     assert "python -m benchmark.dashboard +experiment=table1" in data["publish"]
     assert (path.parent / "dashboard.md").read_text().startswith("# W&B dashboard of `table1`")
     # the same preset gives the same file (ids are seeded by the preset)

@@ -109,7 +109,10 @@ def test_slm_decoding_reaches_every_query(tmp_path):
         prompt = build_prompt(cfg, prepare(cfg)[0])
         return getattr(prompt, "decoding", None) or prompt.act_decoding
 
-    assert decoding("slm=tiny", "prompt=basic") == Decoding(max_new_tokens=8, seed=0)
+    # the protocol's repetition penalty (paper: the released code's 1.1) reaches the query too
+    assert decoding("slm=tiny", "prompt=basic") == Decoding(
+        max_new_tokens=8, seed=0, repetition_penalty=1.1
+    )
     d = decoding(
         "slm=tiny",
         "prompt=stateful",
@@ -207,6 +210,7 @@ def test_source_model_samples_with_the_models_generation_config(
         "prompt=basic",
         "seed=3",
         f"slm.decoding.source={source}",
+        "slm.decoding.repetition_penalty=1.0",  # the model's own sampling alone
     )
     decoding = build_prompt(cfg, prepare(cfg)[0]).decoding
     threads = torch.get_num_threads()

@@ -60,7 +60,7 @@ def _job(d, gate, reward, ir, tau=None, slm="oracle", **extra):
         **extra,
     }
     results.write_json(d / "summary.json", summary)
-    results.write_jsonl(d / "episodes.jsonl", [{"seed": 100, "reward": reward}])
+    results.write_jsonl(d / "episodes.jsonl", [{"seed": 100, "reward": reward, "length": 4}])
 
 
 def test_report_draws_each_gates_frontier_and_tabulates_area_and_budgets(tmp_path):

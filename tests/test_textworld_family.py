@@ -14,7 +14,8 @@ from benchmark.consultants.dice import DiceConsultant
 from benchmark.consultants.oracle import OracleConsultant
 from benchmark.envs import family_of, make_task
 from benchmark.envs.textworld import TextWorldTask, games, planner
-from benchmark.envs.textworld.task import COMMAND_DIM, SKIPPED, TEXT_DIM, clean
+from benchmark.envs.textworld.games import SKIPPED
+from benchmark.envs.textworld.task import COMMAND_DIM, TEXT_DIM, clean
 from benchmark.prompts.ask import AskPrompt
 from benchmark.prompts.base import consult_all
 from benchmark.seeds import TRAIN_SEED_MIN

@@ -103,12 +103,12 @@ def tiny_hybrid_agreement(
 
     from benchmark.bench.agreement import batching_agreement
     from benchmark.bench.qwen_shapes import save_tiny_hybrid
-    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants import backend
 
     with tempfile.TemporaryDirectory(prefix="bench-tiny-hybrid-") as work, full_fp32():
         queries = first_queries(Path(root), n, max_new_tokens)
         path = save_tiny_hybrid(Path(work) / "model")
-        model = HFConsultant(path=str(path), dtype=dtype, device_map=device, max_batch_size=n)
+        model = backend("hf")(path=str(path), dtype=dtype, device_map=device, max_batch_size=n)
         try:
             lengths = [len(model.encode(q)) for q in queries]
             out = batching_agreement(model, queries)

@@ -66,7 +66,7 @@ def kernels_section(root: Path, device: str, n: int) -> tuple[dict[str, Any], li
     docstring, 1)."""
     from benchmark.bench.batching import first_queries, full_fp32
     from benchmark.bench.qwen_shapes import build_model, save_tiny_hybrid
-    from benchmark.consultants.hf import HFConsultant
+    from benchmark.consultants import backend
     from benchmark.consultants.kernels import describe_kernels, layer_kernels, reference_kernels
 
     shapes = build_model("qwen3.5-2b", device, "float32", tiny_shapes=True)
@@ -80,7 +80,7 @@ def kernels_section(root: Path, device: str, n: int) -> tuple[dict[str, Any], li
     with tempfile.TemporaryDirectory(prefix="smoke-kernels-") as work, full_fp32():
         queries = first_queries(root, n, 8)
         path = save_tiny_hybrid(Path(work) / "model")
-        model = HFConsultant(path=str(path), dtype="float32", device_map=device, max_batch_size=n)
+        model = backend("hf")(path=str(path), dtype="float32", device_map=device, max_batch_size=n)
         print(describe_kernels(model.kernels), flush=True)
         out["kernels"] = model.kernels
         batches = {"lean": queries, "choices": _choices(queries)}

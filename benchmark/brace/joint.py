@@ -134,7 +134,7 @@ class _Recorder:
     chose under the logits generate handed them, at that temperature."""
 
     def __init__(self, temperature: float, rows: int, width: int, rng: Any) -> None:
-        from benchmark.consultants.base import Decoding
+        from benchmark.consultants import Decoding
         from benchmark.consultants.sampling import row_sampler
 
         self.t = float(temperature) or 1.0
