@@ -92,6 +92,7 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
+    _check_released_network(cfg.policy)
     _check_tuning_scope(cfg)
     hint = OmegaConf.select(cfg, "prompt.planner_hint")
     if hint is not None and hint not in PLANNER_HINTS:
@@ -370,3 +371,20 @@ def _pair(name: str, value) -> tuple[float, float]:
     except (TypeError, ValueError):
         raise ValueError(f"{name}={value!r} is invalid: allowed [low, high]") from None
     return low, high
+
+
+def _check_released_network(policy: DictConfig) -> None:
+    """policy.image_scale (the released code's raw image / 10) and policy.dropout_placement
+    before any work, as every other policy value (the network would refuse them only when a
+    training starts)."""
+    from benchmark.policy.network import DROPOUT_PLACEMENTS
+
+    scale = policy.get("image_scale")
+    number = isinstance(scale, int | float) and not isinstance(scale, bool)
+    if scale is not None and not (number and _finite_number(scale) and scale > 0):
+        raise ValueError(f"policy.image_scale={scale!r} is invalid: allowed a number > 0, or null")
+    placement = policy.get("dropout_placement", DROPOUT_PLACEMENTS[0])
+    if placement not in DROPOUT_PLACEMENTS:
+        raise ValueError(
+            f"policy.dropout_placement={placement!r} is invalid: allowed {list(DROPOUT_PLACEMENTS)}"
+        )

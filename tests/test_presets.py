@@ -13,7 +13,8 @@ from benchmark.build import prepare, shared_tuning_config
 from tests.conftest import CONF, REPO
 
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
-    "table1": (3 * 4 * 2, 3 * 4),  # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B}
+    # envs x {PPO, SLM-only, ASK, ASK+} x {2B, 4B} x the PPO baseline {recipe, match}
+    "table1": (3 * 4 * 2 * 2, 3 * 4 * 2),
     "table2": (3 * 5 * 2, 3 * 5),  # envs x 5 prompt variants x models
     "table3": (
         3 * 6 * 2 * 2,

@@ -86,6 +86,8 @@ PRESET_OWN = {
         "slm.decoding.repetition_penalty",
     },
     "recurrent": {"policy.checkpoint", "policy.total_timesteps", "policy.lr_schedule"},
+    "brace_tw_long": {"env.task.max_steps"},  # the long-horizon run's 100, whatever the protocol
+    "text_ask": {"tuning.n_trials"},  # a toy-size study: 10 trials
 }
 # the feedback paper's other presets build on +experiment=feedback and own what it owns
 PRESET_OWN["feedback_table5"] = PRESET_OWN["feedback_curves"] = PRESET_OWN["feedback"]

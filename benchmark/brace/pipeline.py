@@ -47,7 +47,11 @@ def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> An
     from benchmark.envs import load_env_cfg, make_task, results_root_of
 
     root = results_root_of(env)  # a job config's env: its games under its paths.root
-    cfg = load_env_cfg(env) if isinstance(env, str) else OmegaConf.create(env)
+    if isinstance(env, str):
+        cfg = load_env_cfg(env)
+    else:  # resolved first: a job's env node reads the protocol and its own name (brace_tw_*)
+        resolvable = OmegaConf.is_config(env) and env._get_parent() is not None
+        cfg = OmegaConf.create(OmegaConf.to_container(env, resolve=True) if resolvable else env)
     if max_steps is not None:
         cfg.task.max_steps = int(max_steps)
     if train_games:
