@@ -28,6 +28,13 @@ DEMO_POLICY = [  # the demo's weak PPO (conf/experiment/demo.yaml), about 25 s t
     "policy.eval_episodes=20",
     "policy.checkpoint=r030",
     "policy.progress_bar=false",
+    # The network these tests were measured with (the suite's, paper's until paper took the
+    # released code's): protocol=paper (the default) now builds the released one, with which this
+    # 8k-step training (seed 0) never gets above validation reward 0.05, so it never
+    # saves r030. Measured: dropout before the activation alone does that; the image / 10 alone
+    # reaches 0.94. The demo itself runs under protocol=suite (this network).
+    "policy.dropout_placement=after_activation",
+    "policy.image_scale=null",
 ]
 
 
