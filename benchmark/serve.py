@@ -144,10 +144,10 @@ def slm_model(model: str) -> str:
     cfg = compose([f"slm={model}"])
     backend: dict[str, Any] = OmegaConf.to_container(cfg.slm.backend, resolve=True)  # type: ignore[assignment]
     target = get_class(str(backend.get("_target_")))
-    from benchmark.consultants import backend
+    from benchmark.consultants import backend as backend_class_of  # not the dict `backend`
     from benchmark.consultants.tiny import build_tiny
 
-    if issubclass(target, backend("tiny")):
+    if issubclass(target, backend_class_of("tiny")):
         build_tiny(backend["path"], backend.get("seed", 0), backend.get("size", "tiny"))
         return str(backend["path"])
     found = backend.get("path") or backend.get("model")
