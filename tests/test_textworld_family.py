@@ -430,3 +430,19 @@ def test_generated_evaluation_games_have_the_released_difficulty(env, tmp_path):
                               if params[k])  # fmt: skip
             assert f"-{skills}-" in game["metadata"]["uuid"], game["metadata"]["uuid"]
             assert _rooms(game) == params["go"]
+
+
+def test_a_game_too_large_for_the_search_falls_back_to_textworlds_own_command(
+    games_root, monkeypatch, caplog
+):
+    """planner.SearchTooLarge (seen on Agent-BRACE's Cooking games) never fails an episode: the
+    expert set becomes TextWorld's next winning command for the rest of it, said once."""
+    from benchmark.envs.textworld import planner
+
+    monkeypatch.setattr(planner, "MAX_STATES", 0)
+    ep = task_of("tw_treasure", games_root).episode(100)
+    first = ep.walkthrough()[0]
+    with caplog.at_level("WARNING"):
+        assert ep.optimal_actions() == {ep.action_names.index(first)}
+        assert ep.expert_action() == ep.action_names.index(first)
+    assert sum("TextWorld's next winning command" in r.message for r in caplog.records) == 1

@@ -32,6 +32,11 @@ from typing import Any
 MAX_STATES = 200_000
 
 
+class SearchTooLarge(RuntimeError):
+    """The search grew past MAX_STATES (a game larger than the sizes the planner was built for:
+    the episode falls back to TextWorld's own next winning command)."""
+
+
 @dataclass(frozen=True)
 class ShortestPlans:
     """The commands that start a shortest winning plan now, and that plan's length (None, with
@@ -127,7 +132,7 @@ def shortest_plans(progression: Any, inform7: Any) -> ShortestPlans:
                 nxt.setdefault(node, set()).update(firsts or {action})
         seen.update(nxt)
         if len(seen) > MAX_STATES:
-            raise RuntimeError(
+            raise SearchTooLarge(
                 f"shortest-plan search past {MAX_STATES} states at depth {length}: the game is "
                 "larger than the suite's TextWorld sizes"
             )

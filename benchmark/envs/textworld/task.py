@@ -19,6 +19,7 @@ Reward: the game's score gained, divided by the game's maximum score (an episode
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 import zlib
@@ -33,6 +34,8 @@ from benchmark.envs.base import Episode, Memory, Task
 from benchmark.envs.textworld import games, planner
 from benchmark.envs.textworld.planner import ShortestPlans
 from benchmark.seeds import TRAIN_SEED_MIN
+
+log = logging.getLogger(__name__)
 
 TEXT_DIM, COMMAND_DIM = 256, 16
 commands_of = games.commands_of  # the command set of a step (games.py checks it at generation)
@@ -344,6 +347,7 @@ class TextWorldEpisode(Episode):
         self.action_names = tuple(self.env.commands)
         self._plans: tuple[int, ShortestPlans] | None = None  # (step, its plans)
         self._inform7: Any = None
+        self._search_too_large = False  # planner.SearchTooLarge once: TextWorld's own command
         self._enter(self.room())
 
     def _enter(self, room: str) -> None:
@@ -423,10 +427,24 @@ class TextWorldEpisode(Episode):
     def optimal_actions(self) -> set[int]:
         """Every command index that starts a shortest winning plan now (replanned from the
         current state, as the grids' planner does); empty when no plan wins or the episode is
-        over."""
+        over. A game too large for the search (planner.SearchTooLarge, seen on Cooking games of
+        the Agent-BRACE presets) falls back, for the rest of the episode, to TextWorld's own next
+        winning command, the expert set before the search existed, with one warning."""
         if self.done:
             return set()
-        commands = self.shortest_plans().commands
+        if self._search_too_large:
+            return self._policy_command()
+        try:
+            commands = self.shortest_plans().commands
+        except planner.SearchTooLarge as err:
+            log.warning(
+                "game %s (seed %d): %s; the expert set is TextWorld's next winning command",
+                self.env.path,
+                self.seed,
+                err,
+            )
+            self._search_too_large = True
+            return self._policy_command()
         missing = sorted(commands - set(self.action_names))
         if missing:  # the world model and the game disagree: never guess
             raise RuntimeError(
@@ -434,6 +452,13 @@ class TextWorldEpisode(Episode):
                 f"plans start with {missing}, not among the valid commands {list(self.action_names)}"
             )
         return {i for i, c in enumerate(self.action_names) if c in commands}
+
+    def _policy_command(self) -> set[int]:
+        """TextWorld's own next winning command (its walkthrough, or a way back after a detour)."""
+        policy = list(self.env.state["policy_commands"] or [])
+        if policy and policy[0] in self.action_names:
+            return {self.action_names.index(policy[0])}
+        return set()
 
     def expert_plan(self) -> list[int]:
         """The expert's next command, one of the shortest plans' starts (only the first command of
