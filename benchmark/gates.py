@@ -308,7 +308,7 @@ def available_gates() -> dict[str, type[Gate]]:
     """Every gate class by its `name`: this module's, then those other installed packages
     register under the entry-point group `benchmark.gates` (the value names the class,
     `package.module:Class`). The report reads their declarations (order, marker, swept)."""
-    from importlib import metadata
+    from benchmark.plugins import entry_point_classes
 
     found = {
         c.name: c
@@ -319,14 +319,9 @@ def available_gates() -> dict[str, type[Gate]]:
         and c.__module__ == __name__
         and c is not ConstantGate
     }
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = ep.load()
-        if not (isinstance(cls, type) and issubclass(cls, Gate)):
-            raise TypeError(
-                f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}) is not a "
-                "benchmark.gates.Gate subclass"
-            )
-        found.setdefault(cls.name, cls)
+    plugins = entry_point_classes(ENTRY_POINT_GROUP, Gate, lambda _, cls: cls.name)
+    for name, cls in plugins.items():  # this package's own win over a plugin's name
+        found.setdefault(name, cls)
     return found
 
 

@@ -10,11 +10,11 @@ import importlib
 import logging
 import pkgutil
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
+from benchmark.plugins import entry_point_classes
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "benchmark.backends"  # how a backend in another installed package is named
@@ -97,14 +97,9 @@ def available_backends() -> dict[str, type[Consultant]]:
                 and value.__dict__.get("label")
             ):
                 found[value.label] = value
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = ep.load()
-        if not (isinstance(cls, type) and issubclass(cls, Consultant)):
-            raise TypeError(
-                f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}) is not a "
-                "benchmark.consultants.base.Consultant"
-            )
-        found.setdefault(ep.name, cls)
+    plugins = entry_point_classes(ENTRY_POINT_GROUP, Consultant, lambda ep, _: ep.name)
+    for name, cls in plugins.items():  # this package's own win over a plugin's name
+        found.setdefault(name, cls)
     return found
 
 
