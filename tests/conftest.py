@@ -182,6 +182,25 @@ def trained_root(shared_root, tmp_path_factory) -> Path:
     return shared_root
 
 
+def installed_package(package: Path, tmp_path: Path) -> dict[str, str]:
+    """`package` (a test plugin package: tests/family_pkg, tests/plugin_pkg) pip-installed into a
+    folder of `tmp_path`, and the environment of a process that sees it (PYTHONPATH) with its
+    results under `tmp_path / "root"`. pip builds in place, so a copy is installed."""
+    source, site = tmp_path / "src", tmp_path / "site"
+    shutil.copytree(package, source)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
+        + ["--no-index", "--target", str(site), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+        BENCHMARK_ROOT=str(tmp_path / "root"),
+    )
+
+
 def untrained_ppo(task, path: Path | None = None):
     """A real dropout PPO that has not learned anything, saved where a checkpoint would be (when
     `path` is given): fast to build, and wrong often enough to give mistakes to learn from."""

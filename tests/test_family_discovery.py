@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -108,19 +106,9 @@ def test_a_family_in_another_pip_package_runs_a_job(tmp_path):
     """tests/family_pkg, pip-installed into a folder on PYTHONPATH: its entry point names the
     family `toy`, its Hydra search-path plugin adds its conf/ (env=toy_empty5); a real job runs
     the oracle on it, and its prompts render at every level."""
-    source, site = tmp_path / "src", tmp_path / "site"
-    shutil.copytree(FAMILY_PKG, source)  # pip builds in place: keep the checkout clean
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
-        + ["--no-index", "--target", str(site), str(source)],
-        check=True,
-        capture_output=True,
-    )
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
-        BENCHMARK_ROOT=str(tmp_path / "root"),
-    )
+    from tests.conftest import installed_package
+
+    env = installed_package(FAMILY_PKG, tmp_path)
     check = textwrap.dedent(
         """
         import json

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -90,23 +88,11 @@ def test_a_backend_and_a_gate_in_another_pip_package_run_a_job(tmp_path):
     job with another value of that key reuses the cell; bad values fail with the plugin's own
     messages, unknown keys with the keys the plugin declares."""
     from benchmark.envs import make_task
-    from tests.conftest import untrained_ppo
+    from tests.conftest import installed_package, untrained_ppo
 
-    source, site = tmp_path / "src", tmp_path / "site"
-    shutil.copytree(PLUGIN_PKG, source)  # pip builds in place: keep the checkout clean
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
-        + ["--no-index", "--target", str(site), str(source)],
-        check=True,
-        capture_output=True,
-    )
+    env = installed_package(PLUGIN_PKG, tmp_path)
     ckpt = tmp_path / "ppo.zip"
     untrained_ppo(make_task("empty5x5_random"), ckpt)
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
-        BENCHMARK_ROOT=str(tmp_path / "root"),
-    )
     job = ["env=empty5x5_random", "gate=period", "slm=toy", "prompt=basic", f"policy.path={ckpt}"]
     job += ["eval.n_episodes=2", "tracking=none", "quiet=true"]
 
