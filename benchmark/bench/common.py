@@ -266,3 +266,31 @@ def budget_cause(exc: BaseException | None) -> BudgetExceeded | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+EXIT_NO_CUDA, EXIT_BUDGET = 2, 3  # the GPU runs' exit codes: no CUDA device, time budget spent
+
+
+def cuda_missing(device: str, message: str) -> bool:
+    """Whether `device` asks for CUDA and torch has none; `message` (what to run instead) goes to
+    stderr then."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(message, file=sys.stderr)
+        return True
+    return False
+
+
+def within_budget(
+    seconds: float, what: str, data: dict[str, Any], body: Callable[[Deadline], int]
+) -> int:
+    """`body(clock)` under a Deadline of `seconds`; its exit code, or EXIT_BUDGET when the budget
+    ran out (recorded in `data["budget_exceeded"]`: what was measured so far is in the JSON)."""
+    try:
+        with Deadline(seconds, what) as clock:
+            return body(clock)
+    except BudgetExceeded as exc:
+        data["budget_exceeded"] = str(exc)
+        print(f"{exc}; what was measured so far is in the JSON", file=sys.stderr)
+        return EXIT_BUDGET

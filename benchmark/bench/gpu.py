@@ -34,14 +34,16 @@ from typing import Any
 from benchmark.bench.agreement import FP32, Tolerance, tolerance
 from benchmark.bench.agreement import checks as agreement_checks
 from benchmark.bench.common import (
+    EXIT_NO_CUDA,
     GIB,
-    BudgetExceeded,
     Check,
     Deadline,
     compose,
+    cuda_missing,
     format_table,
     jsonable,
     peak_rss_bytes,
+    within_budget,
     write_report,
 )
 from benchmark.bench.gpu_consultant import (
@@ -53,7 +55,7 @@ from benchmark.bench.gpu_consultant import (
 )
 from benchmark.consultants.kernels import describe_kernels, layer_kernels, reference_kernel_error
 
-EXIT_BUDGET, EXIT_KERNELS = 3, 4
+EXIT_KERNELS = 4  # a layer would run transformers' reference code on CUDA
 
 
 @dataclass(frozen=True)
@@ -294,14 +296,13 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
 
     device = args.device
     cuda = device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(
-            "benchmark.bench gpu: no CUDA device is available (torch.cuda.is_available() is "
-            "False). Run it on a GPU machine with a CUDA build of torch (docs/development.md, "
-            "GPU install), or run its CPU dry run: python -m benchmark.bench gpu --device cpu",
-            file=sys.stderr,
-        )
-        return 2
+    if cuda_missing(
+        device,
+        "benchmark.bench gpu: no CUDA device is available (torch.cuda.is_available() is "
+        "False). Run it on a GPU machine with a CUDA build of torch (docs/development.md, "
+        "GPU install), or run its CPU dry run: python -m benchmark.bench gpu --device cpu",
+    ):
+        return EXIT_NO_CUDA
     from benchmark.bench.qwen_shapes import shape_names
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -325,14 +326,12 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
     }
     checks: list[Check] = []
     started = time.perf_counter()
-    code = 0
-    try:
-        with Deadline(args.budget_s, "bench gpu") as clock:
-            code = _run(args, root, models, sizes, tiny, data, checks, clock)
-    except BudgetExceeded as exc:
-        data["budget_exceeded"] = str(exc)
-        print(f"benchmark.bench gpu: {exc}; figures so far are in the JSON", file=sys.stderr)
-        code = EXIT_BUDGET
+    code = within_budget(
+        args.budget_s,
+        "bench gpu",
+        data,
+        lambda clock: _run(args, root, models, sizes, tiny, data, checks, clock),
+    )
     wall = time.perf_counter() - started
     data["wall_seconds"] = wall
     checks.append(Check("budget", "whole GPU benchmark", wall, "s", target=args.budget_s, cmp="<"))

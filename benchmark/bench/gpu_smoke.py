@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,16 +35,18 @@ from typing import Any
 
 from benchmark.bench.agreement import BF16, KERNELS_FP32, checks, compare
 from benchmark.bench.common import (
-    BudgetExceeded,
+    EXIT_NO_CUDA,
     Check,
     Deadline,
     compose,
+    cuda_missing,
     format_table,
     jsonable,
+    within_budget,
     write_report,
 )
 
-EXIT_FAILED, EXIT_NO_CUDA, EXIT_BUDGET = 1, 2, 3
+EXIT_FAILED = 1  # a check failed (EXIT_NO_CUDA, EXIT_BUDGET: benchmark.bench.common)
 SECTIONS = ("kernels", "sdpa", "padded", "prefill")
 PREFILL = {"cuda": (64, 750, False), "cpu": (4, 750, True)}  # batch, tokens, toy widths
 # greedy tokens per answer in the bf16 check: an ASK answer (an action name) is 1-3 tokens; the
@@ -264,13 +265,12 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
 
     device = args.device
     cuda = device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(
-            "benchmark.bench gpu-smoke: no CUDA device is available (torch.cuda.is_available() "
-            "is False). Run it on a GPU machine after `make install-gpu`, or its CPU dry run: "
-            "python -m benchmark.bench gpu-smoke --device cpu",
-            file=sys.stderr,
-        )
+    if cuda_missing(
+        device,
+        "benchmark.bench gpu-smoke: no CUDA device is available (torch.cuda.is_available() "
+        "is False). Run it on a GPU machine after `make install-gpu`, or its CPU dry run: "
+        "python -m benchmark.bench gpu-smoke --device cpu",
+    ):
         return EXIT_NO_CUDA
     only = [s.strip() for s in (args.only or ",".join(SECTIONS)).split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -293,23 +293,21 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
     }
     rows: list[Check] = []
     started = time.perf_counter()
-    code = 0
     runs = {
         "kernels": lambda: kernels_section(root, device, n),
         "sdpa": lambda: sdpa_section(device),
         "padded": lambda: padded_section(root, device, n),
         "prefill": lambda: prefill_section(device),
     }
-    try:
-        with Deadline(budget, "gpu-smoke") as clock:
-            for name in only:
-                clock.section(name)
-                data["sections"][name], got = runs[name]()
-                rows += got
-    except BudgetExceeded as exc:
-        data["budget_exceeded"] = str(exc)
-        print(f"benchmark.bench gpu-smoke: {exc}; checks so far are in the JSON", file=sys.stderr)
-        code = EXIT_BUDGET
+
+    def sections(clock: Deadline) -> int:
+        for name in only:
+            clock.section(name)
+            data["sections"][name], got = runs[name]()
+            rows.extend(got)
+        return 0
+
+    code = within_budget(budget, "gpu-smoke", data, sections)
     wall = time.perf_counter() - started
     rows.append(Check("budget", "whole smoke run", wall, "s", target=budget, cmp="<"))
     data["wall_seconds"] = wall
