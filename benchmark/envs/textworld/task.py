@@ -471,11 +471,8 @@ class TextWorldEpisode(Episode):
                 f"game {self.env.path} (seed {self.seed}) at step {self.steps}: no winning "
                 f"command among the valid ones {list(self.action_names)}"
             )
-        policy = list(self.env.state["policy_commands"] or [])
-        own = (
-            self.action_names.index(policy[0]) if policy and policy[0] in self.action_names else -1
-        )
-        return [own if own in optimal else min(optimal)]
+        own = self._policy_command() & optimal
+        return [min(own or optimal)]
 
     def expert_action(self) -> int:
         return self.expert_plan()[0]
