@@ -55,12 +55,13 @@ def policy_checkpoint(
     log_fn: Callable[[dict], None] | None = None,
 ) -> Path | None:
     """A checkpoint from elsewhere, else the suite's own cache, trained once if missing (None
-    when `train` is False and it is not trained yet). From elsewhere (SB3 zips hold pickles: only
-    load files you trust):
-    - `policy.path=<file.zip>`: that SB3 PPO zip;
+    when `train` is False and it is not trained yet). From elsewhere:
+    - `policy.path=<file.zip>`: that SB3 PPO zip (loaded only when its pickles build nothing but
+      data, or under `policy.trust_pickle=true`);
+    - `policy.path=<file.safetensors>`: a bundle's checkpoint, with the policy.json beside it;
     - `policy.path=<dir>`: an exported policy bundle (`python -m benchmark.policy export`) or one
-      policy directory of it; `policy.checkpoint` (best, final, rNNN, tK) picks the zip, and in a
-      bundle the policy of this recipe, else of `env.name` and `policy.seed`;
+      policy directory of it; `policy.checkpoint` (best, final, rNNN, tK) picks the checkpoint,
+      and in a bundle the policy of this recipe, else of `env.name` and `policy.seed`;
     - `policy.source=<hub repo id>` (+ `policy.revision`, a commit to pin it): the same bundle
       from the Hugging Face hub, read from the HF cache first (offline), downloaded only when
       it is not there and HF_HUB_OFFLINE is unset.
@@ -84,8 +85,8 @@ def policy_checkpoint(
             return bundle_checkpoint(path, cfg, splits)
         if not path.is_file():
             raise FileNotFoundError(
-                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip or an exported "
-                "policy directory (python -m benchmark.policy export)"
+                f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip, a bundle's "
+                ".safetensors or an exported policy directory (python -m benchmark.policy export)"
             )
         return path
     if train:

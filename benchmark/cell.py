@@ -247,7 +247,8 @@ class CellSpec:
         policy = self.config["policy"]
         if policy.get("path"):
             path = Path(policy["path"])
-            name = path.stem if path.suffix == ".zip" else f"{path.name}/{policy['checkpoint']}"
+            one_file = path.suffix in (".zip", ".safetensors")
+            name = path.stem if one_file else f"{path.name}/{policy['checkpoint']}"
             sha = self.inputs.get("checkpoint_sha256", "")[:8]
             return f"{name}@{sha}" if sha else name
         return f"{policy['checkpoint']}-s{policy['seed']}"

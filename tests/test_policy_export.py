@@ -1,6 +1,7 @@
-"""Policy bundles (issue 19): export trained policies to a self-describing directory in the
-Hugging Face hub's layout, use them back with policy.path=<dir> or policy.source=<repo id> (from
-a local HF cache only: no network), and get byte-identical evaluation files."""
+"""Policy bundles: export trained policies to a self-describing directory in the Hugging Face hub's
+layout (weights as safetensors, settings as policy.json), use them back with policy.path=<dir> or
+policy.source=<repo id> (from a local HF cache only: no network), and get byte-identical
+evaluation files."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from benchmark import results
 from benchmark.build import policy_checkpoint, prepare
 from benchmark.job import run_job
 from benchmark.policy.bundle import ExportOnMultirunEnd, export, fetch, select_policy
-from benchmark.policy.checkpoints import CheckpointError, checkpoint_dir, config_hash
+from benchmark.policy.checkpoints import (
+    CheckpointError,
+    checkpoint_dir,
+    config_hash,
+    load,
+    policy_digest,
+)
 from benchmark.results import file_sha256
 from tests.conftest import SMALL_POLICY, compose_cfg, run_cli
 
@@ -53,8 +60,9 @@ def bundle(trained_root, tmp_path_factory):
 
 
 def test_round_trip_gives_byte_identical_episodes(bundle, tmp_path):
-    """train -> export -> policy.path=<bundle> in a fresh root: same checkpoint bytes, same cell
-    hash, byte-identical episodes.jsonl, and nothing trained there."""
+    """train -> export -> policy.path=<bundle> in a fresh root: another file (safetensors, not the
+    zip) of the same policy identity, so the same cell hash, byte-identical episodes.jsonl, and
+    nothing trained there."""
     out, orig = bundle["out"], bundle["orig"]
     for ckpt, first in bundle["summaries"].items():
         fresh = tmp_path / f"fresh-{ckpt}"
@@ -62,7 +70,8 @@ def test_round_trip_gives_byte_identical_episodes(bundle, tmp_path):
             fresh, *PPO_ONLY, *SMALL_POLICY, f"policy.path={out}", f"policy.checkpoint={ckpt}"
         )
         again = run_job(cfg, tmp_path / f"job-{ckpt}", multirun=False)
-        assert again["checkpoint_sha256"] == first["checkpoint_sha256"]
+        assert again["checkpoint_sha256"] != first["checkpoint_sha256"]  # another file
+        assert again["policy_weights"] == first["policy_weights"]  # the same policy
         assert again["cell_hash"] == first["cell_hash"]  # paths never enter the identity
         assert Path(again["checkpoint_path"]).is_relative_to(out)
         a = (_cell_files(first, orig) / "episodes.jsonl").read_bytes()
@@ -71,7 +80,7 @@ def test_round_trip_gives_byte_identical_episodes(bundle, tmp_path):
         assert not (fresh / "checkpoints").exists()  # used, never trained
     # one policy directory of the bundle works as policy.path too, and tK names a threshold
     policy_dir = next(p for p in out.iterdir() if p.is_dir())
-    saved = {p.stem for p in policy_dir.glob("r*.zip")}
+    saved = {p.stem for p in policy_dir.glob("r*.safetensors")}
     for k, threshold in enumerate([0.3, 0.5, 0.7, 0.9], start=1):
         name = f"r{int(threshold * 100):03d}"
         if name not in saved:
@@ -80,7 +89,8 @@ def test_round_trip_gives_byte_identical_episodes(bundle, tmp_path):
             tmp_path / "one", *PPO_ONLY, f"policy.path={policy_dir}", f"policy.checkpoint=t{k}"
         )
         task, splits, _ = prepare(cfg)
-        assert policy_checkpoint(cfg, task, splits, train=False) == policy_dir / f"{name}.zip"
+        found = policy_checkpoint(cfg, task, splits, train=False)
+        assert found == policy_dir / f"{name}.safetensors"
 
 
 def test_bundle_layout_model_card_and_metadata(bundle):
@@ -92,12 +102,33 @@ def test_bundle_layout_model_card_and_metadata(bundle):
     name = f"empty5x5_random-s0-{config_hash(cfg)}"
     assert entry["name"] == name and source.name.endswith(entry["config_hash"])
     policy = out / name
-    zips = sorted(p.name for p in source.glob("*.zip"))
-    assert sorted(p.name for p in policy.glob("*.zip")) == zips and "best.zip" in zips
-    for z in zips:  # byte for byte, and listed in COMPLETE
-        assert (policy / z).read_bytes() == (source / z).read_bytes()
-    manifest = json.loads((policy / "COMPLETE").read_text())["checkpoints"]
-    assert manifest == {z[:-4]: file_sha256(policy / z) for z in zips}
+    names = sorted(p.stem for p in source.glob("*.zip"))
+    assert sorted(p.stem for p in policy.glob("*.safetensors")) == names and "best" in names
+    assert not list(policy.glob("*.zip"))  # no pickle in a bundle
+    manifest = json.loads((policy / "COMPLETE").read_text())
+    assert manifest["weights"] == "safetensors"
+    assert manifest["checkpoints"] == {n: file_sha256(policy / f"{n}.safetensors") for n in names}
+    for n in names:  # each names the policy as the zip did: the cells' policy identity
+        want = policy_digest(source / f"{n}.zip")
+        assert entry["checkpoints"][n]["policy_weights"] == want
+        assert policy_digest(policy / f"{n}.safetensors") == want
+    # what rebuilds the policy: the suite's class by name, kwargs, spaces as plain fields, recipe
+    settings = json.loads((policy / "policy.json").read_text())
+    assert settings["policy_class"] == "benchmark.policy.network.DropoutActorCriticPolicy"
+    assert settings["policy_kwargs"] == {"net_arch": [128, 128], "dropout": 0.2}
+    assert settings["observation_space"] == {
+        "space": "Box",
+        "dtype": "float32",
+        "shape": [147],
+        "low": 0.0,
+        "high": 1.0,
+    }
+    assert settings["action_space"] == {"space": "Discrete", "dtype": "int64", "n": 4, "start": 0}
+    assert settings["recipe"] == {
+        "name": "suite",
+        "config_hash": config_hash(cfg),
+        "training_version": 1,
+    }
     # the resolved training config and its hash
     config = json.loads((policy / "config.json").read_text())
     assert config["config_hash"] == config_hash(cfg)
@@ -138,6 +169,19 @@ def test_export_extends_a_bundle_and_refuses_an_incomplete_dir(bundle, tmp_path)
     assert len(json.loads((again / "bundle.json").read_text())["policies"]) == 1
 
 
+def test_a_bundle_policy_exports_again_as_it_is(bundle, tmp_path):
+    """A sweep that used a bundle names the bundle's policy directory (`--sweep`, the policies
+    preset's callback): exporting it copies its weights and settings, same identity."""
+    out = bundle["out"]
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    again = export([policy], tmp_path / "again")
+    (entry,) = json.loads((again / "bundle.json").read_text())["policies"]
+    (first,) = json.loads((out / "bundle.json").read_text())["policies"]
+    assert entry["name"] == policy.name and entry["checkpoints"] == first["checkpoints"]
+    for f in ("best.safetensors", "policy.json", "config.json"):
+        assert (again / policy.name / f).read_bytes() == (policy / f).read_bytes(), f
+
+
 def test_bundle_selection_and_clear_errors(bundle, tmp_path, caplog):
     out = bundle["out"]
     (name,) = [p.name for p in out.iterdir() if p.is_dir()]
@@ -176,13 +220,20 @@ def test_manifests_cover_every_file_of_a_bundle(bundle, tmp_path):
     shutil.copytree(bundle["out"], out)
     (policy,) = [p for p in out.iterdir() if p.is_dir()]
     listed = json.loads((policy / "COMPLETE").read_text())
-    files = {p.name for p in policy.iterdir() if p.suffix != ".zip" and p.name != "COMPLETE"}
-    assert {"results.json", "config.json", "system.json", "curve.csv"} <= files
+    files = {
+        p.name for p in policy.iterdir() if p.suffix != ".safetensors" and p.name != "COMPLETE"
+    }
+    assert {"results.json", "config.json", "system.json", "curve.csv", "policy.json"} <= files
     assert set(listed["files"]) == files
     top = json.loads((out / "COMPLETE").read_text())
     assert set(top["files"]) == {"bundle.json", "README.md", f"{policy.name}/COMPLETE"}
-    assert _load_best(out, tmp_path) == policy / "best.zip"
-    for edited in (policy / "results.json", out / "bundle.json", out / "README.md"):
+    assert _load_best(out, tmp_path) == policy / "best.safetensors"
+    for edited in (
+        policy / "results.json",
+        policy / "policy.json",
+        out / "bundle.json",
+        out / "README.md",
+    ):
         copy = tmp_path / f"edit-{edited.name}"
         shutil.copytree(out, copy)
         target = copy / edited.relative_to(out)
@@ -208,19 +259,30 @@ def test_a_corrupt_manifest_or_index_says_corrupt(bundle, tmp_path, name):
             export([bundle["source"]], out)
 
 
-def test_a_corrupt_zip_in_a_bundle_says_to_export_or_download_it_again(
-    bundle, tmp_path, monkeypatch
+@pytest.mark.parametrize("damage", ["one byte", "truncated"])
+def test_tampered_weights_in_a_bundle_say_to_export_or_download_it_again(
+    bundle, tmp_path, monkeypatch, damage
 ):
-    """A bundle is exported or downloaded, never trained here: "delete ... to retrain" was wrong."""
+    """A .safetensors changed after export (one tensor byte flipped: still a valid file that
+    would load; or truncated) is caught by the policy's COMPLETE digest. A bundle is exported or
+    downloaded, never trained here: "delete ... to retrain" would be wrong."""
     from huggingface_hub import constants
 
     out = tmp_path / "b"
     shutil.copytree(bundle["out"], out)
     (policy,) = [p for p in out.iterdir() if p.is_dir()]
-    zip_path = policy / "best.zip"
-    zip_path.write_bytes(zip_path.read_bytes()[:100])  # truncated
+    weights = policy / "best.safetensors"
+    blob = bytearray(weights.read_bytes())
+    if damage == "one byte":
+        blob[-1] ^= 0x01  # the last byte of the last tensor
+    else:
+        del blob[100:]
+    weights.write_bytes(bytes(blob))
+    if damage == "one byte":
+        load(weights)  # the file alone still loads: only the digest tells
     with pytest.raises(CheckpointError, match="does not match the sha256") as err:
         _load_best(out, tmp_path)
+    assert str(weights) in str(err.value)
     assert f"the bundle {out} is damaged: export it again" in str(err.value)
     assert "retrain" not in str(err.value)
     cache, commit, repo = tmp_path / "hf", "a" * 40, "someone/ask-policies"
@@ -236,17 +298,53 @@ def test_a_corrupt_zip_in_a_bundle_says_to_export_or_download_it_again(
     assert "retrain" not in str(err.value)
 
 
-def test_a_bundle_of_the_first_format_still_loads(bundle, tmp_path):
-    """Bundles exported before manifests covered every file: their zips are still verified."""
+def test_a_bundle_whose_settings_name_another_class_is_refused_naming_it(bundle, tmp_path):
+    """policy.json edited to name a class outside the suite's, and every manifest re-signed (as
+    whoever hands a bundle over could): found and verified, then refused when loaded."""
+    from benchmark.policy.bundle import INDEX, MARKER
+
     out = tmp_path / "b"
     shutil.copytree(bundle["out"], out)
     (policy,) = [p for p in out.iterdir() if p.is_dir()]
-    (out / "COMPLETE").unlink()
-    index = json.loads((out / "bundle.json").read_text())
-    results.write_json(out / "bundle.json", {**index, "format": "ask-benchmark-policies/1"})
-    listed = json.loads((policy / "COMPLETE").read_text())
-    results.write_json(policy / "COMPLETE", {"checkpoints": listed["checkpoints"]})
-    assert _load_best(out, tmp_path) == policy / "best.zip"
+    settings = json.loads((policy / "policy.json").read_text())
+    settings["policy_class"] = "os.system"
+    (policy / "policy.json").write_text(json.dumps(settings))
+    for manifest, signed in ((policy / MARKER, ["policy.json"]), (out / MARKER, [INDEX])):
+        data = json.loads(manifest.read_text())
+        data["files"].update({f: file_sha256(manifest.parent / f) for f in signed})
+        if manifest.parent == out:
+            data["files"][f"{policy.name}/{MARKER}"] = file_sha256(policy / MARKER)
+        manifest.write_text(json.dumps(data))
+    path = _load_best(out, tmp_path)
+    with pytest.raises(CheckpointError, match="names the policy class 'os.system'"):
+        load(path)
+
+
+@pytest.mark.parametrize("fmt", ["ask-benchmark-policies/1", "ask-benchmark-policies/2"])
+def test_a_zip_bundle_of_an_earlier_format_still_loads_under_the_zip_rules(tmp_path, fmt):
+    """Bundles exported before safetensors carry SB3 zips: they still load, their zips verified
+    against the manifest; one whose zips hold a pickle payload is refused with a message, and
+    loads only with policy.trust_pickle=true."""
+    from tests.malicious_zip import poison_dir
+    from tests.small_policy import committed
+    from tests.zip_bundle import zip_bundle
+
+    out = zip_bundle(committed(), tmp_path / "old", fmt)
+    (policy,) = [p for p in out.iterdir() if p.is_dir()]
+    path = _load_best(out, tmp_path)
+    assert path == policy / "best.zip"
+    assert policy_digest(path) == policy_digest(committed() / "best.zip")
+    load(path)
+    marker = tmp_path / "pwned"
+    bad_dir = poison_dir(committed(), tmp_path / "ckpt" / committed().name, marker)
+    bad = zip_bundle(bad_dir, tmp_path / "bad", fmt)
+    path = _load_best(bad, tmp_path)  # found and verified: the manifests were re-signed
+    with pytest.raises(CheckpointError, match="refused to load.*policy.trust_pickle=true"):
+        load(path)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="cannot load"):  # its policy_class is gone
+        load(path, trust_pickle=True)  # the user's explicit choice: SB3 unpickles, it runs
+    assert marker.exists()
     (policy / "best.zip").write_bytes(b"edited")
     with pytest.raises(CheckpointError, match="sha256"):
         _load_best(out, tmp_path)
@@ -267,14 +365,14 @@ def test_policy_source_reads_the_hf_cache_offline(bundle, tmp_path, monkeypatch)
     _hf_cache(bundle["out"], cache, repo, commit)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    best = bundle["summaries"]["best"]["checkpoint_sha256"]
+    best = bundle["summaries"]["best"]["policy_weights"]
     for revision in (commit, None):  # pinned by commit; or the cache's refs/main
         rev = [f"policy.revision={revision}"] if revision else []
         cfg = compose_cfg(tmp_path, *PPO_ONLY, *SMALL_POLICY, f"policy.source={repo}", *rev)
         task, splits, _ = prepare(cfg)
         path = policy_checkpoint(cfg, task, splits, train=False)
         assert path.is_relative_to(cache / f"models--someone--ask-policies/snapshots/{commit}")
-        assert file_sha256(path) == best
+        assert policy_digest(path) == best
     assert fetch(repo, commit) == cache / "models--someone--ask-policies" / "snapshots" / commit
     with pytest.raises(CheckpointError, match="not in the Hugging Face cache.*hf download other/x"):
         fetch("other/x", "b" * 40)
@@ -320,7 +418,7 @@ def test_cli_export_by_overrides_and_presets(bundle, trained_root, tmp_path, cap
     assert "policy.seed=1: not trained" in err and "python -m benchmark train_only=true" in err
     index = json.loads((out / "bundle.json").read_text())
     assert [p["seed"] for p in index["policies"]] == [0]
-    assert (out / index["policies"][0]["name"] / "best.zip").is_file()
+    assert (out / index["policies"][0]["name"] / "best.safetensors").is_file()
     # a preset's sweep is expanded (benchmark.config.sweep_jobs, Hydra's job order):
     # +experiment=policies is its 3 envs x 3 seeds; the command line wins over the preset's sweep
     combos = combinations(["+experiment=policies", f"paths.root={tmp_path}"])

@@ -193,18 +193,22 @@ CELL = [
 
 @pytest.mark.slow
 def test_a_payload_in_a_bundle_or_a_cell_never_runs(tmp_path):
-    """A bundle whose zips carry a `__reduce__` payload (re-signed, as whoever hands it over
-    could) is planned and identified (python -m benchmark.plan), and refused when used (python
-    -m benchmark); a sweep whose cell.json names a callable as env.task._target_ is reported
+    """A checkpoint directory whose zips carry a `__reduce__` payload is refused by export, with a
+    message; a bundle of the zip format holding them (re-signed, as whoever hands it over could)
+    is planned and identified (python -m benchmark.plan), and refused when used (python -m
+    benchmark); a sweep whose cell.json names a callable as env.task._target_ is reported
     (python -m benchmark.report) with the env from conf/env. No payload runs."""
     from benchmark.job import run_job
     from benchmark.policy.bundle import export
     from tests.conftest import SMALL_POLICY, compose_cfg, run_cli
     from tests.malicious_zip import poison_dir
+    from tests.zip_bundle import zip_bundle
 
     marker, marker2 = tmp_path / "pwned-zip", tmp_path / "pwned-target"
     bad_dir = poison_dir(committed(), tmp_path / "ckpt" / committed().name, marker)
-    bad = export([bad_dir], tmp_path / "bad-bundle", title="bad")
+    with pytest.raises(CheckpointError, match="policy_class is call of io.open, not one of"):
+        export([bad_dir], tmp_path / "refused", title="bad")
+    bad = zip_bundle(bad_dir, tmp_path / "bad-bundle")
     good = export([committed()], tmp_path / "good-bundle", title="good")
     over = [*CELL, *SMALL_POLICY]
 

@@ -7,9 +7,14 @@ A bundle:
     README.md                 model card (YAML metadata: library_name stable-baselines3, tags,
                               model-index with the test results), what each policy is, how to use it
     bundle.json               the index: format, one entry per policy (env, seed, recipe hash,
-                              checkpoints with their SHA-256 and validation score, test results)
-    <env>-s<seed>-<hash>/     one trained policy, the checkpoint cache's directory as it was:
-        best.zip final.zip rNNN.zip   SB3 PPO zips (huggingface_sb3's `<name>.zip`), byte for byte
+                              checkpoints with their SHA-256, policy identity and validation score,
+                              test results)
+    <env>-s<seed>-<hash>/     one trained policy:
+        best.safetensors final.safetensors rNNN.safetensors
+                                      the policy's tensors (benchmark.policy.portable), no pickle
+        policy.json                   what rebuilds the policy: the suite's policy class by name,
+                                      its kwargs, the observation and action spaces as plain
+                                      fields, the recipe
         best.json final.json ...      when each was saved and its validation score
         curve.csv                     the validation learning curve
         config.json                   the resolved training config (env + policy recipe, validation
@@ -17,14 +22,17 @@ A bundle:
         results.json                  test metrics with 95% CIs from the PPO-only cells of the
                                       results root (huggingface_sb3's mean_reward, std_reward, ...)
         system.json                   machine and package versions it was trained with
-        COMPLETE                      SHA-256 of every zip and of every other file, checked on
-                                      every load
+        COMPLETE                      SHA-256 of every .safetensors and of every other file,
+                                      checked on every load
     COMPLETE                  SHA-256 of bundle.json, README.md and each policy's COMPLETE, so
                               the manifests cover every file: an edited or corrupt one is refused
 
-The zips are copied unchanged, so a cell evaluated from the bundle has the same checkpoint
-SHA-256, hence the same cell identity and byte-identical episodes, as one evaluated from the
-cache that trained it."""
+Loading one never unpickles: the policy is built from the suite's own classes and given the
+tensors. The policy identity (`checkpoints.policy_digest`) of a .safetensors with its policy.json
+is that of the SB3 zip it was made from (export checks it), so a cell evaluated from the bundle
+has the same hash, and byte-identical episodes, as one evaluated from the cache that trained it.
+Bundles of the earlier formats (SB3 zips copied byte for byte) still load, under the zip's trust
+rules (`checkpoints.check_pickles`, `policy.trust_pickle`)."""
 
 from __future__ import annotations
 
@@ -41,6 +49,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.policy import portable
 from benchmark.policy.card import model_card
 from benchmark.policy.checkpoints import (
     MARKER,
@@ -48,7 +57,9 @@ from benchmark.policy.checkpoints import (
     config_hash,
     intact,
     manifest,
+    policy_digest,
     resolve,
+    weights_suffix,
 )
 from benchmark.policy.names import order
 from benchmark.policy.provenance import system_info
@@ -64,7 +75,8 @@ from benchmark.store import (
 
 log = logging.getLogger(__name__)
 
-FORMAT = "ask-benchmark-policies/2"  # 2: COMPLETE manifests cover every file, not only zips
+# 3: safetensors and policy.json instead of SB3 zips; 2: COMPLETE manifests cover every file
+FORMAT = "ask-benchmark-policies/3"
 FIRST_FORMAT = "ask-benchmark-policies/1"  # still loaded: its zips are verified
 INDEX = "bundle.json"
 CARD = "README.md"
@@ -92,22 +104,28 @@ def policy_name(config: dict[str, Any], ckpt_dir: Path) -> str:
     return f"{config['env']['name']}-s{config['policy']['seed']}-{ckpt_dir.name.rsplit('-', 1)[-1]}"
 
 
-def evaluations(root: Path | None, sha256s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+def evaluations(
+    root: Path | None, sha256s: dict[str, str], weights: dict[str, str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Per checkpoint name, the complete PPO-only cells of the results root that evaluated it (by
-    the checkpoint file's SHA-256), test split first, then larger first."""
+    the checkpoint file's SHA-256, or by the policy identity `weights` gives it: a cell evaluated
+    from a bundle read another file of the same policy), test split first, then larger first."""
     found: dict[str, list[dict[str, Any]]] = {}
     if root is None:
         return found
     by_sha = {sha: name for name, sha in sha256s.items()}
+    by_weights = {digest: name for name, digest in (weights or {}).items()}
     for cell in Store(root).cells():
-        sha = cell.checkpoint_sha256
+        name = by_sha.get(cell.checkpoint_sha256) or by_weights.get(
+            (cell.inputs or {}).get("policy_weights")
+        )
         ppo_only = getattr(cell.gate_class, "name", None) == "never"
-        if sha not in by_sha or not ppo_only or (done := cell.read()) is None:
+        if name is None or not ppo_only or (done := cell.read()) is None:
             continue
         identity = cell.identity or {}
         summary, episodes = done
         rewards = [float(e["reward"]) for e in episodes]
-        found.setdefault(by_sha[sha], []).append(
+        found.setdefault(name, []).append(
             {
                 "cell_hash": cell.hash,
                 "cell": summary.get("cell"),
@@ -156,19 +174,55 @@ def _headline(selected: Selected, names: Iterable[str]) -> str:
     return "best" if "best" in names else "final"
 
 
+def _write_weights(
+    src: Path, tmp: Path, names: list[str], suffix: str, recipe: dict[str, Any]
+) -> dict[str, str]:
+    """Each checkpoint of `src` as `<name>.safetensors` in `tmp`, with one policy.json; returns
+    each one's policy identity. A zip is converted (its tensors read with weights_only, its
+    settings read without unpickling; a zip whose policy class or kwargs are not the suite's is
+    refused) and must give the zip's own identity; a bundle's files are copied."""
+    if suffix == portable.SUFFIX:
+        for ckpt in names:
+            shutil.copyfile(src / f"{ckpt}{suffix}", tmp / f"{ckpt}{suffix}")
+        shutil.copyfile(src / portable.SETTINGS, tmp / portable.SETTINGS)
+    else:
+        settings: dict[str, str] = {}
+        for ckpt in names:
+            found = portable.write(src / f"{ckpt}.zip", tmp / f"{ckpt}{portable.SUFFIX}")
+            settings.setdefault(json.dumps(found, sort_keys=True), ckpt)
+        if len(settings) != 1:
+            raise CheckpointError(
+                f"cannot export {src}: its checkpoints {', '.join(settings.values())} differ in "
+                "their policy class, kwargs or spaces (one training saves one kind of policy)"
+            )
+        write_json_atomic(
+            tmp / portable.SETTINGS, {**json.loads(next(iter(settings))), "recipe": recipe}
+        )
+    digests = {c: policy_digest(tmp / f"{c}{portable.SUFFIX}") for c in names}
+    for ckpt in names if suffix == ".zip" else ():
+        if digests[ckpt] != policy_digest(src / f"{ckpt}.zip"):
+            raise CheckpointError(
+                f"cannot export {src / ckpt}.zip: its safetensors copy does not give the zip's "
+                "policy identity (a space or kwarg the bundle format does not carry exactly)"
+            )
+    return digests
+
+
 def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str, Any]:
-    """Copy one complete checkpoint directory into `out/<name>/` with its config hash, results
-    and system; returns its bundle.json entry."""
+    """Write one complete checkpoint directory (the cache's, or a bundle's policy) into
+    `out/<name>/` as safetensors and policy.json, with its config hash, results and system;
+    returns its bundle.json entry."""
     src = Path(selected.directory)
     if not intact(src):
         raise CheckpointError(
-            f"{src} is not a complete checkpoint directory (no {MARKER}, or a zip that no longer "
-            "matches its SHA-256): train it first"
+            f"{src} is not a complete checkpoint directory (no {MARKER}, or a checkpoint file "
+            "that no longer matches its SHA-256): train it first"
         )
-    sha256s: dict[str, str] = dict((manifest(src) or {})["checkpoints"])
+    recorded = manifest(src) or {}
+    sha256s: dict[str, str] = dict(recorded["checkpoints"])  # the files cells were evaluated from
     config = json.loads((src / "config.json").read_text())
-    config["config_hash"] = src.name.rsplit("-", 1)[-1]
-    config["checkpoint_dir"] = src.name
+    config.setdefault("config_hash", src.name.rsplit("-", 1)[-1])
+    config.setdefault("checkpoint_dir", src.name)
     name = policy_name(config, src)
     names = sorted(sha256s, key=order)
     metas = {}
@@ -176,11 +230,17 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
     system = read_json(src / SYSTEM) or {
         "unknown": "trained before checkpoint directories recorded their machine and versions"
     }
-    evals = evaluations(root, sha256s)
+    recipe = {
+        "name": config["policy"].get("recipe"),
+        "config_hash": config["config_hash"],
+        "training_version": config.get("training_version"),
+    }
+    written: dict[str, Any] = {}
 
     def fill(tmp: Path) -> None:
+        digests = _write_weights(src, tmp, names, weights_suffix(recorded), recipe)
+        evals = evaluations(root, sha256s, digests)
         for ckpt in names:
-            shutil.copyfile(src / f"{ckpt}.zip", tmp / f"{ckpt}.zip")
             if (src / f"{ckpt}.json").is_file():
                 shutil.copyfile(src / f"{ckpt}.json", tmp / f"{ckpt}.json")
                 metas[ckpt] = json.loads((src / f"{ckpt}.json").read_text())
@@ -189,11 +249,18 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
         write_json_atomic(tmp / "config.json", config)
         write_json_atomic(tmp / SYSTEM, system)
         write_json_atomic(tmp / "results.json", _results_json(config["env"], headline, evals))
-        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != ".zip"}
+        weights = {c: file_sha256(tmp / f"{c}{portable.SUFFIX}") for c in names}
+        files = {
+            p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.suffix != portable.SUFFIX
+        }
         # last: marks it complete
-        write_json_atomic(tmp / MARKER, {"checkpoints": sha256s, "files": files})
+        write_json_atomic(
+            tmp / MARKER, {"weights": "safetensors", "checkpoints": weights, "files": files}
+        )
+        written.update(sha256=weights, policy_weights=digests, evals=evals)
 
     replace_dir(policy_dir(out, name), fill)
+    evals = written.pop("evals")
     return {
         "name": name,
         "env": config["env"]["name"],
@@ -207,7 +274,8 @@ def export_policy(selected: Selected, out: Path, root: Path | None) -> dict[str,
         "headline": headline,
         "checkpoints": {
             c: {
-                "sha256": sha256s[c],
+                "sha256": written["sha256"][c],
+                "policy_weights": written["policy_weights"][c],
                 "timesteps": metas.get(c, {}).get("timesteps"),
                 "validation_reward": metas.get(c, {}).get("eval_reward"),
                 "validation_success": metas.get(c, {}).get("eval_success"),
@@ -284,7 +352,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def verify(directory: Path) -> dict[str, Any]:
     """The COMPLETE manifest of a bundle or of one of its policies, after checking that every
-    file it lists (`files`; the zips under `checkpoints` are checked when one is loaded) still
+    file it lists (`files`; the weights under `checkpoints` are checked when one is loaded) still
     has its SHA-256. CheckpointError naming the file that is missing, corrupt or changed."""
     path = Path(directory) / MARKER
     if not path.is_file():
@@ -362,11 +430,10 @@ def select_policy(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPL
 
 
 def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT_SPLITS) -> Path:
-    """The verified zip `policy.checkpoint` of the policy `cfg` asks for in a bundle directory."""
+    """The verified checkpoint file (.safetensors; .zip in a bundle of an earlier format)
+    `policy.checkpoint` of the policy `cfg` asks for in a bundle directory."""
     policy_dir = select_policy(directory, cfg, splits)
-    verify(
-        policy_dir
-    )  # every file but the zips (a policy of the first format: none); the zip below
+    verify(policy_dir)  # every file but the weights (first format: none); resolve checks those
     wanted = read_json(policy_dir / "config.json") or {}
     trained_on = (wanted.get("env") or {}).get("task")
     if trained_on is not None and trained_on != OmegaConf.to_container(cfg.env.task, resolve=True):

@@ -112,28 +112,29 @@ def model_card(index: dict[str, Any]) -> str:
         "In a bundle the policy is picked by `env` and `policy.seed` (the one of exactly the "
         "job's recipe first); `policy.path` may also name one policy directory. "
         "`policy.checkpoint` picks `best`, `final` or a reward-threshold checkpoint `rNNN` (or "
-        "`tK`) inside it, as with the suite's own cache. Each checkpoint is a plain SB3 zip, "
-        "loadable with `huggingface_sb3` (unpickling it needs the suite's "
-        "`benchmark.policy.DropoutActorCriticPolicy`):",
+        "`tK`) inside it, as with the suite's own cache. Each checkpoint is a `.safetensors` "
+        "file of the policy's tensors, and `policy.json` beside them says what rebuilds the "
+        "policy (the suite's policy class by name, its kwargs, the observation and action "
+        "spaces); nothing in them is a pickle, and loading runs no code from the files:",
         "",
         "```python",
-        "from huggingface_sb3 import load_from_hub",
+        "from huggingface_hub import hf_hub_download",
         "from benchmark.policy import load",
-        f'model = load(load_from_hub("<user>/<repo>", "{first["name"]}/best.zip"))',
+        f'hf_hub_download("<user>/<repo>", "{first["name"]}/policy.json")  # read beside it',
+        f'model = load(hf_hub_download("<user>/<repo>", "{first["name"]}/best.safetensors"))',
         "```",
-        "",
-        "SB3 zips contain pickles: load only files you trust.",
         "",
         "## Files",
         "",
-        "Each `<env>-s<seed>-<hash>/` holds the SB3 zips (`best` = best validation reward, "
-        "`final` = last weights, `rNNN` = first to reach validation reward NNN/100), their "
-        "`.json` metas, the validation learning curve `curve.csv`, the resolved training config "
-        "with its hash `config.json`, the test metrics `results.json`, the machine and package "
-        "versions it was trained with `system.json`, and `COMPLETE` (SHA-256 of every file "
-        "there, checked on every load). `bundle.json` indexes them; the top `COMPLETE` holds the "
-        "SHA-256 of `bundle.json`, this card and each policy's `COMPLETE`, so an edited or corrupt "
-        "file is refused, by name.",
+        "Each `<env>-s<seed>-<hash>/` holds the weights (`best` = best validation reward, "
+        "`final` = last weights, `rNNN` = first to reach validation reward NNN/100) as "
+        "`.safetensors`, `policy.json`, their `.json` metas, the validation learning curve "
+        "`curve.csv`, the resolved training config with its hash `config.json`, the test "
+        "metrics `results.json`, the machine and package versions it was trained with "
+        "`system.json`, and `COMPLETE` (SHA-256 of every file there, checked on every load). "
+        "`bundle.json` indexes them, with each checkpoint's policy identity (the suite's cells "
+        "name the policy by it); the top `COMPLETE` holds the SHA-256 of `bundle.json`, this "
+        "card and each policy's `COMPLETE`, so an edited or corrupt file is refused, by name.",
         "",
         "## Reproducibility",
         "",
@@ -142,7 +143,7 @@ def model_card(index: dict[str, Any]) -> str:
         "it is not: torch picks its CPU kernels by instruction set (AVX-512, AVX2, ...) and their "
         "floating-point rounding differs, which PPO amplifies over a long training, so a "
         "retrained policy is statistically equal over training seeds, not identical. Evaluating "
-        "these zips evaluates the very same policies (evaluation is far less sensitive: the "
+        "these weights evaluates the very same policies (evaluation is far less sensitive: the "
         "suite's evaluation files came out byte-identical under every CPU kernel setting tried).",
         "",
         "| policy | trained with |",

@@ -23,7 +23,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
 from benchmark.envs.base import Task
-from benchmark.policy import names, resume, sb3zip
+from benchmark.policy import names, portable, resume, sb3zip
+from benchmark.policy.errors import CheckpointError
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train
 from benchmark.seeds import DEFAULT_SPLITS, Splits
@@ -56,10 +57,6 @@ ADDED_POLICY_KEY_DEFAULTS = {
     "image_scale": None,
     "train_seed_pool": None,
 }
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupt or does not fit the task."""
 
 
 def recipe_payload(cfg: DictConfig) -> dict[str, Any]:
@@ -121,13 +118,21 @@ def manifest(ckpt_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def weights_suffix(recorded: dict[str, Any]) -> str:
+    """The file suffix of a complete directory's checkpoints: `.zip` (the cache's, and bundles
+    before safetensors), or what its manifest names (`weights`: a bundle's `.safetensors`)."""
+    return portable.SUFFIX if recorded.get("weights") == "safetensors" else ".zip"
+
+
 def intact(ckpt_dir: Path) -> bool:
-    """Complete (marker written after the final model) and every zip still matches its sha256."""
+    """Complete (marker written after the final model) and every checkpoint file still matches
+    its sha256."""
     recorded = manifest(ckpt_dir)
     if recorded is None:
         return False
+    suffix = weights_suffix(recorded)
     return all(
-        (ckpt_dir / f"{n}.zip").is_file() and file_sha256(ckpt_dir / f"{n}.zip") == h
+        (ckpt_dir / f"{n}{suffix}").is_file() and file_sha256(ckpt_dir / f"{n}{suffix}") == h
         for n, h in recorded["checkpoints"].items()
     )
 
@@ -201,8 +206,8 @@ def ensure(
 def resolve(
     ckpt_dir: Path, name: str, remedy: str | None = None, match_success: float | None = None
 ) -> Path:
-    """The verified zip for `name` in a complete directory (`match`: the checkpoint `matched`
-    picks for `match_success`). `remedy`: what to do about a corrupt zip when it is not the
+    """The verified checkpoint file for `name` in a complete directory (`match`: the checkpoint
+    `matched` picks for `match_success`). `remedy`: what to do about a corrupt zip when it is not the
     suite's to retrain (a bundle's)."""
     match = names.parse(name).kind == "match"
     if not match:
@@ -219,7 +224,7 @@ def resolve(
             f"policy.checkpoint={name} does not exist for {ckpt_dir.name}: available {available}"
             " (a reward threshold is saved only if validation reached it)"
         )
-    path = ckpt_dir / f"{name}.zip"
+    path = ckpt_dir / f"{name}{weights_suffix(recorded)}"
     if not path.is_file() or file_sha256(path) != files[name]:
         raise CheckpointError(
             f"{path} is missing or does not match the sha256 recorded in {MARKER} (corrupt or "
@@ -304,18 +309,22 @@ def load(
     path: str | Path, device: str = "cpu", task: Task | None = None, trust_pickle: bool = False
 ) -> PPO:
     """Load a PPO (or RecurrentPPO) checkpoint for inference; with `task`, check its
-    observation/action spaces. A zip whose pickles would run code is refused (`check_pickles`)
-    unless `trust_pickle`."""
+    observation/action spaces. A bundle's `.safetensors` is rebuilt from the suite's classes with
+    the policy.json beside it (`portable`, no pickle); a zip whose pickles would run code is
+    refused (`check_pickles`) unless `trust_pickle`."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint file at {path}")
-    if not zipfile.is_zipfile(path):
+    if path.suffix == portable.SUFFIX:  # a bundle's: rebuilt from the suite's classes
+        model = portable.load(path, device=device)
+    elif not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path} is not a valid zip (truncated or corrupt checkpoint)")
-    check_pickles(path, trust_pickle)
-    try:
-        model = _algorithm_of(path).load(path, device=device, custom_objects=REPLACED_ON_LOAD)
-    except Exception as e:  # zip/pickle/torch errors all mean an unusable file
-        raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
+    else:
+        check_pickles(path, trust_pickle)
+        try:
+            model = _algorithm_of(path).load(path, device=device, custom_objects=REPLACED_ON_LOAD)
+        except Exception as e:  # zip/pickle/torch errors all mean an unusable file
+            raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
     if task is not None:
         env = task.validation_env()
         try:
@@ -341,7 +350,11 @@ def policy_digest(path: str | Path, digests: str | Path | None = None) -> str:
     observation and action spaces). Not the zip's bytes: they also hold pickled schedules with
     object addresses, the training's start time and counters, so two trainings with identical
     weights had different SHA-256s and named different cells. Cached in the results store's
-    digest cache (benchmark.store.cached_digest) by the file's path, size, mtime and inode."""
+    digest cache (benchmark.store.cached_digest) by the file's path, size, mtime and inode. A
+    bundle's `.safetensors` and its policy.json give the digest of the zip they were made from
+    (`portable.digest`)."""
+    if Path(path).suffix == portable.SUFFIX:  # not cached: policy.json beside it is part of it
+        return portable.digest(Path(path))
     return cached_digest(path, digests, _policy_digest, kind=POLICY_DIGEST)
 
 
@@ -368,10 +381,7 @@ def _policy_digest(path: Path) -> str:
                 state = torch.load(
                     io.BytesIO(zf.read(member)), map_location="cpu", weights_only=True
                 )
-                for key in sorted(state):
-                    t = state[key].detach().cpu().contiguous()
-                    h.update(json.dumps([member, key, str(t.dtype), list(t.shape)]).encode())
-                    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+                portable.hash_tensors(h, member, state)
     except Exception as e:  # zip/JSON/torch errors all mean an unusable file
         raise CheckpointError(f"cannot read the policy in {path}: {type(e).__name__}: {e}") from e
     settings = sb3zip.settings(data, SETTINGS_KEYS)

@@ -127,7 +127,7 @@ def of_config(cfg: Any, *, check: bool = True) -> str:
     if name == "match":
         match_target(policy.get("match_success"))
         path = policy.get("path")
-        if path and str(path).endswith(".zip"):
+        if path and str(path).endswith((".zip", ".safetensors")):
             raise ValueError(
                 f"policy.checkpoint=match picks among the checkpoints a training saved; "
                 f"policy.path={path!r} is one file: name a checkpoint directory or bundle, or "
