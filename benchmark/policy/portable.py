@@ -22,14 +22,18 @@ evaluated from a bundle keeps the hash of the cell evaluated from the cache that
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 
@@ -96,9 +100,6 @@ def hash_tensors(h: Any, member: str, state: dict[str, torch.Tensor]) -> None:
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a .safetensors file (a header of names, dtypes and offsets, then raw bytes:
     nothing runs); CheckpointError naming it when it is not one."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -263,7 +264,13 @@ def settings_of_zip(path: Path) -> dict[str, Any]:
         )
     out = {"format": SETTINGS_FORMAT, "policy_class": str(policy_class), "policy_kwargs": kwargs}
     for key in SPACE_KEYS:
-        out[key] = space_json(sb3zip.decoded(data.get(key)), f"{path}: {key}")
+        try:
+            out[key] = space_json(sb3zip.decoded(data.get(key)), f"{path}: {key}")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a state it lacks
+            raise CheckpointError(
+                f"cannot export {path}: its {key} is not a space this format carries "
+                f"({type(e).__name__}: {e})"
+            ) from e
     return out
 
 
@@ -323,23 +330,25 @@ def write(zip_path: Path, out: Path) -> dict[str, Any]:
     """`out` (.safetensors): the policy tensors of the SB3 zip `zip_path`, read with torch's
     weights_only; returns its settings (settings_of_zip). Each tensor is stored on its own (a
     features extractor shared by actor and critic is three names of one tensor in the zip)."""
-    import io
-    import zipfile
 
-    from safetensors.torch import save_file
+    def tensors_of(zf: zipfile.ZipFile, member: str) -> dict[str, torch.Tensor]:
+        return torch.load(io.BytesIO(zf.read(member)), map_location="cpu", weights_only=True)
 
-    settings = settings_of_zip(zip_path)
-    with zipfile.ZipFile(zip_path) as zf:
-        names = zf.namelist()
-        state = torch.load(io.BytesIO(zf.read(MEMBER)), map_location="cpu", weights_only=True)
-        extra = "pytorch_variables.pth"
-        if extra in names and torch.load(
-            io.BytesIO(zf.read(extra)), map_location="cpu", weights_only=True
-        ):
-            raise CheckpointError(
-                f"cannot export {zip_path}: it holds tensors beside the policy's ({extra}); a "
-                "PPO policy has none"
-            )
+    extra = "pytorch_variables.pth"
+    try:
+        settings = settings_of_zip(zip_path)
+        with zipfile.ZipFile(zip_path) as zf:
+            state = tensors_of(zf, MEMBER)
+            others = tensors_of(zf, extra) if extra in zf.namelist() else {}
+    except CheckpointError:
+        raise
+    except Exception as e:  # zip, JSON and torch's weights_only refusals: an unusable file
+        raise CheckpointError(f"cannot export {zip_path}: {type(e).__name__}: {e}") from e
+    if others:
+        raise CheckpointError(
+            f"cannot export {zip_path}: it holds tensors beside the policy's ({extra}); a PPO "
+            "policy has none"
+        )
     tensors = {k: v.detach().clone().contiguous() for k, v in state.items()}
     save_file(tensors, str(out), metadata={"format": "pt"})
     return settings
