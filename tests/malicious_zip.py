@@ -1,8 +1,9 @@
 """An SB3 zip with a pickle payload: the `policy_class` entry of its data JSON replaced by a
 cloudpickle whose `__reduce__` opens (creates) a marker file when unpickled, as SB3's
 `json_to_data` would. Everything else in the zip (weights, spaces, kwargs) is left as it was, so
-the policy still loads and acts when the payload is trusted; a test asserts the marker never
-appears where nothing should unpickle it."""
+it is read and identified as a real checkpoint; trusted (`policy.trust_pickle=true`), SB3
+unpickles it, the payload runs, and the load then fails (its policy class is gone). A test
+asserts the marker never appears where nothing should unpickle it."""
 
 from __future__ import annotations
 
