@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu lock test-latest demo test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu lock test-latest demo demo-brace test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -56,6 +56,12 @@ demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned a
 	@sweep=$$(ls -dt outputs/sweeps/demo/* | head -1); \
 	echo; \
 	$(PY) -m benchmark.report $$sweep --no-wandb --brief
+
+demo-brace: $(VENV_STAMP) ## Agent-BRACE learns at toy scale (TextWorld Quest, ~15 min on 2 cores): SFT / SFT+PPO / frozen-belief table; fails when nothing was learned
+	$(PY) -m benchmark.brace.train +experiment=brace_demo -m
+	@sweep=$$(ls -dt outputs/sweeps/brace_demo/* | head -1); \
+	$(PY) -m benchmark.brace.table $$sweep --check > /dev/null && echo "brace demo: learned (table above, $$sweep/brace_table.md)" \
+	|| { echo "brace demo: nothing learned ($$sweep/brace_table.json)"; exit 1; }
 
 # pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything
 test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1

@@ -19,7 +19,7 @@ POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes"
 RATES = ("sft_epochs", "sft_lr")
 # the keys that shape the SFT models (the RL models: all of them); execution keys stay out
 EXECUTION = ("threads", "measure_base", "skip_rl", "out")
-SFT_KEYS = ("base", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
+SFT_KEYS = ("base", "tiny_size", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
             "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
 
 
@@ -127,7 +127,11 @@ def check(cfg: DictConfig) -> Settings:
     if not isinstance(values["tau"], (int, float)) or values["tau"] < 0:
         _fail("tau", values["tau"], "must be a number >= 0 (bits)")
     if values["base"] is not None and not Path(values["base"]).is_dir():
-        _fail("base", values["base"], "not a model directory (null: the tiny_small model)")
+        _fail("base", values["base"], "not a model directory (null: the tiny model `tiny_size`)")
+    from benchmark.consultants.tiny import SIZES
+
+    if values["tiny_size"] not in SIZES:
+        _fail("tiny_size", values["tiny_size"], f"allowed {', '.join(SIZES)}")
     rl = values.get("rl")
     try:
         rl_settings = RLSettings.of(rl if isinstance(rl, dict) else {})

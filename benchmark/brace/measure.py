@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.analysis.belief import brier_by_step
 from benchmark.brace import joint, rollout
+from benchmark.brace.rewards import episode_rewards, format_pass
+from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import Splits
 
 # training-reward fields averaged per seed over its updates (name -> joint.samples' raw key)
@@ -27,6 +30,7 @@ def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
     answers, seconds = answer_all(Path(model_dir), states)
     rewards = rewards_at([a.text for a in answers], states)
     return {
+        "format_pass": rollout.mean_ci([float(format_pass(a.text)) for a in answers]),
         "format": rollout.mean_ci([r.gate for r in rewards]),
         "correctness": rollout.mean_ci([r.correctness for r in rewards]),
         "r_belief": rollout.mean_ci([r.total for r in rewards]),
@@ -57,17 +61,34 @@ def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequenc
     from benchmark.finetune import lm
 
     models = {role: lm.load(d) for role, d in dirs.items()}
-    _, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate, policy=policy)
+    rows, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate,
+                             policy=policy)  # fmt: skip
     per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
     raw = {k: [v for r in per_seed for v in r[k]] for k in PER_SEED.values()}
-    env = [next((x.success for x in logs if x.seed == s), 0.0) for s in seeds]
+    outcome = episode_rewards(rows)  # an episode with no consulted step counts too
+    env = [outcome.get(s, 0.0) for s in seeds]
+    updates = [t.text for x in logs for t in x.turns if t.role == BELIEF_ROLE]
+    steps, brier = brier_by_step([belief_record(x) for x in logs if x.belief])
     return {"r_env": rollout.mean_ci(env), "r_belief": rollout.mean_ci(raw["belief"]),
             "format": rollout.mean_ci(raw["gate"]),
+            "format_pass": rollout.mean_ci([float(format_pass(t)) for t in updates]),
             "correctness": rollout.mean_ci(raw["correctness"]),
+            # the held beliefs' calibration per step (the mean over the episodes at that step)
+            "brier_by_step": {"step": steps, "brier": [round(b, 4) for b in brier]},
             # per seed, in `seeds` order (R_belief: the mean of its updates, None without one)
             "per_seed": {"r_env": env, **{key: [
                 round(float(np.mean(r[raw_key])), 4) if r[raw_key] else None for r in per_seed]
                 for key, raw_key in PER_SEED.items()}}}  # fmt: skip
+
+
+def belief_record(log: rollout.StepLog) -> dict[str, Any]:
+    """A rollout step's held belief as the analysis reads a cell's step record: each claim's
+    label with the probability its fact holds now (None: no rule verifies it)."""
+    from benchmark.envs.truth import truth_probability
+    from benchmark.vocabulary import split_claim
+
+    claims = [[split_claim(c)[1], truth_probability(c, log.truth)] for c in log.belief]
+    return {"seed": log.seed, "step": log.step, "belief_claims": claims}
 
 
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:

@@ -151,7 +151,8 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     splits = DEFAULT_SPLITS
     report: dict[str, Any] = {"trained_with": s.rl_identity(job), "complete": False}
     prompt, teacher_prompt = prompt_of(s.policy_input), brace_prompt()
-    base = Path(s.base) if s.base else build_tiny(store.models / "tiny-qwen3-small-s0", 0, "small")
+    size = s.tiny_size
+    base = Path(s.base) if s.base else build_tiny(store.models / f"tiny-qwen3-{size}-s0", 0, size)
     train_seeds = list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + s.teacher_episodes))
     t0 = time.perf_counter()
     sft = {r: s.out / "sft" / r for r in s.roles}
@@ -225,9 +226,12 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     if held_states:
         report["held_out"]["rl"] = measure.held_out(rl["belief"], held_states)
     held_seeds = list(range(s.held_out_episodes))  # validation seeds, each pair on its own beliefs
+    rows = [("sft", sft), ("rl", rl)]
+    if s.measure_base:  # the untrained base in both roles, for scale
+        rows.insert(0, ("base", dict.fromkeys(s.roles, base)))
     report["held_out_rollouts"] = {
         name: measure.rollout_reward(rl_task, prompt, dirs, held_seeds, gate, policy)
-        for name, dirs in (("sft", sft), ("rl", rl))
+        for name, dirs in rows
     }
     report["gains"] = measure.gains(report)
     log(f"RL - SFT (paired) {json.dumps(report['gains'])}")

@@ -59,6 +59,25 @@ def format_score(text: str | None) -> float:
     return count * labelled * dedup * length
 
 
+def format_pass(text: str | None) -> bool:
+    """Whether an update is well-formed, the pass/fail reading of `format_score` without its
+    count credit: a closed <belief_state> block of 1 to MAX_BULLETS bullets, every bullet one
+    labelled claim, none repeated. A short belief passes (the count term rewards informative
+    beliefs, not valid ones); the demo's "format pass rate" is the share of updates passing."""
+    if not text:
+        return False
+    visible, _ = strip_thinking(text)
+    m = BELIEF_BLOCK.search(visible)
+    if not m or "</belief_state>" not in visible.lower():
+        return False
+    lines = [ln.strip() for ln in m.group(1).splitlines() if ln.strip()]
+    return (
+        0 < len(lines) <= MAX_BULLETS
+        and all(ln.startswith("-") and len(parse_belief(ln, 1)) == 1 for ln in lines)
+        and len({ln.lower() for ln in lines}) == len(lines)
+    )
+
+
 def diversity(claims: Sequence[str]) -> float:
     """Normalized Shannon entropy of the certainty labels over the 7 levels (0: one label)."""
     counts = Counter(split_claim(c)[1] for c in claims)

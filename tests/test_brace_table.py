@@ -1,0 +1,88 @@
+"""What a trainer sweep learned (benchmark.brace.table, `+experiment=brace_demo`): the belief
+format pass rule, the verdict that fails a demo in which nothing was learned, and the demo's
+sweep at toy size printing its table (every row, the paired CIs, the critic's value loss, the
+Brier per step, the curves)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmark.brace.rewards import format_pass, format_score
+from benchmark.brace.table import FORMAT_GOAL, verdict
+from tests.conftest import run_cli
+
+GOOD = "<belief_state>\n- the agent is in the kitchen [confirmed]\n- score 0 of 1 [confirmed]\n</belief_state>"
+
+
+@pytest.mark.parametrize(
+    "text, passes",
+    [
+        (GOOD, True),
+        (GOOD.replace("</belief_state>", ""), False),  # not closed
+        (GOOD.replace(" [confirmed]\n- score", "\n- score"), False),  # a bullet without a label
+        (GOOD.replace("score 0 of 1", "the agent is in the kitchen"), False),  # repeated
+        ("<belief_state>\n</belief_state>", False),  # no bullet
+        ("<belief_state>\nthe agent is in the kitchen [confirmed]\n</belief_state>", False),
+        (
+            "<belief_state>\n"
+            + "".join(f"- {i} rooms entered so far [confirmed]\n" for i in range(21))
+            + "</belief_state>",
+            False,
+        ),  # > 20
+        ("", False),
+        (None, False),
+    ],
+)
+def test_format_pass_is_a_well_formed_belief_whatever_its_length(text, passes):
+    assert format_pass(text) is passes
+    if passes:  # two bullets pass the format but earn a quarter of the count credit
+        assert format_score(text) == pytest.approx(2 / 8)
+
+
+def _report(name: str, format_rate: float, diffs: list[float]) -> dict:
+    from benchmark.metrics import paired_difference
+
+    rl, sft = [max(0.0, d) for d in diffs], [max(0.0, -d) for d in diffs]
+    return {"trained_with": {"name": name},
+            "held_out": {"sft": {"format_pass": {"mean": format_rate}}},
+            "gains": {"held_out_rollout_r_env": paired_difference(rl, sft)}}  # fmt: skip
+
+
+def test_the_verdict_fails_when_the_format_or_the_rl_gain_was_not_learned():
+    assert verdict([_report("agent_brace", 0.97, [1, 1, 0, 0])])["learned"]
+    no_format = verdict([_report("agent_brace", FORMAT_GOAL - 0.01, [1, 1, 0, 0])])
+    assert not no_format["learned"] and "format pass" in no_format["why"]
+    no_gain = verdict([_report("agent_brace", 1.0, [1, -1, 0, 0])])
+    assert not no_gain["learned"] and "not above SFT" in no_gain["why"]
+    assert not verdict([_report("frozen_belief", 1.0, [1, 1])])["learned"]  # no main row
+
+
+# the demo at toy size: 2 training games, 2 teacher episodes, one short RL iteration per stage
+TOY_DEMO = ["env.task.train_games=2", "brace.teacher_episodes=2", "brace.sft_examples=4",
+            "brace.sft_epochs=1", "brace.held_out_episodes=2", "brace.reward_episodes=1",
+            "brace.rl_max_steps=2", "brace.rl.iterations=1", "brace.rl.policy_iterations=1",
+            "brace.rl.seeds_per_step=1", "brace.rl.group=2", "brace.rl.minibatch=4"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_demo_sweep_prints_what_was_learned_for_every_row(tmp_path):
+    """`python -m benchmark.brace.train +experiment=brace_demo -m` at toy size: both rows train
+    side by side, and the table printed at the sweep's end has base / SFT / SFT+PPO / frozen
+    belief with paired CIs, the critic's value loss, the Brier per step and the curves; `--check`
+    exits 1 exactly when the verdict says nothing was learned (toy size: not expected to learn)."""
+    run = run_cli(tmp_path, "+experiment=brace_demo", "-m", *TOY_DEMO,
+                  module="benchmark.brace.train", timeout=900)  # fmt: skip
+    assert "2 jobs: 2 completed" in run.stdout, run.stdout[-3000:]
+    (sweep,) = (tmp_path / "sweeps" / "brace_demo").iterdir()
+    table = (sweep / "brace_table.md").read_text()
+    for row in ("| base (untrained) |", "| SFT |", "| SFT+PPO (Agent-BRACE) |",
+                "| frozen belief + PPO |", "value loss", "Brier", "rl-always.png"):  # fmt: skip
+        assert row in table, table
+    assert table.splitlines()[0] in run.stdout  # printed when the sweep ended
+    v = json.loads((sweep / "brace_table.json").read_text())
+    assert set(v) >= {"learned", "format_pass", "rl_minus_sft"}
+    check = run_cli(tmp_path, str(sweep), "--check", module="benchmark.brace.table", check=False)
+    assert check.returncode == (0 if v["learned"] else 1), check.stdout[-2000:]
