@@ -41,22 +41,35 @@ def test_format_pass_is_a_well_formed_belief_whatever_its_length(text, passes):
         assert format_score(text) == pytest.approx(2 / 8)
 
 
-def _report(name: str, format_rate: float, diffs: list[float]) -> dict:
+def _rollouts(r_env: list[float]) -> dict:
+    return {"per_seed": {"r_env": r_env}}
+
+
+def _report(name: str, format_rate: float, rl: list[float], sft: list[float],
+            base: list[float]) -> dict:  # fmt: skip
     from benchmark.metrics import paired_difference
 
-    rl, sft = [max(0.0, d) for d in diffs], [max(0.0, -d) for d in diffs]
     return {"trained_with": {"name": name},
             "held_out": {"sft": {"format_pass": {"mean": format_rate}}},
+            "held_out_rollouts": {"rl": _rollouts(rl), "sft": _rollouts(sft),
+                                  "base": _rollouts(base)},
             "gains": {"held_out_rollout_r_env": paired_difference(rl, sft)}}  # fmt: skip
 
 
-def test_the_verdict_fails_when_the_format_or_the_rl_gain_was_not_learned():
-    assert verdict([_report("agent_brace", 0.97, [1, 1, 0, 0])])["learned"]
-    no_format = verdict([_report("agent_brace", FORMAT_GOAL - 0.01, [1, 1, 0, 0])])
+WON, LOST = [1.0] * 8, [0.0] * 8
+
+
+def test_the_verdict_fails_when_the_format_or_the_agent_was_not_learned():
+    """Learned: the belief format goal and SFT+PPO above the base (paired CI above 0); PPO's own
+    gain over SFT is reported whatever it is."""
+    learned = verdict([_report("agent_brace", 0.97, WON, WON, LOST)])
+    assert learned["learned"] and not learned["ppo_gain_shown"]  # PPO added nothing over SFT
+    assert verdict([_report("agent_brace", 0.97, WON, LOST, LOST)])["ppo_gain_shown"]
+    no_format = verdict([_report("agent_brace", FORMAT_GOAL - 0.01, WON, WON, LOST)])
     assert not no_format["learned"] and "format pass" in no_format["why"]
-    no_gain = verdict([_report("agent_brace", 1.0, [1, -1, 0, 0])])
-    assert not no_gain["learned"] and "not above SFT" in no_gain["why"]
-    assert not verdict([_report("frozen_belief", 1.0, [1, 1])])["learned"]  # no main row
+    no_agent = verdict([_report("agent_brace", 1.0, [1.0, 0.0] * 4, LOST, [0.0, 1.0] * 4)])
+    assert not no_agent["learned"] and "untrained base" in no_agent["why"]
+    assert not verdict([_report("frozen_belief", 1.0, WON, WON, LOST)])["learned"]  # no main row
 
 
 # the demo at toy size: 2 training games, 2 teacher episodes, one short RL iteration per stage
