@@ -70,7 +70,7 @@ def _panel_metrics(view) -> list[tuple[str, str, str]]:
 
 def test_every_preset_has_a_dashboard_entry():
     """A new preset fails here until the `dashboard:` entry of its YAML says what its dashboard
-    answers (or `why_none`: train, demo, smoke, finetune, brace_tw_train need none)."""
+    answers (or `why_none`: train, demo, smoke, finetune, brace_tw_train, brace_demo need none)."""
     questions = {}
     for p in PRESET_FILES:
         with contextlib.suppress(DashboardError):
@@ -83,6 +83,7 @@ def test_every_preset_has_a_dashboard_entry():
         "smoke",
         "finetune",
         "brace_tw_train",
+        "brace_demo",
     }
 
 
