@@ -157,6 +157,15 @@ def test_object_claims_are_checked_against_the_facts(claim, verdict):
     assert verify(claim, kitchen()).verdict == verdict
 
 
+def test_the_player_sees_its_room_what_lies_on_or_in_open_things_there_and_what_it_holds():
+    box = (("at", "box", "kitchen"), ("closed", "box"), ("in", "coin", "box"))
+    assert World(KITCHEN + box).visible() == sorted(
+        ["fridge", "apple", "pepper", "table", "knife", "carrot", "door", "box"]
+    )  # not the coin in the closed box, nor the chest and key of the cellar, nor the eaten meal
+    opened = (("at", "box", "kitchen"), ("open", "box"), ("in", "coin", "box"))
+    assert "coin" in World(KITCHEN + opened).visible()
+
+
 def test_the_teacher_states_the_objects_seen_held_and_in_view_first():
     """Held objects first, then (no exit walked from here) every object in view's place, then
     their states, then the other rooms' exits and objects (the latest found first), cut at 20
@@ -227,7 +236,8 @@ def test_object_claims_on_a_generated_game(env):
     and every teacher claim but the unexplored line checks correct; for each object seen, its
     true place checks correct and a false one (held when it is not, held elsewhere when it is,
     the opposite of its open state) incorrect; an object of the game not yet seen and one the
-    game does not have are unverifiable."""
+    game does not have are unverifiable. Every object counted as in view is named in the
+    game's text (the room's description, the inventory, the last answer)."""
     ep = make_task(env).episode(100)
     count: Counter = Counter()
     while True:
@@ -244,7 +254,9 @@ def test_object_claims_on_a_generated_game(env):
             elif rel in ("open", "closed", "locked"):
                 assert f"{rel}({obj})" in facts
         world = World(t.view.facts)
+        text = f"{t.view.description} {t.view.inventory} {t.view.observation}".lower()
         for obj in world.visible():
+            assert obj.lower() in text, (ep.steps, obj, text)
             where = world.place(obj)
             if where is None:
                 continue
