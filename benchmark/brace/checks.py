@@ -27,9 +27,9 @@ SFT_KEYS = ("base", "tiny_size", "teacher_episodes", "sft_random_trajectories", 
 # that a model folder made under other rules is refused, never reused (its completion record
 # keeps them): the SFT targets (the teachers' beliefs) and, for RL, the reward and the sampler
 RULES = {
-    "teacher": "textworld-exits-capped-20",  # TextWorld's teacher: at most 20 bullets
+    "teacher": "textworld-objects-capped-20",  # TextWorld's teacher: objects seen, <= 20 bullets
     "format_score": "authors-continuous",  # rewards.format_score (was a binary gate)
-    "claims": "unexplored-unverifiable",  # no TextWorld claim scores unchecked
+    "claims": "textworld-objects-checked",  # object claims checked against TextWorld's facts
     "sampler": "neutral-generation-config",  # samples softmax(logits / T), what PPO scores
 }
 

@@ -5,12 +5,27 @@ paper asks an LLM judge.
 The paper's belief tracks location, room connections, observed objects, inventory and progress
 (its appendix A). The teacher states, from the true state: the room (confirmed), the inventory
 (confirmed), the score of the quest (its progress, confirmed), every exit walked so far (room
-connections: static, so almost certain once walked; confirmed from the room the agent is in), the
-number of rooms entered (confirmed) and the rest of the map (unknown until every room is seen).
+connections: static, so almost certain once walked; confirmed from the room the agent is in),
+every object seen so far (where it lies, held or not, and its open / closed / locked, eaten,
+cooking and cutting states where its game has them: confirmed in view, almost certain once
+seen), the number of rooms entered (confirmed) and the rest of the map (unknown until every
+room is seen); cut by relevance to at most BELIEF_MAX_BULLETS.
+
 Each claim is verified against the episode's true state: the room from TextWorld's facts, the
-inventory and score from the game, the exits against the exits walked (an exit never walked is
-unverifiable: nothing was observed to check it against); no claim scores without being checked
-(the unexplored rest is unverifiable)."""
+inventory and score from the game, the exits against the exits walked, the objects against
+TextWorld's facts at that step (facts.World). An exit never walked, an object never seen (or
+no object of the game) and a state its object does not have in its game are unverifiable:
+nothing was observed to check them against; so is the unexplored rest. No claim scores
+without being checked.
+
+The object claim grammar (case-insensitive, one claim per line):
+  the <object> is held
+  the <object> is in the <room or container>   (a room holds what lies on or in what is there)
+  the <object> is on the <supporter>
+  the <object> is open | closed | locked | eaten
+  the <object> is raw | cooked | fried | roasted | grilled | burned
+  the <object> is uncut | sliced | chopped | diced
+"""
 
 from __future__ import annotations
 
@@ -18,6 +33,7 @@ import functools
 import re
 from typing import Any
 
+from benchmark.envs.textworld.facts import STATES, World
 from benchmark.vocabulary import BELIEF_MAX_BULLETS
 
 ARTICLES = re.compile(r"^(a|an|the|some)\s+")
@@ -34,8 +50,41 @@ def items(inventory: str) -> list[str]:
     return sorted(ARTICLES.sub("", p.strip()) for p in parts if p.strip())
 
 
+def object_claims(truth: Any) -> tuple[list[str], list[str], list[str]]:
+    """The claims of the objects seen so far, as three groups by relevance: the held objects'
+    (where, then states), the objects seen now in the room (every one's place, then their
+    states) and the others' (the latest found first). An object in view is confirmed, one
+    seen earlier almost certain (it only changes by the player's own commands)."""
+    world, seen = World(truth.view.facts), truth.memory.seen
+    here = set(world.visible())
+
+    def place(obj: str) -> list[str]:
+        where = world.place(obj)
+        if where is None:
+            return []
+        text = "held" if where[0] == "held" else f"{where[0]} the {where[1]}"
+        return [f"- the {obj} is {text} [{'confirmed' if obj in here else 'almost certain'}]"]
+
+    def states(obj: str) -> list[str]:
+        label = "confirmed" if obj in here or world.holds(obj, "eaten") else "almost certain"
+        return [f"- the {obj} is {state} [{label}]" for state in world.states(obj)]
+
+    held = [o for o in seen if world.place(o) == ("held", "")]
+    now = [o for o in seen if o in here and o not in held]
+    rest = [o for o in reversed(seen) if o not in here]
+    return (
+        [c for o in held for c in place(o) + states(o)],
+        [c for o in now for c in place(o)] + [c for o in now for c in states(o)],
+        [c for o in rest for c in place(o) + states(o)],
+    )
+
+
 def brace_teacher(truth: Any) -> list[str]:
-    """The teacher's belief at a TextWorld state, as '- <claim> [<label>]' lines."""
+    """The teacher's belief at a TextWorld state, as '- <claim> [<label>]' lines: the room,
+    the inventory, the score, then by relevance the held objects, the current room's exits,
+    the objects in view, the other walked exits and the other objects seen, cut so that the
+    whole belief holds at most BELIEF_MAX_BULLETS (a longer target would fail its own format
+    score), then the rooms entered and the unexplored rest."""
     view, mem = truth.view, truth.memory
     claims = [
         f"- the agent is in the {view.room} [confirmed]",
@@ -44,25 +93,23 @@ def brace_teacher(truth: Any) -> list[str]:
     ]
     tail = [f"- {len(mem.rooms)} rooms entered so far [confirmed]",
             "- the rooms not yet entered [unknown]"]  # fmt: skip
-    # the walked exits, the current room's first, then the most recently walked rooms', capped
-    # so that the whole belief stays within BELIEF_MAX_BULLETS (the paper's 6-8-room maps walk
-    # more exits than that; a longer target would fail its own format score)
-    others = [r for r in reversed(list(mem.exits)) if r != view.room]
-    rooms = ([view.room] if view.room in mem.exits else []) + others
-    exits = [
-        f"- {cmd} from the {room} leads to the {to} "
-        f"[{'confirmed' if room == view.room else 'almost certain'}]"
-        for room in rooms
-        for cmd, to in mem.exits[room].items()
-    ]
-    room_claims = BELIEF_MAX_BULLETS - len(claims) - len(tail)
-    return claims + exits[:room_claims] + tail
+
+    def exits(room: str) -> list[str]:
+        label = "confirmed" if room == view.room else "almost certain"
+        return [f"- {cmd} from the {room} leads to the {to} [{label}]"
+                for cmd, to in mem.exits.get(room, {}).items()]  # fmt: skip
+
+    held, now, rest = object_claims(truth)
+    # the walked exits: the current room's, then the most recently walked rooms'
+    others = [c for r in reversed(list(mem.exits)) if r != view.room for c in exits(r)]
+    middle = held + exits(view.room) + now + others + rest
+    return claims + middle[: BELIEF_MAX_BULLETS - len(claims) - len(tail)] + tail
 
 
 @functools.cache
 def brace_rules() -> list[Any]:
-    """The claim rules of the TextWorld belief (room, inventory, score, exits, rooms entered).
-    The teacher's "the rooms not yet entered [unknown]" states no fact: no rule checks it, so
+    """The claim rules of the TextWorld belief (room, inventory, score, exits, rooms entered,
+    objects: the grammar of the module's docstring). The teacher's "the rooms not yet entered [unknown]" states no fact: no rule checks it, so
     it is unverifiable and never scores (it used to count as correct whenever labelled
     unknown)."""
     from benchmark.vocabulary import fact_verdict
@@ -87,10 +134,29 @@ def brace_rules() -> list[Any]:
     def entered(m, t, lb):
         return fact_verdict(int(m[1]) == len(t.memory.rooms), lb)
 
+    def seen(m, t):
+        """The object a claim names among those seen (its facts' spelling), else None."""
+        return {o.lower(): o for o in t.memory.seen}.get(m[1].strip())
+
+    def object_state(m, t, lb):
+        obj = seen(m, t)
+        if obj is None:
+            return None  # never seen, or no object of the game: nothing observed to check
+        world = World(t.view.facts)
+        true = world.lies(obj, "held") if m[2] == "held" else world.holds(obj, m[2])
+        return None if true is None else fact_verdict(true, lb)
+
+    def object_place(m, t, lb):
+        obj = seen(m, t)
+        true = None if obj is None else World(t.view.facts).lies(obj, m[2], m[3].strip())
+        return None if true is None else fact_verdict(true, lb)
+
     return [
         ("location", re.compile(r"^the agent is in the (.+)$"), room),
         ("inventory", re.compile(r"^the agent carries:?\s*(.+)$"), carries),
         ("score", re.compile(r"^score (\d+) of (\d+)$"), score),
         ("exits", re.compile(r"^(.+?) from the (.+?) leads to the (.+)$"), exit_to),
         ("rooms", re.compile(r"^(\d+) rooms? entered"), entered),
+        ("objects", re.compile(rf"^the (.+?) is ({'|'.join(['held', *STATES])})$"), object_state),
+        ("objects", re.compile(r"^the (.+?) is (in|on) the (.+)$"), object_place),
     ]

@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmark.envs.base import Episode, Memory, Task
 from benchmark.envs.textworld import games, planner
+from benchmark.envs.textworld.facts import World
 from benchmark.envs.textworld.planner import ShortestPlans
 from benchmark.seeds import TRAIN_SEED_MIN
 
@@ -64,7 +65,9 @@ def hashed_words(text: str, dim: int) -> np.ndarray:
 
 @dataclass
 class TextView:
-    """What a TextWorld prompt may say at the current step (all of it shown to a player)."""
+    """What a TextWorld prompt may say at the current step (all of it shown to a player), and
+    the true facts, which no prompt shows: Agent-BRACE's claim rules check object claims
+    against them (facts.World)."""
 
     observation: str  # the game's answer to the last command (the intro at the start)
     description: str  # the current room's description (what `look` prints)
@@ -76,6 +79,7 @@ class TextView:
     max_score: int
     moves: int
     max_steps: int
+    facts: tuple[tuple[str, ...], ...] = ()  # (predicate, argument, ...), sorted
 
 
 @dataclass
@@ -86,6 +90,7 @@ class TextMemory(Memory):
     transcript: list[tuple[str, str]] = field(default_factory=list)
     rooms: list[str] = field(default_factory=list)
     exits: dict[str, dict[str, str]] = field(default_factory=dict)  # room -> {command: room}
+    seen: list[str] = field(default_factory=list)  # objects, in the order first seen
 
 
 class TextGameEnv(gym.Env):
@@ -351,9 +356,11 @@ class TextWorldEpisode(Episode):
         self._enter(self.room())
 
     def _enter(self, room: str) -> None:
+        """Record the room as entered and the objects the player sees now as seen."""
         mem = self.memory
         if room not in mem.rooms:
             mem.rooms.append(room)
+        mem.seen += [o for o in World(self.fact_tuples()).visible() if o not in mem.seen]
 
     def step(self, action: int) -> tuple[float, bool]:
         a = self.checked_action(action)
@@ -371,18 +378,22 @@ class TextWorldEpisode(Episode):
         mem.transcript.append((command, first))
         if after != before:
             mem.exits.setdefault(before, {})[command] = after
-            self._enter(after)
+        self._enter(after)
         if self.done:
             self.env.close()
         return reward, self.done
 
     # -- the true state -------------------------------------------------------------------------
 
+    def fact_tuples(self) -> tuple[tuple[str, ...], ...]:
+        """TextWorld's true facts now, as (predicate, argument, ...) tuples (sorted)."""
+        return tuple(
+            sorted((p.name, *(str(v.name) for v in p.arguments)) for p in self.env.state["facts"])
+        )
+
     def facts(self) -> list[str]:
         """TextWorld's true facts now, as `name(arg, ...)` strings (sorted)."""
-        return sorted(
-            f"{p.name}({', '.join(v.name for v in p.arguments)})" for p in self.env.state["facts"]
-        )
+        return sorted(f"{name}({', '.join(args)})" for name, *args in self.fact_tuples())
 
     def room(self) -> str:
         """The player's room, from the true facts (`at(P, room)`)."""
@@ -410,6 +421,7 @@ class TextWorldEpisode(Episode):
             max_score=int(s["max_score"]),
             moves=self.steps,
             max_steps=self.task.max_steps,
+            facts=self.fact_tuples(),
         )
 
     def shortest_plans(self) -> ShortestPlans:
