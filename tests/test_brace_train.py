@@ -82,8 +82,8 @@ def test_the_rows_and_their_model_folders(tmp_path):
 
 def test_a_model_made_with_another_lambda_or_other_rules_is_never_reused(tmp_path, monkeypatch):
     """The completion record keeps every setting that changes a trained model: a folder made
-    with GAE lambda 0.95, another number of random SFT trajectories, or under the old format
-    score is refused (naming what differs), never reused."""
+    with GAE lambda 0.95, another number of random SFT trajectories, under the old format
+    score or on another env config is refused (naming what differs), never reused."""
     from benchmark.brace.models import build_model, check_reusable
 
     now = settings.check(compose_cfg(tmp_path, *TOY))
@@ -102,6 +102,9 @@ def test_a_model_made_with_another_lambda_or_other_rules_is_never_reused(tmp_pat
     monkeypatch.setitem(settings.RULES, "format_score", "binary-gate")  # the code's rules change
     with pytest.raises(SystemExit, match=r"\(rules: "):
         check_reusable(tmp_path / "rl2", now.rl_identity())
+    other_games = settings.check(compose_cfg(tmp_path, *TOY, "env.task.max_steps=7"))
+    assert other_games.rl_identity()["env"] != now.rl_identity()["env"]  # the env config counts
+    assert now.rl_identity()["env_name"] == "empty5x5_random"
 
 
 def test_the_rl_iteration_count_of_minus_one_is_refused_in_seconds_before_any_work(tmp_path):

@@ -76,7 +76,10 @@ class Settings:
         (GAE lambda, ...), (ask mode) the job whose PPO and gate it uses, and the code's
         `RULES` (the reward's format score, the teacher, the sampler)."""
         keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
-        return {"env": self.env, **keys, "rl": self.rl.as_dict(), "ask_job": job,
+        # `brace.env` (the name the models are filed under) must not shadow the env config they
+        # are trained on: an RL model trained on other games is never reused (tested)
+        keys["env_name"] = keys.pop("env")
+        return {**keys, "env": self.env, "rl": self.rl.as_dict(), "ask_job": job,
                 "rules": dict(RULES)}  # fmt: skip
 
 
