@@ -253,3 +253,15 @@ def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path)
     report = run_cli(tmp_path, str(sweep), module="benchmark.report", timeout=600)
     text = (sweep / "report" / "report.md").read_text()
     assert "Brier" in text and "belief_brier.png" in text, report.stdout[-2000:]
+
+
+def test_the_trainers_textworld_games_go_under_the_jobs_results_root(tmp_path):
+    """The checked settings hold the env as a plain dict (no job config around it): the
+    pipeline names the job's results root, so its games are made under <paths.root>/textworld,
+    never under the working directory's outputs/."""
+    from benchmark.brace.pipeline import task_for
+
+    s = settings.check(compose_cfg(tmp_path, "env=tw_quest"))
+    assert isinstance(s.env, dict)
+    task = task_for(s.env, 5, root=tmp_path)
+    assert task.results_root == tmp_path  # its games: <results_root>/textworld (games_root)

@@ -38,15 +38,17 @@ REPORT = "brace_train.json"
 PROMPT = {"belief": "brace", "history": "history"}  # brace.policy_input -> conf/prompt option
 
 
-def task_for(env: Any, max_steps: int | None = None, train_games: int = 0) -> Any:
+def task_for(env: Any, max_steps: int | None = None, train_games: int = 0,
+             root: str | Path | None = None) -> Any:  # fmt: skip
     """The env's task (a conf/env option's name or an env config), with its episodes capped at
     `max_steps` (RL rollouts; None: as is) and a TextWorld training pool of `train_games` games
-    (0: the env's own)."""
+    (0: the env's own); what it makes (TextWorld's games) under the results root `root` (None:
+    the `paths.root` of the job config `env` is part of, else the default root)."""
     from omegaconf import OmegaConf
 
     from benchmark.envs import load_env_cfg, make_task, results_root_of
 
-    root = results_root_of(env)  # a job config's env: its games under its paths.root
+    root = root if root is not None else results_root_of(env)
     if isinstance(env, str):
         cfg = load_env_cfg(env)
     else:  # resolved first: a job's env node reads the protocol and its own name (brace_tw_*)
@@ -146,7 +148,9 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     import torch
 
     torch.set_num_threads(s.threads)
-    task, rl_task = task_for(s.env), task_for(s.env, s.rl_max_steps or None)
+    # the checked settings' env is a plain dict: its games go under this job's results root
+    task = task_for(s.env, root=store.root)
+    rl_task = task_for(s.env, s.rl_max_steps or None, root=store.root)
     s.out.mkdir(parents=True, exist_ok=True)
     splits = DEFAULT_SPLITS
     report: dict[str, Any] = {"trained_with": s.rl_identity(job), "complete": False}
