@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from benchmark import migrate, protocol, results, workers
+from benchmark import protocol, results, workers
 from benchmark.analysis import (
     STEPS_FILE,
     StepRecorder,
@@ -37,44 +37,52 @@ log = logging.getLogger(__name__)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
-    """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
+    """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun.
+    Its inputs are located once (before building when they exist, else once building made
+    them) and the store asked once, under the cell's lock, whether the cell is complete."""
     job_dir = Path(job_dir)
-    Store.of(cfg.paths).check_writable()  # nothing can be stored, not even error.json
-    spec, cell_dir, name, tracker = None, None, str(cfg.env.name), None
+    store = Store.of(cfg.paths)
+    store.check_writable()  # nothing can be stored, not even error.json
+    spec, cell_dir, name, tracker, evaluation = None, None, str(cfg.env.name), None, None
     if _launcher_runs_cells_together() and str(cfg.policy.get("env_workers", "auto")) == "auto":
         with open_dict(cfg):  # cells side by side: a training they wait for steps in one process
             cfg.policy.env_workers = 1
     try:
+        if not store.layout_current():  # a root of an earlier release (or a new one): once
+            from benchmark.migrate import ensure_current
+
+            ensure_current(cfg.paths)
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
         name = spec.name
-        migrate.before_job(cfg, spec, splits)  # checkpoints of an earlier release's names
         if cfg.get("train_only"):
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
-        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
-        located = locate_inputs(spec, cfg, checkpoint)
-        if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
-            _log_reused(cfg, located, done)
-            _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
-            return done
-        tracker = _tracker(cfg, spec)
         if cfg.eval.get("torch_threads"):
             torch.set_num_threads(int(cfg.eval.torch_threads))
-        evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
+        located = locate_inputs(spec, cfg, checkpoint)
         try:
-            # inputs found before building stay what they were (building made nothing new);
-            # else building made them (a policy trained, a model built): located now
-            spec = located or locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
-            evaluation.spec = spec
-            name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            with Store.of(cfg.paths).computing(spec.hash, name):  # one job per cell at a time
+            if located is None:  # an input not made yet: building makes it (trains, builds)
+                tracker = _tracker(cfg, spec)
+                evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+                located = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
+            spec, name, cell_dir = located, located.name, located.dir(cfg.paths.root)
+            with store.computing(spec.hash, name):  # one job per cell at a time
                 done = _reuse(spec, cfg, job_dir, evaluation)
-                if done is not None:  # computed meanwhile
-                    tracker.finish(0)
+                if done is not None:  # complete, maybe computed by a job we waited for
+                    if tracker is None:
+                        _log_reused(cfg, spec, done)
+                    else:
+                        tracker.finish(0)
                     _show(cfg, done, cell_dir, job_dir, multirun)
                     return done
+                if evaluation is None:
+                    tracker = _tracker(cfg, spec)
+                    evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+                evaluation.spec = spec
                 summary = _compute(evaluation, cell_dir, tracker)
         finally:
-            evaluation.close()
+            if evaluation is not None:
+                evaluation.close()
         results.publish(cell_dir, job_dir)
         tracker.finish(0)
         _show(cfg, summary, cell_dir, job_dir, multirun)
@@ -129,14 +137,10 @@ def _reuse(
     job_dir: Path,
     evaluation: Evaluation | None = None,
 ) -> dict | None:
-    """The summary of the complete cell `spec`, published into the job dir; None if absent. A
-    complete cell of an earlier release's identity is adopted once when provably the same
-    (benchmark.migrate). With eval.step_records=true, a complete cell without step records gets
-    them first."""
+    """The summary of the complete cell `spec`, published into the job dir; None if absent.
+    With eval.step_records=true, a complete cell without step records gets them first."""
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
-    if done is None and migrate.adopt_cell(spec, cfg):
-        done = results.complete_cell(cell_dir)
     if done is None:
         return None
     log.info("cell %s (%s) is complete: skipped", spec.name, cell_dir.name)
@@ -170,8 +174,6 @@ def _record_steps(
     log.info("cell %s: no step records yet, rerunning its evaluation to write them", spec.name)
     own = evaluation is None
     if own:
-        if cfg.eval.get("torch_threads"):
-            torch.set_num_threads(int(cfg.eval.torch_threads))
         evaluation = build(cfg, prepared=prepare(cfg))
         evaluation.spec = spec
     try:
