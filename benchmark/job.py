@@ -24,7 +24,7 @@ from benchmark.analysis import (
     write_steps,
 )
 from benchmark.analysis.belief import belief_metrics
-from benchmark.analysis.steps import UNCHECKED
+from benchmark.analysis.steps import RERUN, UNCHECKED
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
@@ -138,20 +138,34 @@ def _reuse(
     evaluation: Evaluation | None = None,
 ) -> dict | None:
     """The summary of the complete cell `spec`, published into the job dir; None if absent.
-    With eval.step_records=true, a complete cell without step records gets them first."""
+    Step records come from the cell's own evaluation (eval.step_records=true when it was
+    computed); a complete cell without them is reused without them, with a warning, unless
+    eval.step_records=rerun asks for its evaluation to be run again to record them."""
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
     if done is None:
         return None
     log.info("cell %s (%s) is complete: skipped", spec.name, cell_dir.name)
     summary = done[0]
+    asked = cfg.eval.get("step_records")
     steps = cell_dir / STEPS_FILE
-    if steps.exists() and (state := read_checked_steps(steps, summary, done[1])[1]) != "ok":
+    state = read_checked_steps(steps, summary, done[1])[1] if steps.exists() else "missing"
+    if state not in ("ok", "missing"):
         log.warning("cell %s: %s", cell_dir.name, state)  # the sweep copies it: say so here
-        if state != UNCHECKED and cfg.eval.get("step_records"):
-            steps.unlink()  # not this cell's records: recorded again below
-    if cfg.eval.get("step_records") and not steps.exists():
-        summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
+    if asked and state not in ("ok", UNCHECKED):
+        if asked == RERUN:
+            summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
+        else:
+            log.warning(
+                "cell %s (%s) is complete but its step records are %s: reused without them. "
+                "eval.step_records=%s runs its test evaluation again to record them (its tau "
+                "and p, the episodes checked against its own), or move its directory aside to "
+                "compute it anew",
+                spec.name,
+                cell_dir.name,
+                "missing" if state == "missing" else "not its own",
+                RERUN,
+            )
     results.publish(cell_dir, job_dir)
     results.write_json(
         job_dir / results.REUSED_FILE, {"cell_dir": str(cell_dir)}
@@ -166,12 +180,13 @@ def _record_steps(
     done: tuple[dict, list[dict]],
     evaluation: Evaluation | None,
 ) -> dict:
-    """Step records for a complete cell computed without them (eval.step_records is an output
-    option, not part of the identity): rerun its evaluation (deterministic, with its tau and p)
-    only to record the steps; the rerun's episodes must equal the stored ones. Writes
-    steps.jsonl.gz and adds the gate-quality fields to summary.json; nothing else changes."""
+    """Step records for a complete cell computed without them (eval.step_records=rerun; the
+    records are an output option, not part of the identity): rerun its evaluation
+    (deterministic, with its tau and p) only to record the steps; the rerun's episodes must
+    equal the stored ones. Writes steps.jsonl.gz and adds the gate-quality fields to
+    summary.json; nothing else changes."""
     summary, stored = done
-    log.info("cell %s: no step records yet, rerunning its evaluation to write them", spec.name)
+    log.warning("cell %s: rerunning its evaluation to write its step records", spec.name)
     own = evaluation is None
     if own:
         evaluation = build(cfg, prepared=prepare(cfg))
@@ -196,7 +211,7 @@ def _record_steps(
             f"cell {spec.name} ({cell_dir.name}): rerunning its evaluation for step records gave "
             f"other episodes than its episodes.jsonl (first at seed {diff}; {len(rerun)} vs "
             f"{len(stored)} episodes), so the records would not describe its results; nothing "
-            "written. Recompute the cell (delete its dir) to get both."
+            "written. Recompute the cell (move its dir aside) to get both."
         )
     records = recorder.records  # sorted and (a trained gate) scored once
     write_steps(cell_dir / STEPS_FILE, records)
