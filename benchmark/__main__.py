@@ -94,9 +94,11 @@ def redact_hydra_files(hc: DictConfig) -> None:
 
 
 def check_root(args: list[str]) -> None:
-    """A results root that cannot be written fails here, in one line: Hydra would otherwise make
-    its run or sweep dir in it first and fail with a traceback. Flags (--cfg, --help) and
-    overrides Hydra rejects are left to Hydra."""
+    """The results root, once before any job: one that cannot be written fails here, in one
+    line (Hydra would otherwise make its run or sweep dir in it first and fail with a
+    traceback); one of an earlier release's layout is brought up to date here, once for the
+    whole sweep (benchmark.migrate), so no job of it migrates anything. Flags (--cfg, --help)
+    and overrides Hydra rejects are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from benchmark.config import compose
@@ -109,10 +111,23 @@ def check_root(args: list[str]) -> None:
         cfg = compose([p.input_line for p in parsed if not p.is_sweep_override()])
     except Exception:  # noqa: BLE001 - Hydra reports it its own way
         return
+    store = Store.of(cfg.paths)
     try:
-        Store.of(cfg.paths).check_writable()
+        store.check_writable()
     except RootNotWritable as exc:
         raise SystemExit(f"Error: {exc}") from None
+    swept = any(p.is_sweep_override() and p.key_or_group.startswith("paths") for p in parsed)
+    if not swept and not store.layout_current():  # (roots swept over: each job migrates its own)
+        from benchmark.migrate import ensure_current
+
+        try:
+            ensure_current(cfg.paths)
+        except Exception as exc:  # noqa: BLE001 - one line, before any job
+            raise SystemExit(
+                f"Error: bringing the results root {store.root} to this release's layout failed "
+                f"({type(exc).__name__}: {exc}); nothing was deleted. Rerun, or run "
+                f"python -m benchmark.migrate {store.root}, to resume it"
+            ) from None
 
 
 def cli(argv: list[str] | None = None, app=None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from benchmark import migrate, protocol, results, workers
+from benchmark import protocol, results, workers
 from benchmark.analysis import (
     STEPS_FILE,
     StepRecorder,
@@ -24,7 +24,7 @@ from benchmark.analysis import (
     write_steps,
 )
 from benchmark.analysis.belief import belief_metrics
-from benchmark.analysis.steps import UNCHECKED
+from benchmark.analysis.steps import RERUN, UNCHECKED
 from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
@@ -37,44 +37,52 @@ log = logging.getLogger(__name__)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
-    """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun."""
+    """Run (or skip) one cell; returns its summary, or None when it failed inside a multirun.
+    Its inputs are located once (before building when they exist, else once building made
+    them) and the store asked once, under the cell's lock, whether the cell is complete."""
     job_dir = Path(job_dir)
-    Store.of(cfg.paths).check_writable()  # nothing can be stored, not even error.json
-    spec, cell_dir, name, tracker = None, None, str(cfg.env.name), None
+    store = Store.of(cfg.paths)
+    store.check_writable()  # nothing can be stored, not even error.json
+    spec, cell_dir, name, tracker, evaluation = None, None, str(cfg.env.name), None, None
     if _launcher_runs_cells_together() and str(cfg.policy.get("env_workers", "auto")) == "auto":
         with open_dict(cfg):  # cells side by side: a training they wait for steps in one process
             cfg.policy.env_workers = 1
     try:
+        if not store.layout_current():  # a root of an earlier release (or a new one): once
+            from benchmark.migrate import ensure_current
+
+            ensure_current(cfg.paths)
         task, splits, spec = prepare(cfg)  # every bad input fails here, before any work
         name = spec.name
-        migrate.before_job(cfg, spec, splits)  # checkpoints of an earlier release's names
         if cfg.get("train_only"):
             return {"checkpoint_path": str(policy_checkpoint(cfg, task, splits))}
-        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
-        located = locate_inputs(spec, cfg, checkpoint)
-        if located is not None and (done := _reuse(located, cfg, job_dir)) is not None:
-            _log_reused(cfg, located, done)
-            _show(cfg, done, located.dir(cfg.paths.root), job_dir, multirun)
-            return done
-        tracker = _tracker(cfg, spec)
         if cfg.eval.get("torch_threads"):
             torch.set_num_threads(int(cfg.eval.torch_threads))
-        evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+        checkpoint = policy_checkpoint(cfg, task, splits, train=False)
+        located = locate_inputs(spec, cfg, checkpoint)
         try:
-            # inputs found before building stay what they were (building made nothing new);
-            # else building made them (a policy trained, a model built): located now
-            spec = located or locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
-            evaluation.spec = spec
-            name, cell_dir = spec.name, spec.dir(cfg.paths.root)
-            with Store.of(cfg.paths).computing(spec.hash, name):  # one job per cell at a time
+            if located is None:  # an input not made yet: building makes it (trains, builds)
+                tracker = _tracker(cfg, spec)
+                evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+                located = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
+            spec, name, cell_dir = located, located.name, located.dir(cfg.paths.root)
+            with store.computing(spec.hash, name):  # one job per cell at a time
                 done = _reuse(spec, cfg, job_dir, evaluation)
-                if done is not None:  # computed meanwhile
-                    tracker.finish(0)
+                if done is not None:  # complete, maybe computed by a job we waited for
+                    if tracker is None:
+                        _log_reused(cfg, spec, done)
+                    else:
+                        tracker.finish(0)
                     _show(cfg, done, cell_dir, job_dir, multirun)
                     return done
+                if evaluation is None:
+                    tracker = _tracker(cfg, spec)
+                    evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
+                evaluation.spec = spec
                 summary = _compute(evaluation, cell_dir, tracker)
         finally:
-            evaluation.close()
+            if evaluation is not None:
+                evaluation.close()
         results.publish(cell_dir, job_dir)
         tracker.finish(0)
         _show(cfg, summary, cell_dir, job_dir, multirun)
@@ -129,25 +137,35 @@ def _reuse(
     job_dir: Path,
     evaluation: Evaluation | None = None,
 ) -> dict | None:
-    """The summary of the complete cell `spec`, published into the job dir; None if absent. A
-    complete cell of an earlier release's identity is adopted once when provably the same
-    (benchmark.migrate). With eval.step_records=true, a complete cell without step records gets
-    them first."""
+    """The summary of the complete cell `spec`, published into the job dir; None if absent.
+    Step records come from the cell's own evaluation (eval.step_records=true when it was
+    computed); a complete cell without them is reused without them, with a warning, unless
+    eval.step_records=rerun asks for its evaluation to be run again to record them."""
     cell_dir = spec.dir(cfg.paths.root)
     done = results.complete_cell(cell_dir)
-    if done is None and migrate.adopt_cell(spec, cfg):
-        done = results.complete_cell(cell_dir)
     if done is None:
         return None
     log.info("cell %s (%s) is complete: skipped", spec.name, cell_dir.name)
     summary = done[0]
+    asked = cfg.eval.get("step_records")
     steps = cell_dir / STEPS_FILE
-    if steps.exists() and (state := read_checked_steps(steps, summary, done[1])[1]) != "ok":
+    state = read_checked_steps(steps, summary, done[1])[1] if steps.exists() else "missing"
+    if state not in ("ok", "missing"):
         log.warning("cell %s: %s", cell_dir.name, state)  # the sweep copies it: say so here
-        if state != UNCHECKED and cfg.eval.get("step_records"):
-            steps.unlink()  # not this cell's records: recorded again below
-    if cfg.eval.get("step_records") and not steps.exists():
-        summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
+    if asked and state not in ("ok", UNCHECKED):
+        if asked == RERUN:
+            summary = _record_steps(spec, cfg, cell_dir, done, evaluation)
+        else:
+            log.warning(
+                "cell %s (%s) is complete but its step records are %s: reused without them. "
+                "eval.step_records=%s runs its test evaluation again to record them (its tau "
+                "and p, the episodes checked against its own), or move its directory aside to "
+                "compute it anew",
+                spec.name,
+                cell_dir.name,
+                "missing" if state == "missing" else "not its own",
+                RERUN,
+            )
     results.publish(cell_dir, job_dir)
     results.write_json(
         job_dir / results.REUSED_FILE, {"cell_dir": str(cell_dir)}
@@ -162,16 +180,15 @@ def _record_steps(
     done: tuple[dict, list[dict]],
     evaluation: Evaluation | None,
 ) -> dict:
-    """Step records for a complete cell computed without them (eval.step_records is an output
-    option, not part of the identity): rerun its evaluation (deterministic, with its tau and p)
-    only to record the steps; the rerun's episodes must equal the stored ones. Writes
-    steps.jsonl.gz and adds the gate-quality fields to summary.json; nothing else changes."""
+    """Step records for a complete cell computed without them (eval.step_records=rerun; the
+    records are an output option, not part of the identity): rerun its evaluation
+    (deterministic, with its tau and p) only to record the steps; the rerun's episodes must
+    equal the stored ones. Writes steps.jsonl.gz and adds the gate-quality fields to
+    summary.json; nothing else changes."""
     summary, stored = done
-    log.info("cell %s: no step records yet, rerunning its evaluation to write them", spec.name)
+    log.warning("cell %s: rerunning its evaluation to write its step records", spec.name)
     own = evaluation is None
     if own:
-        if cfg.eval.get("torch_threads"):
-            torch.set_num_threads(int(cfg.eval.torch_threads))
         evaluation = build(cfg, prepared=prepare(cfg))
         evaluation.spec = spec
     try:
@@ -194,7 +211,7 @@ def _record_steps(
             f"cell {spec.name} ({cell_dir.name}): rerunning its evaluation for step records gave "
             f"other episodes than its episodes.jsonl (first at seed {diff}; {len(rerun)} vs "
             f"{len(stored)} episodes), so the records would not describe its results; nothing "
-            "written. Recompute the cell (delete its dir) to get both."
+            "written. Recompute the cell (move its dir aside) to get both."
         )
     records = recorder.records  # sorted and (a trained gate) scored once
     write_steps(cell_dir / STEPS_FILE, records)

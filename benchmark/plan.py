@@ -11,8 +11,9 @@ that are the same cell (PPO-only swept over consultants it never asks) are liste
 
 Status (`<paths.root>/cells/<hash>/`, the hash from `build.prepare` + `build.locate_inputs`):
 - complete: summary.json and episodes.jsonl complete and consistent (`results.complete_cell`),
-  or a complete cell of an earlier release's identity (v2) that a job would adopt as this one
-  (`benchmark.migrate`; cells of identity v1 are no longer read: a warning names them);
+  or, in a root of an earlier release's layout, a complete cell of identity v2 that the
+  migration at the sweep's start adopts as this one (`benchmark.migrate`, surveyed read-only;
+  a warning says what else it would do, and names what is no longer read);
 - failed: error.json (its first line shown); a rerun computes it again;
 - pending: not computed yet ("policy not trained" when its PPO checkpoint does not exist yet,
   "model not built yet" when its consultant's model does not: its hash is not known yet); a
@@ -75,9 +76,16 @@ def plan_sweep(
     bench JSON (`bench`: that file instead)."""
     base, jobs = sweep_jobs(overrides)
     root = Path(str(base.paths.root))
+    migration = migrate.pending(base.paths)  # None: the root is of this release's layout
+    if migration is not None and (migration.moved or migration.left):
+        lines = migration.lines()
+        log.warning(
+            "%s (at the sweep's start, or by python -m benchmark.migrate %s)\n%s",
+            lines[0],
+            root,
+            "\n".join(lines[1:]),
+        )
     stored = stored_cells(root)
-    if note := migrate.retired_cells(stored):
-        log.warning("%s", note)
     measured = bench_throughputs(Path(str(base.paths.bench)), bench)
     plan = Plan(experiment=str(base.experiment_name), root=str(root), jobs=len(jobs))
     seen: dict[str, CellPlan] = {}
@@ -89,7 +97,7 @@ def plan_sweep(
             except Exception as exc:  # noqa: BLE001 - shown as the cell's status
                 key, cell = f"job{number}", _invalid(number, job, str(job), exc)
             else:
-                key, cell = plan_cell(cfg, number, job, stored, studies)
+                key, cell = plan_cell(cfg, number, job, stored, studies, migration)
                 name = str(OmegaConf.select(cfg, "protocol.name", default="none"))
                 if name not in plan.protocols:
                     plan.protocols.append(name)
@@ -121,9 +129,15 @@ def _add_content(plan: Plan, cfg: DictConfig) -> None:
 
 
 def plan_cell(
-    cfg: DictConfig, number: int, job: list[str], stored: list[Stored], studies: set[str]
+    cfg: DictConfig,
+    number: int,
+    job: list[str],
+    stored: list[Stored],
+    studies: set[str],
+    migration: migrate.Migration | None = None,
 ) -> tuple[str, CellPlan]:
-    """(dedup key, the cell's plan). `studies`: the tuning studies already counted (updated)."""
+    """(dedup key, the cell's plan). `studies`: the tuning studies already counted (updated);
+    `migration`: what migrating the root at the sweep's start would do (None: nothing)."""
     from benchmark.build import locate_inputs, policy_checkpoint, prepare
     from benchmark.cell import digest
 
@@ -147,7 +161,7 @@ def plan_cell(
     if located is None:
         untrained = spec.uses_policy and checkpoint is None
         missing = None if untrained else spec.uses_consultant and _model_not_built(cfg)
-        cell.note = missing or _untrained_note(cfg, splits, untrained)
+        cell.note = missing or _untrained_note(cfg, splits, untrained, migration)
         key = "config:" + digest(spec.config)
         # a cell known but for its model's content is measured like the others (its hash
         # waits for the job to build the model)
@@ -166,8 +180,10 @@ def plan_cell(
         error = results.read_json(cell_dir / "error.json")
         if results.complete_cell(cell_dir) is not None:
             cell.status = COMPLETE
-        elif (adoptable := migrate.adoptable(located, cfg)) is not None:
-            cell.status, cell.note = COMPLETE, adoptable
+        elif migration is not None and located.hash in migration.cells:
+            old = migration.cells[located.hash]
+            cell.status = COMPLETE
+            cell.note = f"v2 cell {old}, adopted as this one when the sweep starts"
         elif isinstance(error, dict):
             cell.status, cell.note = FAILED, _first_line(error)
         else:
@@ -232,8 +248,11 @@ def _first_line(error: dict) -> str:
     return f"{error.get('type', 'error')}: {lines[0] if lines else ''}".rstrip(": ")
 
 
-def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
-    """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing."""
+def _untrained_note(
+    cfg: DictConfig, splits: Any, own: bool, migration: migrate.Migration | None = None
+) -> str:
+    """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing
+    (or stands under an earlier release's name, which the migration renames)."""
     from benchmark.policy.checkpoints import MARKER, checkpoint_dir, manifest
     from benchmark.results import file_sha256
 
@@ -241,7 +260,13 @@ def _untrained_note(cfg: DictConfig, splits: Any, own: bool) -> str:
         return "policy of the shared tuning cell not trained"
     ckpt_dir = checkpoint_dir(cfg, splits)
     if not ckpt_dir.is_dir():
-        return migrate.checkpoint_note(cfg, splits) or "policy not trained"
+        old = migration.checkpoints.get(str(ckpt_dir)) if migration is not None else None
+        if old is not None:
+            return (
+                f"policy trained under an earlier release's name {Path(old).name}, renamed "
+                "when the sweep starts"
+            )
+        return "policy not trained"
     name = str(cfg.policy.checkpoint)
     recorded = manifest(ckpt_dir)
     redo = "a job sets the directory aside and trains again"

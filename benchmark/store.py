@@ -1,6 +1,9 @@
 """The results root: the one module that knows its layout, and the two ways anything is put into
 it (an atomic publish, a build once under a lock). Everything else asks here.
 
+    <paths.root>/layout.json             the layout version of the root (LAYOUT_VERSION), written
+                                         once its artifacts of earlier releases are brought up to
+                                         date (benchmark.migrate, under .layout.json.lock)
     <paths.root>/cells/<hash>/           one cell: cell.json, summary.json (written last: the
                                          cell is complete), episodes.jsonl, ... (benchmark.job)
     <paths.root>/cells/.migrate.lock     held while a cell of an older identity is adopted
@@ -40,6 +43,11 @@ CELLS, TUNING, DIGESTS, GATES = "cells", "tuning", "digests", "gates"
 CHECKPOINTS, MODELS, CACHE = "checkpoints", "models", "cache"  # the defaults under the root
 BUNDLES, DASHBOARDS, BRACE = "bundles", "dashboards", "brace"  # what the tools write there
 RESPONSES = "responses"
+LAYOUT_FILE = "layout.json"
+# The layout of a results root (cells, checkpoint directory names, model markers), numbered like
+# the cell identity it holds: 1 the suite's first day, 2 identity v2, 3 this release's. A root whose
+# layout.json holds an older number, or none, is brought up to this one once (benchmark.migrate).
+LAYOUT_VERSION = 3
 WORK_TAG = ".work-"  # `.<target>.work-<host>-<pid>`: a directory being built
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -416,6 +424,33 @@ class Store:
                 return parent
         return None
 
+    # ------------------------------------------------------------------------- layout
+    def layout_version(self) -> int | None:
+        """The layout version layout.json records (None: no layout.json, a root of a release
+        before it or a new one)."""
+        data = read_json(self.root / LAYOUT_FILE)
+        version = data.get("layout_version") if isinstance(data, dict) else None
+        return version if isinstance(version, int) else None
+
+    def layout_current(self) -> bool:
+        """Whether the root is of this release's layout: nothing of an earlier one to migrate,
+        so a job reads it as it is (one small file read)."""
+        return self.layout_version() == LAYOUT_VERSION
+
+    def write_layout(self, record: dict[str, Any]) -> None:
+        """Record that the root is of this release's layout (`record`: what bringing it there
+        did), written last."""
+        write_json_atomic(
+            self.root / LAYOUT_FILE, {"layout_version": LAYOUT_VERSION, **record}, sort_keys=False
+        )
+
+    def layout_lock(self) -> Any:
+        """Held while the root is brought up to this release's layout: one process does it."""
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.root / f".{LAYOUT_FILE}.lock"))
+
     # ------------------------------------------------------------------------- cells
     def complete_cell(self, cell_hash: str) -> tuple[dict, list[dict]] | None:
         return complete_cell(self.cell_dir(cell_hash))
@@ -455,24 +490,32 @@ class Store:
         """Move the complete cell `old_hash` to `new_hash` (an identity change), once, under
         the migration lock, when `unchanged(old_dir, summary)` gives no reason against it;
         `record(summary)` gives the new (cell.json, summary.json); `studies` = (old key, new
-        key) moves its tuning study too. Returns "adopted", "" (nothing to adopt) or the
-        reason it was not adopted."""
+        key) moves its tuning study too. A move that a killed process made without rewriting
+        the records (the summary at `new_hash` still names `old_hash`) is finished. Returns
+        "adopted", "" (nothing to adopt) or the reason it was not adopted."""
         from filelock import FileLock
 
         old_dir, new_dir = self.cell_dir(old_hash), self.cell_dir(new_hash)
-        if old_dir == new_dir or not (old_dir / "summary.json").exists():
+        if old_dir == new_dir:
+            return ""
+        if not (old_dir / "summary.json").exists() and not new_dir.exists():
             return ""
         with FileLock(str(self.root / CELLS / ".migrate.lock")):
-            done = complete_cell(old_dir)
-            if done is None or new_dir.exists():
-                return ""
-            reason = unchanged(old_dir, done[0])
-            if reason:
-                return reason
-            try:
-                os.rename(old_dir, new_dir)
-            except OSError:  # another host adopted it first (the lock may not reach it)
-                return "adopted" if complete_cell(new_dir) is not None else ""
+            if old_dir.exists():
+                done = complete_cell(old_dir)
+                if done is None or new_dir.exists():
+                    return ""
+                reason = unchanged(old_dir, done[0])
+                if reason:
+                    return reason
+                try:
+                    os.rename(old_dir, new_dir)
+                except OSError:  # another host adopted it first (the lock may not reach it)
+                    return "adopted" if complete_cell(new_dir) is not None else ""
+            else:
+                done = complete_cell(new_dir)
+                if done is None or done[0].get("cell_hash") != old_hash:
+                    return ""
             cell_json, summary = record(done[0])
             write_json_atomic(new_dir / "cell.json", cell_json)
             write_json_atomic(new_dir / "summary.json", summary)

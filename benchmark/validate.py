@@ -11,6 +11,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import workers
+from benchmark.analysis.steps import RERUN
 from benchmark.config import option_file, options, root_keys
 from benchmark.consultants import ConsultantError, backend_class
 from benchmark.consultants.base import SOURCES
@@ -129,6 +130,12 @@ def validate(cfg: DictConfig, task=None) -> Splits:
     ):
         raise ValueError(
             f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
+        )
+    records = cfg.eval.get("step_records", False)
+    if not (isinstance(records, bool) or records == RERUN):
+        raise ValueError(
+            f"eval.step_records={records!r} is invalid: allowed true, false, {RERUN} (true, and "
+            "a complete cell computed without them runs its evaluation again to record them)"
         )
     _check_decoding_mode(cfg)
     _check_choices_prompt(cfg, task)

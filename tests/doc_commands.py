@@ -52,6 +52,7 @@ PLACEHOLDERS = {
 CLIS = (
     "benchmark",
     "benchmark.plan",
+    "benchmark.migrate",
     "benchmark.report",
     "benchmark.dashboard",
     "benchmark.serve",

@@ -318,19 +318,38 @@ ORACLE_CELL = [
 ]
 
 
-def test_a_complete_cell_gets_its_step_records_without_losing_its_results(
-    tmp_path, records_outside_identity
+def test_a_complete_cell_is_reused_without_records_unless_a_rerun_is_asked_for(
+    tmp_path, records_outside_identity, caplog, monkeypatch
 ):
+    """Step records come from the cell's evaluation: a complete cell computed without them is
+    reused as it is, with a warning that says how to get them, and never evaluated a second
+    time; eval.step_records=rerun runs its evaluation again, once, to add them without losing
+    its results."""
+    import benchmark.job as job
+
     root = tmp_path / "root"
     first = run_job(compose_cfg(root, *ORACLE_CELL), tmp_path / "a", multirun=False)
     cell_dir = root / "cells" / first["cell_hash"]
     episodes = (cell_dir / "episodes.jsonl").read_bytes()
     before = results.read_json(cell_dir / "summary.json")
     assert not (cell_dir / STEPS_FILE).exists() and "gate_judged" not in before
-    again = run_job(
-        compose_cfg(root, *ORACLE_CELL, "eval.step_records=true"), tmp_path / "b", multirun=False
+    evaluations = []
+    evaluate = job._evaluate
+    monkeypatch.setattr(
+        job, "_evaluate", lambda *a, **k: evaluations.append(1) or evaluate(*a, **k)
     )
-    assert again["cell_hash"] == first["cell_hash"]
+    caplog.set_level("WARNING")
+    reused = run_job(
+        compose_cfg(root, *ORACLE_CELL, "eval.step_records=true"), tmp_path / "t", multirun=False
+    )
+    assert reused == before and evaluations == []  # no second evaluation
+    assert not (cell_dir / STEPS_FILE).exists() and not (tmp_path / "t" / STEPS_FILE).exists()
+    assert "step records are missing: reused without them" in caplog.text
+    assert "eval.step_records=rerun" in caplog.text
+    again = run_job(
+        compose_cfg(root, *ORACLE_CELL, "eval.step_records=rerun"), tmp_path / "b", multirun=False
+    )
+    assert evaluations == [1] and again["cell_hash"] == first["cell_hash"]
     assert (cell_dir / "episodes.jsonl").read_bytes() == episodes  # never rewritten
     records = read_steps(tmp_path / "b" / STEPS_FILE)  # published into the job dir too
     assert records == read_steps(cell_dir / STEPS_FILE)
@@ -344,8 +363,15 @@ def test_a_complete_cell_gets_its_step_records_without_losing_its_results(
     assert stored["gate_queried"] == 0 and again == stored  # SLM-only: no PPO step to judge
     # asked again: nothing to do, the file is not rewritten
     mtime = (cell_dir / STEPS_FILE).stat().st_mtime_ns
-    run_job(compose_cfg(root, *ORACLE_CELL, "eval.step_records=true"), tmp_path / "c", False)
-    assert (cell_dir / STEPS_FILE).stat().st_mtime_ns == mtime
+    run_job(compose_cfg(root, *ORACLE_CELL, "eval.step_records=rerun"), tmp_path / "c", False)
+    assert (cell_dir / STEPS_FILE).stat().st_mtime_ns == mtime and evaluations == [1]
+
+
+def test_step_records_take_true_false_or_rerun(tmp_path):
+    with pytest.raises(ValueError, match=r"eval.step_records='again' is invalid: allowed true"):
+        run_job(
+            compose_cfg(tmp_path, *ORACLE_CELL, "eval.step_records=again"), tmp_path / "j", False
+        )
 
 
 def test_records_are_refused_when_the_rerun_disagrees_with_the_stored_episodes(
@@ -358,7 +384,7 @@ def test_records_are_refused_when_the_rerun_disagrees_with_the_stored_episodes(
     rows[1]["accuracy"] = 0.0  # as if the code had changed since the cell was computed
     results.write_jsonl(cell_dir / "episodes.jsonl", rows)
     with pytest.raises(RuntimeError, match="other episodes than its episodes.jsonl"):
-        run_job(compose_cfg(root, *ORACLE_CELL, "eval.step_records=true"), tmp_path / "b", False)
+        run_job(compose_cfg(root, *ORACLE_CELL, "eval.step_records=rerun"), tmp_path / "b", False)
     assert not (cell_dir / STEPS_FILE).exists()
     assert "gate_judged" not in results.read_json(cell_dir / "summary.json")
 
@@ -534,7 +560,7 @@ def test_records_appended_to_a_cells_steps_file_are_refused_by_the_report(tmp_pa
     )
 
     # the cell's own copy too (later sweeps copy it): a job that reuses the cell says so and,
-    # asked for step records, writes them again
+    # asked to rerun for step records, writes them again
     cell_steps = (
         tmp_path
         / "root"
@@ -543,7 +569,8 @@ def test_records_appended_to_a_cells_steps_file_are_refused_by_the_report(tmp_pa
         / STEPS_FILE
     )
     cell_steps.write_bytes(path.read_bytes())
-    run_job(compose_cfg(tmp_path / "root", *over), tmp_path / "again", multirun=False)
+    rerun = [*over[:-1], "eval.step_records=rerun"]
+    run_job(compose_cfg(tmp_path / "root", *rerun), tmp_path / "again", multirun=False)
     assert read_steps(cell_steps) == records == read_steps(tmp_path / "again" / STEPS_FILE)
 
     path.write_bytes(original)  # the records as written, under a summary from before the digest

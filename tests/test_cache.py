@@ -394,8 +394,9 @@ def make_cached(cache_dir: Path, name: str = "old", **slm):
 
 
 def test_a_sqlite_cache_of_an_earlier_layout_is_not_read_and_left_unchanged(tmp_path) -> None:
-    """The SQLite cache is a retired layout (benchmark.migrate warns a job that would have used
-    it): the store never reads, changes or sets it aside; its answers are asked again."""
+    """The SQLite cache is a retired layout (benchmark.migrate names it when it brings the
+    results root to this release's layout): the store never reads, changes or sets it aside;
+    its answers are asked again."""
     cache = tmp_path / "cache"
     cache.mkdir()
     old = cache / "responses.sqlite"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark import results
+from benchmark import migrate, results
 from benchmark.build import locate_inputs, prepare
 from benchmark.cell import IDENTITY_VERSION, digest
 from benchmark.consultants.fingerprint import local_fingerprint
@@ -23,7 +23,7 @@ from benchmark.consultants.hf import HFConsultant
 from benchmark.job import run_job
 from benchmark.migrate import v2_fingerprint, v2_hash, v2_identity, v2_model
 from benchmark.policy.checkpoints import policy_digest
-from benchmark.store import cached_digest, file_sha256
+from benchmark.store import LAYOUT_FILE, cached_digest, file_sha256
 from tests.conftest import SMALL_POLICY, compose_cfg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,10 +180,11 @@ def test_identical_weights_name_the_same_cell(trained_root, tmp_path):
 
 
 @pytest.mark.slow  # five cells computed twice (~20 s)
-def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, caplog):
-    """A root written by the previous release (identity v2): its complete cells are adopted
-    under their v3 hash without recomputation, once, with a warning; a cell whose local model
-    changed after it was computed is not (a warning says why)."""
+def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, capsys):
+    """A root written by the previous release (identity v2), brought to this release's layout
+    by `python -m benchmark.migrate ROOT`: its complete cells are adopted under their v3 hash
+    without recomputation, once, each said; a cell whose local model changed after it was
+    computed is not (the report says why), and a job computes it anew."""
     root = tmp_path / "root"
     over = [
         "env=empty5x5_random",
@@ -196,30 +197,32 @@ def test_a_v2_root_is_migrated_once_and_never_silently(trained_root, tmp_path, c
     tiny = compose_cfg(root, *over, "method=slm_only", "slm=tiny", "prompt=basic")
     for cfg in (ppo, tiny):  # the cells as the previous release wrote them
         _write_as_v2(cfg, tmp_path / "v2job")
+    (root / LAYOUT_FILE).unlink()  # that release wrote none
     from benchmark.plan import plan_sweep
     from benchmark.plan_data import COMPLETE
 
     (planned,) = plan_sweep([f"paths.root={root}", "tracking=none", *over, "gate=never"]).cells
     assert planned.status == COMPLETE and planned.note.startswith("v2 cell ")  # read-only
-    caplog.set_level("WARNING")
+    # the tiny model was rewritten after its v2 cell was computed: not adopted
+    os.utime(Path(str(tiny.slm.backend.path)) / "config.json")
+    checkpoints = f"paths.checkpoints={trained_root / 'checkpoints'}"
+    assert migrate.main([str(root), checkpoints]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": adopted as ") == 1 and "not adopted because the model at" in out
     summary = run_job(ppo, tmp_path / "job1", multirun=False)
     spec = locate_inputs(prepare(ppo)[2], ppo, Path(summary["checkpoint_path"]))
     assert spec.identity["identity_version"] == IDENTITY_VERSION == 3
-    assert summary["cell_hash"] == spec.hash and "adopted the v2 cell" in caplog.text
+    assert summary["cell_hash"] == spec.hash and f"adopted as {spec.hash}" in out
+    assert (tmp_path / "job1" / results.REUSED_FILE).is_file()
     cell = json.loads((spec.dir(root) / "cell.json").read_text())
     assert cell["migrated_from"]["identity_version"] == 2
     episodes = (spec.dir(root) / "episodes.jsonl").read_bytes()
     assert episodes == (tmp_path / "v2job" / "gate=never.jsonl").read_bytes()  # not recomputed
-    caplog.clear()
-    assert run_job(ppo, tmp_path / "job2", multirun=False)["cell_hash"] == spec.hash
-    assert "adopted" not in caplog.text  # once
-    # the tiny model was rewritten after the v2 cell was computed: not adopted, recomputed
-    model_dir = Path(str(tiny.slm.backend.path))
-    os.utime(model_dir / "config.json")
-    caplog.clear()
+    assert migrate.main([str(root), checkpoints]) == 0
+    assert ": adopted as " not in capsys.readouterr().out  # once
     done = run_job(tiny, tmp_path / "job3", multirun=False)
-    assert "not reused because the model at" in caplog.text
     assert done["cell_hash"] != json.loads((tmp_path / "v2job" / "tiny.json").read_text())
+    assert not (tmp_path / "job3" / results.REUSED_FILE).exists()  # computed anew
 
 
 def _write_as_v2(cfg, job_dir: Path) -> None:

@@ -125,24 +125,27 @@ def test_slm_only_never_trains_a_policy(tmp_path):
     assert summary.get("or_mean") is None  # no policy, so no overwrite rate (absent or None)
 
 
-def test_a_job_locates_its_inputs_once_when_they_exist(tmp_path, monkeypatch):
+def test_a_job_locates_its_inputs_once_and_asks_for_its_cell_once(tmp_path, monkeypatch):
     """Inputs found before building (here the oracle's: nothing to build) are not located a
-    second time after building; a rerun finds the complete cell on its first look."""
+    second time after building, and whether the cell is complete is asked once, under its
+    lock; a rerun finds the complete cell on its first look, without building anything."""
     import benchmark.job as job
 
-    calls = []
+    calls, reuses, builds = [], [], []
 
     def counted(*args, **kwargs):
         calls.append(kwargs.get("train", False))
         return locate(*args, **kwargs)
 
-    locate = job.locate_inputs
+    locate, reuse, build = job.locate_inputs, job._reuse, job.build
     monkeypatch.setattr(job, "locate_inputs", counted)
+    monkeypatch.setattr(job, "_reuse", lambda *a, **k: reuses.append(1) or reuse(*a, **k))
+    monkeypatch.setattr(job, "build", lambda *a, **k: builds.append(1) or build(*a, **k))
     over = ["env=higherlower", "gate=always", "slm=oracle", "prompt=basic", "eval.n_episodes=3"]
     first = run_job(compose_cfg(tmp_path, *over), tmp_path / "first", multirun=False)
-    assert calls == [False]
+    assert calls == [False] and reuses == [1] and builds == [1]
     again = run_job(compose_cfg(tmp_path, *over), tmp_path / "again", multirun=False)
-    assert calls == [False, False] and again == first
+    assert calls == [False, False] and reuses == [1, 1] and builds == [1] and again == first
     assert (tmp_path / "again" / results.REUSED_FILE).is_file()
 
 

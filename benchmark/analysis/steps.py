@@ -56,6 +56,9 @@ if TYPE_CHECKING:
     from benchmark.evaluate import StepEvent
 
 STEPS_FILE = "steps.jsonl.gz"
+# eval.step_records: false, true (a cell records them when it is evaluated) or RERUN (also a
+# complete cell without them runs its evaluation again to record them: benchmark.job)
+RERUN = "rerun"
 
 
 def _f32(x: float | None) -> float | None:

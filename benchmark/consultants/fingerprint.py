@@ -61,6 +61,27 @@ CONFIG_SUFFIXES = (".json", ".jinja", ".txt", ".model")
 # held-out measurement) and the Trainer's own logs
 NOT_MODEL_FILES = frozenset({"finetune.json", "trainer_state.json", "training_args.bin"})
 WHOLE_ABOVE = 2 * _MB  # a file this small is covered whole by its first and last MB
+# A local model directory made once (a fine-tuned model) writes MARKER last: the fingerprint of
+# its files, with the version of `local_fingerprint` that computed it (2: whole weight files)
+MARKER = "COMPLETE"
+FINGERPRINT_VERSION = 2
+
+
+def marker(directory: Path, digests: str | os.PathLike | None = None) -> dict[str, object]:
+    """What MARKER records of a model directory's files."""
+    return {
+        "fingerprint": local_fingerprint(directory, digests),
+        "fingerprint_version": FINGERPRINT_VERSION,
+    }
+
+
+def marker_holds(directory: Path, recorded: dict, digests: str | os.PathLike | None = None) -> bool:
+    """Whether the MARKER `recorded` still describes the directory's files (a marker of another
+    fingerprint version never does: an earlier release's is brought up to date once, by
+    benchmark.migrate)."""
+    return recorded.get("fingerprint_version") == FINGERPRINT_VERSION and recorded.get(
+        "fingerprint"
+    ) == local_fingerprint(directory, digests)
 
 
 def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import config
+from benchmark.consultants.fingerprint import MARKER, marker_holds
 from benchmark.finetune.dataset import (
     AUTOPILOT_MODES,
     Example,
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 # Part of every fine-tuned model's key: bump it with any change here, in dataset.py or train.py
 # that changes the weights a recipe trains to, so no model of older code is reused.
 FINETUNE_VERSION = 2  # 2: float32 master weights under bfloat16 autocast (was pure bfloat16)
-MARKER = "COMPLETE"
-FINGERPRINT_VERSION = 2  # COMPLETE's fingerprint: 2 = consultants.fingerprint (whole)
 INFO = "finetune.json"
 DATASET = "dataset.jsonl"
 
@@ -201,16 +200,14 @@ class Recipe:
 
     def policy_checkpoint(self, task: Any, train: bool = True) -> Path | None:
         """The PPO checkpoint whose states it learns from (None: not trained, and `train` is
-        False). Before training, a directory of an earlier release's name is adopted."""
+        False)."""
         from benchmark.build import policy_checkpoint
-        from benchmark.migrate import adopt_checkpoint_dir
 
         if not self.locations.get("policy"):
             raise ValueError("slm.backend.path.policy is missing: the PPO whose states are used")
-        splits = Splits.from_config(self.splits)
-        if train:
-            adopt_checkpoint_dir(self.job_config(), splits)
-        return policy_checkpoint(self.job_config(), task, splits, train=train)
+        return policy_checkpoint(
+            self.job_config(), task, Splits.from_config(self.splits), train=train
+        )
 
     # ------------------------------------------------------------------------- key
     def key(self, base_identity: str, checkpoint_sha256: str) -> dict[str, Any]:
@@ -262,18 +259,13 @@ def plain(value: Any) -> Any:
 
 # ----------------------------------------------------------------------------- the cache
 def intact(model_dir: Path, digests: Path | None = None) -> bool:
-    """Complete (marker written last) and its files still those the marker fingerprinted (a
-    marker of an earlier release: benchmark.migrate)."""
-    from benchmark.consultants.fingerprint import local_fingerprint
-    from benchmark.migrate import old_marker_holds
-
+    """Complete (marker written last) and its files still those the marker fingerprinted (an
+    earlier release's marker is brought up to date once per results root: benchmark.migrate)."""
     try:
         marker = json.loads((model_dir / MARKER).read_text())
     except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError):
         return False
-    if marker.get("fingerprint_version") == FINGERPRINT_VERSION:
-        return marker.get("fingerprint") == local_fingerprint(model_dir, digests)
-    return old_marker_holds(model_dir, marker)
+    return isinstance(marker, dict) and marker_holds(model_dir, marker, digests)
 
 
 def find(recipe: Recipe, digests: Path | None = None) -> Path:
@@ -314,11 +306,11 @@ def ensure(recipe: Recipe) -> Path:
         _make(recipe, key, task, prompt, checkpoint, base_source, base_kwargs, work)
 
     def mark(model_dir: Path) -> None:  # the fingerprint of what was renamed into place, last
-        from benchmark.consultants.fingerprint import local_fingerprint
+        from benchmark.consultants.fingerprint import marker
 
-        fingerprint = local_fingerprint(model_dir, recipe.digests())
-        marker = {"fingerprint": fingerprint, "fingerprint_version": FINGERPRINT_VERSION}
-        write_json_atomic(model_dir / MARKER, {**marker, "pid": os.getpid()})
+        write_json_atomic(
+            model_dir / MARKER, {**marker(model_dir, recipe.digests()), "pid": os.getpid()}
+        )
 
     build_once(target, make, lambda d: intact(d, recipe.digests()), finish=mark)
     return target
