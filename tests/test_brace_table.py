@@ -45,31 +45,36 @@ def _rollouts(r_env: list[float]) -> dict:
     return {"per_seed": {"r_env": r_env}}
 
 
-def _report(name: str, format_rate: float, rl: list[float], sft: list[float],
-            base: list[float]) -> dict:  # fmt: skip
+def _report(format_rate: float, correct: list[float], base_correct: list[float],
+            rl: list[float], sft: list[float], name: str = "agent_brace") -> dict:  # fmt: skip
     from benchmark.metrics import paired_difference
 
     return {"trained_with": {"name": name},
-            "held_out": {"sft": {"format_pass": {"mean": format_rate}}},
+            "held_out": {"sft": {"format_pass": {"mean": format_rate},
+                                 "per_state": {"correctness": correct}},
+                         "base": {"per_state": {"correctness": base_correct}}},
             "held_out_rollouts": {"rl": _rollouts(rl), "sft": _rollouts(sft),
-                                  "base": _rollouts(base)},
+                                  "base": _rollouts([0.0] * len(rl))},
             "gains": {"held_out_rollout_r_env": paired_difference(rl, sft)}}  # fmt: skip
 
 
-WON, LOST = [1.0] * 8, [0.0] * 8
+HIGH, LOW = [1.0] * 8, [0.0] * 8
 
 
-def test_the_verdict_fails_when_the_format_or_the_agent_was_not_learned():
-    """Learned: the belief format goal and SFT+PPO above the base (paired CI above 0); PPO's own
-    gain over SFT is reported whatever it is."""
-    learned = verdict([_report("agent_brace", 0.97, WON, WON, LOST)])
-    assert learned["learned"] and not learned["ppo_gain_shown"]  # PPO added nothing over SFT
-    assert verdict([_report("agent_brace", 0.97, WON, LOST, LOST)])["ppo_gain_shown"]
-    no_format = verdict([_report("agent_brace", FORMAT_GOAL - 0.01, WON, WON, LOST)])
+def test_the_verdict_fails_when_the_belief_learned_nothing_and_reports_r_env_as_it_is():
+    """Learned: the belief format goal and the belief's correctness above the base's (paired CI
+    above 0); R_env against the base and PPO's own gain are reported, shown or not."""
+    learned = verdict([_report(0.97, HIGH, LOW, HIGH, HIGH)])
+    assert learned["learned"] and learned["rl_minus_base_shown"]
+    assert not learned["ppo_gain_shown"]  # PPO added nothing over SFT
+    assert verdict([_report(0.97, HIGH, LOW, HIGH, LOW)])["ppo_gain_shown"]
+    r_env_flat = verdict([_report(0.97, HIGH, LOW, LOW, LOW)])
+    assert r_env_flat["learned"] and not r_env_flat["rl_minus_base_shown"]
+    no_format = verdict([_report(FORMAT_GOAL - 0.01, HIGH, LOW, HIGH, HIGH)])
     assert not no_format["learned"] and "format pass" in no_format["why"]
-    no_agent = verdict([_report("agent_brace", 1.0, [1.0, 0.0] * 4, LOST, [0.0, 1.0] * 4)])
-    assert not no_agent["learned"] and "untrained base" in no_agent["why"]
-    assert not verdict([_report("frozen_belief", 1.0, WON, WON, LOST)])["learned"]  # no main row
+    no_content = verdict([_report(1.0, [1.0, 0.0] * 4, [0.0, 1.0] * 4, HIGH, HIGH)])
+    assert not no_content["learned"] and "belief correctness" in no_content["why"]
+    assert not verdict([_report(1.0, HIGH, LOW, HIGH, HIGH, "frozen_belief")])["learned"]
 
 
 # the demo at toy size: 2 training games, 2 teacher episodes, one short RL iteration per stage

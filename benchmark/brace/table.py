@@ -10,8 +10,9 @@ its multirun ends; `python -m benchmark.brace.table <sweep dir> [--check]` print
 - the training curves figure of each job.
 
 `--check` exits 1 when nothing was learned: the belief format below `FORMAT_GOAL` after SFT, or
-the trained agent not above the untrained base on held-out R_env (paired CI reaching 0). PPO's
-own gain over SFT is printed with its CI whatever it is."""
+the belief's claims not more often true than the untrained base's (paired CI reaching 0). The
+agent's R_env against the base and PPO's own gain over SFT are printed with their CIs whatever
+they are."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from benchmark.brace.pipeline import RL_DIR
+from benchmark.metrics import paired_difference
 
 FORMAT_GOAL = 0.95  # the belief format pass rate SFT must reach on held-out states
 ROW_LABEL = {"agent_brace": "SFT+PPO (Agent-BRACE)", "frozen_belief": "frozen belief + PPO",
@@ -58,8 +60,6 @@ def _diff(d: dict[str, Any] | None) -> str:
 
 
 def _paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
-    from benchmark.metrics import paired_difference
-
     return paired_difference(a["per_seed"]["r_env"], b["per_seed"]["r_env"])
 
 
@@ -70,26 +70,37 @@ def _brier(m: dict[str, Any]) -> str:
 
 
 def verdict(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The goals read off the agent_brace job: the belief format pass rate after SFT on
-    held-out states (>= FORMAT_GOAL), the trained agent (SFT+PPO) above the untrained base on
-    held-out R_env (paired CI above 0), and PPO's own gain, SFT+PPO minus SFT (paired, reported:
-    `ppo_gain_shown` when its CI is above 0). `learned` is False when the format or the
-    agent-vs-base goal is missed: then nothing was learned."""
+    """The goals read off the agent_brace job. Learned (`learned`): the belief model after SFT
+    passes the format on >= FORMAT_GOAL of the held-out states, and its claims are more often
+    true than the untrained base's (paired over the same states, CI above 0). Reported whatever
+    they are: SFT+PPO minus the base and minus SFT (PPO's own gain) on held-out R_env, paired
+    over the same games, `*_shown` when the CI is above 0."""
     main = next((r for r in reports if r["trained_with"]["name"] == "agent_brace"), None)
     if main is None:
         return {"learned": False, "why": "no complete agent_brace job in the sweep"}
-    fmt = ((main.get("held_out") or {}).get("sft") or {}).get("format_pass", {}).get("mean")
+    ho = main.get("held_out") or {}
+    fmt = (ho.get("sft") or {}).get("format_pass", {}).get("mean")
+    belief_gain = {}
+    if ho.get("base") and ho.get("sft"):
+        belief_gain = paired_difference(ho["sft"]["per_state"]["correctness"],
+                                        ho["base"]["per_state"]["correctness"])  # fmt: skip
     rollouts = main.get("held_out_rollouts") or {}
     vs_base = _paired(rollouts["rl"], rollouts["base"]) if "base" in rollouts else {}
     gain = (main.get("gains") or {}).get("held_out_rollout_r_env") or {}
     why = []
     if fmt is None or fmt < FORMAT_GOAL:
         why.append(f"belief format pass after SFT {fmt} < {FORMAT_GOAL}")
-    if not vs_base or vs_base["diff_ci95_low"] <= 0:
-        why.append(f"SFT+PPO not above the untrained base on held-out R_env ({_diff(vs_base)})")
-    return {"format_pass": fmt, "format_goal": FORMAT_GOAL, "rl_minus_base": vs_base,
-            "rl_minus_sft": gain, "ppo_gain_shown": bool(gain) and gain["diff_ci95_low"] > 0,
+    if not belief_gain or belief_gain["diff_ci95_low"] <= 0:
+        why.append(f"belief correctness after SFT not above the base's ({_diff(belief_gain)})")
+    return {"format_pass": fmt, "format_goal": FORMAT_GOAL,
+            "belief_correctness_sft_minus_base": belief_gain,
+            "rl_minus_base": vs_base, "rl_minus_base_shown": _shown(vs_base),
+            "rl_minus_sft": gain, "ppo_gain_shown": _shown(gain),
             "learned": not why, "why": "; ".join(why)}  # fmt: skip
+
+
+def _shown(d: dict[str, Any]) -> bool:
+    return bool(d) and d["diff_ci95_low"] > 0
 
 
 def lines(reports: list[dict[str, Any]]) -> list[str]:
@@ -98,10 +109,11 @@ def lines(reports: list[dict[str, Any]]) -> list[str]:
         return ["no complete trainer job in this sweep"]
     first = reports[0]
     w = first["trained_with"]
-    games = w["env"].get("task") or {}
+    env = w["env"] if isinstance(w["env"], dict) else {"name": w["env"]}  # reports before env_name
+    games = env.get("task") or {}
     held = first["held_out_rollouts"]["sft"]["r_env"]["n"]
     out = [
-        f"## What was learned: {w['env'].get('label', w['env']['name'])}, tiny model "
+        f"## What was learned: {env.get('label', env['name'])}, tiny model "
         f"`{w['base'] or w['tiny_size']}`, seed {w['seed']}",
         "",
         f"Held-out games: {held} validation seeds (generation {games.get('evaluation_generation')},"
@@ -159,7 +171,10 @@ def lines(reports: list[dict[str, Any]]) -> list[str]:
     v = verdict(reports)
     gain = v.get("rl_minus_sft") or {}
     out += ["", f"Belief format pass after SFT: {v.get('format_pass')} (goal >= {FORMAT_GOAL})",
-            f"SFT+PPO - base on held-out R_env: {_diff(v.get('rl_minus_base'))}",
+            "Belief correctness after SFT - base (paired over held-out states): "
+            f"{_diff(v.get('belief_correctness_sft_minus_base'))}",
+            f"SFT+PPO - base on held-out R_env: {_diff(v.get('rl_minus_base'))}"
+            + ("" if v.get("rl_minus_base_shown") else " (the CI reaches 0: not shown)"),
             f"SFT+PPO - SFT on held-out R_env (PPO's own gain): {_diff(gain)}"
             + (" (the CI is above 0: PPO's gain is shown)" if v.get("ppo_gain_shown") else
                " (the CI reaches 0: PPO's gain is not shown at this size)" if gain else ""),
