@@ -211,18 +211,18 @@ def tiny_model(tmp_path_factory) -> Iterator[Callable[..., Path]]:
             path = save_tiny_hybrid(target, seed)
         else:
             path = build_tiny(target, seed, kind)
-        built.setdefault(path, _file_digests(path))
+        built.setdefault(path, file_digests(path))
         return path
 
     yield get
-    changed = sorted(str(p) for p, digests in built.items() if _file_digests(p) != digests)
+    changed = sorted(str(p) for p, digests in built.items() if file_digests(p) != digests)
     if changed:
         raise AssertionError(
             f"a test changed the shared tiny model(s) {changed}: change a copy instead"
         )
 
 
-def _file_digests(directory: Path) -> dict[str, str]:
+def file_digests(directory: Path) -> dict[str, str]:
     """Every file under `directory` by its SHA-256."""
     return {
         str(f.relative_to(directory)): hashlib.sha256(f.read_bytes()).hexdigest()

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from benchmark.envs.textworld import games
 from tests import small_policy
-from tests.conftest import REPO, TINY_KINDS, _file_digests, compose_cfg, compose_fresh
+from tests.conftest import REPO, TINY_KINDS, compose_cfg, compose_fresh, file_digests
 
 CASES = [
     (),
@@ -93,7 +93,7 @@ def test_the_shared_tiny_models_are_the_packages_builds_made_once(tiny_model, tm
         tiny_model("huge")
     # the end-of-session check sees a changed file (a test must change a copy)
     copy = shutil.copytree(path, tmp_path / "copy")
-    before = _file_digests(copy)
-    assert before == _file_digests(path)
+    before = file_digests(copy)
+    assert before == file_digests(path)
     (copy / "generation_config.json").write_text("{}")
-    assert _file_digests(copy) != before
+    assert file_digests(copy) != before
