@@ -133,7 +133,11 @@ def check(path: Path = LOCK, extra_ok: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.lockfile", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.lockfile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the doc's command lines as written
+    )
     parser.add_argument("action", choices=["write", "check"])
     parser.add_argument(
         "--extra-ok",

@@ -81,5 +81,16 @@ def table() -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Print the table; `--help` says what it is (the module takes no other argument)."""
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m benchmark.presets",
+        description="Print the table of every preset (conf/experiment) that docs/presets.md holds.",
+    ).parse_args(argv)
     print(table(), end="")
+
+
+if __name__ == "__main__":
+    main()

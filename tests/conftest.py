@@ -1,6 +1,7 @@
 """Compose the real configuration once, shrink it for CPU, and give each test its own outputs root.
 A short PPO run on Empty-Random-5x5 is shared by the session: committed (tests/small_policy.py),
-or trained once per run when the committed one is not the current recipe's.
+or trained once per run when the committed one is not the current recipe's. The tiny language
+models are built once per run too (`tiny_model`).
 
 Tests marked `slurm` need a real single-node cluster (launchers/local-slurm): where its binaries
 are missing they skip with the list of what is missing, unless BENCHMARK_REQUIRE_SLURM=1 (CI,
@@ -9,11 +10,12 @@ are missing they skip with the list of what is missing, unless BENCHMARK_REQUIRE
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,53 @@ def trained_root(shared_root, tmp_path_factory) -> Path:
     ensure(compose_cfg(built, "env=empty5x5_random", *SMALL_POLICY))
     shutil.copytree(built / "checkpoints", shared_root / "checkpoints", dirs_exist_ok=True)
     return shared_root
+
+
+# the models `tiny_model` builds: the sizes of benchmark.consultants.tiny.SIZES, and the tiny
+# Qwen3.5 (Gated-DeltaNet beside full attention) of benchmark.bench.qwen_shapes
+TINY_KINDS = ("tiny", "small", "text", "hybrid")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Iterator[Callable[..., Path]]:
+    """`tiny_model(kind="tiny", seed=0)`: the directory of a tiny model (`kind` one of
+    TINY_KINDS), built by the package's own builders (build_tiny, save_tiny_hybrid: the files a
+    cell loads with from_pretrained) once per run, in a folder the run's worker processes share,
+    instead of once per test file. The models are shared, so a test that changes a model's files
+    changes a copy (shutil.copytree); the session fails at its end, naming the model, when a
+    shared one's files changed."""
+    from benchmark.bench.qwen_shapes import save_tiny_hybrid
+    from benchmark.consultants.tiny import build_tiny
+
+    root = run_scratch(tmp_path_factory) / "tiny-models"
+    built: dict[Path, dict[str, str]] = {}
+
+    def get(kind: str = "tiny", seed: int = 0) -> Path:
+        if kind not in TINY_KINDS:
+            raise ValueError(f"tiny_model kind {kind!r} is not one of {list(TINY_KINDS)}")
+        target = root / f"{kind}-s{seed}"
+        if kind == "hybrid":
+            path = save_tiny_hybrid(target, seed)
+        else:
+            path = build_tiny(target, seed, kind)
+        built.setdefault(path, file_digests(path))
+        return path
+
+    yield get
+    changed = sorted(str(p) for p, digests in built.items() if file_digests(p) != digests)
+    if changed:
+        raise AssertionError(
+            f"a test changed the shared tiny model(s) {changed}: change a copy instead"
+        )
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """Every file under `directory` by its SHA-256."""
+    return {
+        str(f.relative_to(directory)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(directory.rglob("*"))
+        if f.is_file()
+    }
 
 
 def installed_package(package: Path, tmp_path: Path) -> dict[str, str]:

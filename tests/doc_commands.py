@@ -7,7 +7,8 @@ through benchmark.config, Hydra's own parser and compose API) and validate; a su
 parse with its own argparse parser (and its overrides compose); a make target exists and
 `make -n` accepts it. Placeholders such as `<sweep dir>` are filled from PLACEHOLDERS. A command
 that is only an illustration ends in `# illustrative` (or a Markdown code block follows a line
-`<!-- illustrative -->`): it is counted, not checked."""
+`<!-- illustrative -->`): it is counted, not checked. A ```text block is a program's output (the
+--help of docs/cli.md), not commands: it is not read."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmark.cli_page import TOOLS
 
 REPO = Path(__file__).resolve().parent.parent
 ILLUSTRATIVE = "# illustrative"
@@ -48,26 +51,8 @@ PLACEHOLDERS = {
     "$JOB": "123",
     "<paths.cache>": "outputs/cache",
 }
-# the sub-CLIs: module -> how its parsed arguments are checked further
-CLIS = (
-    "benchmark",
-    "benchmark.plan",
-    "benchmark.migrate",
-    "benchmark.report",
-    "benchmark.dashboard",
-    "benchmark.serve",
-    "benchmark.policy",
-    "benchmark.bench",
-    "benchmark.bench.batching",
-    "benchmark.prompts",
-    "benchmark.consultants.cache",
-    "benchmark.brace.train",
-    "benchmark.brace.context",
-    "benchmark.protocol",
-    "benchmark.lockfile",
-    "benchmark.presets",
-    "benchmark.envs.textworld.make",
-)
+# the CLIs (benchmark.cli_page.TOOLS); how each one's arguments are checked: `check`
+CLIS = tuple(TOOLS)
 
 
 @dataclass
@@ -172,7 +157,7 @@ def _markdown(path: Path, root: Path = REPO) -> list[Command]:
     rel = path.relative_to(root)
     lines = path.read_text().splitlines()
     out: list[Command] = []
-    fence, block_marked, joiner = False, False, LineJoiner()
+    fence, block_marked, output, joiner = False, False, False, LineJoiner()
     prose: list[tuple[int, str]] = []  # (line number, text) of the prose between fences
 
     def flush_prose() -> None:
@@ -190,10 +175,13 @@ def _markdown(path: Path, root: Path = REPO) -> list[Command]:
                 flush_prose()
                 previous = next((x.strip() for x in reversed(lines[: number - 1]) if x.strip()), "")
                 block_marked = previous == BLOCK_MARK
+                output = stripped[3:].strip() == "text"
             fence = not fence
             continue
         if not fence:
             prose.append((number, line))
+            continue
+        if output:
             continue
         joined = joiner.add(number, stripped.removeprefix("$ "))
         if joined is None:

@@ -14,19 +14,19 @@ import pytest
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.prefix import resolve_batching
-from tests.test_choices import tiny_model_path
+from tests.test_choices import ARCHITECTURES
 from tests.test_prefix_cache import ask_queries
 
 NEW = 6  # greedy tokens per answer: the lean loop (<= lean_max_new_tokens)
 
 
 @pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
-def models(request, tmp_path_factory):
+def models(request, tiny_model):
     """(padded, by_length, plain generate without reuse) on one tiny model, batches of 64."""
     import torch
 
     threads = torch.get_num_threads()
-    path = tiny_model_path(request.param, tmp_path_factory)
+    path = str(tiny_model(ARCHITECTURES[request.param]))
     common = dict(path=path, num_threads=1, max_batch_size=64)
     padded = HFConsultant(**common, batching="padded")
     by_length = HFConsultant(**common, batching="by_length")

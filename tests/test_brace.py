@@ -233,12 +233,11 @@ def test_grpo_reward_function_scores_completions_and_refuses_held_out_states(tmp
         grpo.train("unused", held, tmp_path / "out")
 
 
-def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(tmp_path):
+def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(tiny_model):
     """slm=finetuned's held-out measure parses one answer per state; prompt=brace's first answer
     is the belief update, after which the session asks the act round: the measure says so
     (not_measured), never an invalid rate of 1.0 for answers nobody scored."""
     from benchmark.brace.pipeline import brace_prompt, task_for
-    from benchmark.consultants.tiny import build_tiny
     from benchmark.finetune.dataset import MultiRoundConsultation, _label, parse
     from benchmark.finetune.store import measure
 
@@ -251,7 +250,7 @@ def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(t
 
     with pytest.raises(MultiRoundConsultation, match="seed 0 step 0: .*second round"):
         parse(held_out_example(), block("- the goal is at (1, 1) [confirmed]"))
-    result = measure(build_tiny(tmp_path / "tiny", 0, "small"), [held_out_example()])
+    result = measure(tiny_model("small"), [held_out_example()])
     assert result["states"] == 1 and "invalid_rate" not in result
     assert "benchmark.brace.train" in result["not_measured"]
 

@@ -119,10 +119,8 @@ def test_joint_rl_refuses_a_held_out_seed_before_any_work():
 
 
 @pytest.mark.slow
-def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch):
-    from benchmark.consultants.tiny import build_tiny
-
-    base = build_tiny(tmp_path / "tiny", 0, "small")
+def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch, tiny_model):
+    base = tiny_model("small")
     played = []
     real_run = joint.run
 
@@ -212,15 +210,13 @@ def test_rolling_mean_of_the_training_curves():
     assert rolling([2.0], 5).tolist() == [2.0]
 
 
-def test_a_joint_update_raises_a_rewarded_completion_and_lowers_a_punished_one(tmp_path):
+def test_a_joint_update_raises_a_rewarded_completion_and_lowers_a_punished_one(tiny_model):
     """One policy-gradient step of the joint RL on the tiny model: a completion with a positive
     advantage becomes more likely after its prompt, one with a negative advantage less likely
     (the loss is -A x mean log-prob, so a flipped sign does the opposite)."""
     import torch
 
-    from benchmark.consultants.tiny import build_tiny
-
-    path = build_tiny(tmp_path / "tiny", 0)
+    path = tiny_model()
     _, tok = lm.load(path)
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "The goal is ahead. Answer with one action."}],

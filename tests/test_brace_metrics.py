@@ -189,16 +189,15 @@ def _perturbed_copy(src, dst):
     AutoTokenizer.from_pretrained(src).save_pretrained(dst)
 
 
-def test_two_models_route_by_role_and_are_named_by_both_weights(tmp_path):
+def test_two_models_route_by_role_and_are_named_by_both_weights(tmp_path, tiny_model):
     import shutil
 
     from benchmark.brace.roles import RolesConsultant
     from benchmark.build import locate_inputs, prepare
     from benchmark.consultants.base import Query
-    from benchmark.consultants.tiny import build_tiny
     from tests.conftest import compose_cfg
 
-    base = build_tiny(tmp_path / "models" / "tiny-qwen3-small-s0", 0, "small")
+    base = tiny_model("small")
     belief_dir, policy_dir = tmp_path / "belief", tmp_path / "policy"
     shutil.copytree(base, belief_dir)
     shutil.copytree(base, policy_dir)

@@ -18,10 +18,8 @@ from benchmark.seeds import DEFAULT_SPLITS
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from benchmark.consultants.tiny import build_tiny
-
-    return build_tiny(tmp_path_factory.mktemp("tiny") / "m", 0, "small")
+def tiny(tiny_model):
+    return tiny_model("small")
 
 
 def test_gae_equals_the_hand_computed_example():

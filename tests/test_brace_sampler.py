@@ -16,16 +16,17 @@ from benchmark.finetune import lm
 
 
 @pytest.fixture(scope="module")
-def penalised(tmp_path_factory):
-    """The tiny model made peaky (its final norm x 8: the likeliest next token has p ~ 0.35,
+def penalised(tmp_path_factory, tiny_model):
+    """A copy of the small tiny model made peaky (its final norm x 8: the likeliest next token has p ~ 0.35,
     so a penalty on repeated tokens moves the distribution a lot), its generation config
     sampling with repetition_penalty 2, top_k 5 and temperature 0.7."""
+    import shutil
+
     import torch
     from transformers import GenerationConfig
 
-    from benchmark.consultants.tiny import build_tiny
-
-    path = build_tiny(tmp_path_factory.mktemp("tiny") / "m", 0, "small")
+    path = tmp_path_factory.mktemp("tiny") / "m"
+    shutil.copytree(tiny_model("small"), path)
     model, tok = lm.load(path)
     with torch.no_grad():
         model.model.norm.weight.mul_(8.0)

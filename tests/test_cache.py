@@ -23,7 +23,6 @@ from benchmark.consultants.cache import CachedConsultant, cache_key
 from benchmark.consultants.cache_files import CorruptFile, Row, decode_shard, encode_shard
 from benchmark.consultants.cache_store import ResponseStore
 from benchmark.consultants.hf import HFConsultant
-from benchmark.consultants.tiny import build_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,15 +53,11 @@ def q(text: str, **decoding) -> Query:
 
 
 @pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory):
+def tiny_pair(tiny_model):
     import torch
 
     threads = torch.get_num_threads()  # 1 thread: OpenMP threads thrash on a shared 2-core CPU
-    base = tmp_path_factory.getbasetemp()
-    yield tuple(
-        HFConsultant(path=str(build_tiny(base / f"tiny-qwen3-s{s}", s)), num_threads=1)
-        for s in (0, 1)
-    )
+    yield tuple(HFConsultant(path=str(tiny_model(seed=s)), num_threads=1) for s in (0, 1))
     torch.set_num_threads(threads)
 
 

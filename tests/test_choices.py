@@ -11,28 +11,21 @@ import math
 
 import pytest
 
-from benchmark.bench.qwen_shapes import save_tiny_hybrid
 from benchmark.consultants.base import Decoding, Query, scores_choices
 from benchmark.consultants.hf import HFConsultant
-from benchmark.consultants.tiny import build_tiny
 from tests.test_prefix_cache import ask_queries
 
-
-def tiny_model_path(kind: str, tmp_path_factory) -> str:
-    """The tiny model ("qwen3") or the tiny hybrid ("qwen3.5"), built once per test session."""
-    base = tmp_path_factory.getbasetemp()
-    if kind == "qwen3":
-        return str(build_tiny(base / "tiny-qwen3-s0", 0))
-    return str(save_tiny_hybrid(base / "tiny-qwen35-s0"))
+# the architectures the backend tests run on: the tiny model, the tiny hybrid (tiny_model kinds)
+ARCHITECTURES = {"qwen3": "tiny", "qwen3.5": "hybrid"}
 
 
 @pytest.fixture(scope="module", params=["qwen3", pytest.param("qwen3.5", marks=pytest.mark.slow)])
-def models(request, tmp_path_factory):
+def models(request, tiny_model):
     """(reuse on, lean; reuse off, generate()) of the tiny model or the tiny hybrid."""
     import torch
 
     threads = torch.get_num_threads()
-    path = tiny_model_path(request.param, tmp_path_factory)
+    path = str(tiny_model(ARCHITECTURES[request.param]))
     on = HFConsultant(path=path, num_threads=1)
     off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off
@@ -299,7 +292,7 @@ def test_branched_attention_equals_one_masked_attention_per_branch():
 
 
 @pytest.mark.slow  # about 20 s: 50 small training steps
-def test_the_best_choice_is_greedy_generations_answer_where_it_must_be(tmp_path):
+def test_the_best_choice_is_greedy_generations_answer_where_it_must_be(tmp_path, tiny_model):
     """Choice scoring against greedy generation on real prompts (HigherLower: two actions;
     DoorKey: seven, of 2 to 5 tokens each). The two legitimately differ in general: greedy picks
     the likeliest token at each step, choice scoring the likeliest whole continuation (action
@@ -311,14 +304,12 @@ def test_the_best_choice_is_greedy_generations_answer_where_it_must_be(tmp_path)
     an action of its own; A's probability is measured by a plain forward pass."""
     import torch
 
-    from benchmark.consultants.tiny import build_tiny
-
     queries = ask_queries(tmp_path, "higherlower", "basic", "slm.decoding.mode=choices", n=2)
     queries += ask_queries(tmp_path, "doorkey8", "basic", "slm.decoding.mode=choices", n=4)
     assert all(scores_choices(q) for q in queries)
     # each prompt its own answer; TURN_LEFT and TURN_RIGHT share their first tokens
     targets = ["HIGHER", "LOWER", "TURN_RIGHT", "TURN_LEFT", "DROP", "PICKUP"]
-    base = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), num_threads=1)
+    base = HFConsultant(path=str(tiny_model()), num_threads=1)
     tok, model = base.tokenizer, base.model
     end = tok.convert_tokens_to_ids("<|im_end|>")
     rows = [

@@ -1,6 +1,6 @@
 """The tests' own helpers (tests/conftest.py): a composition from compose_cfg's cache is the one
 Hydra composes with the root; the TextWorld games of a run live in the run's folder; the committed
-small policy is the current recipe's."""
+small policy is the current recipe's; the shared tiny models are the package's builds, once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from benchmark.envs.textworld import games
 from tests import small_policy
-from tests.conftest import REPO, compose_cfg, compose_fresh
+from tests.conftest import REPO, TINY_KINDS, compose_cfg, compose_fresh, file_digests
 
 CASES = [
     (),
@@ -58,3 +58,42 @@ def test_the_committed_small_policy_is_the_current_recipes_and_intact(tmp_path):
     assert intact(source), f"{source} does not match its COMPLETE manifest: {remedy}"
     assert small_policy.seed(tmp_path) and intact(target)
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in source.iterdir())
+
+
+def test_the_shared_tiny_models_are_the_packages_builds_made_once(tiny_model, tmp_path):
+    """Each kind is the package's model (the SIZES shape, or the Qwen3.5 hybrid), loaded as a cell
+    loads it (from_pretrained); asked again it is the same folder, not built again; another seed
+    is other weights; an unknown kind names the kinds there are."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    from benchmark.consultants.tiny import SIZES
+
+    configs = {kind: AutoConfig.from_pretrained(tiny_model(kind)) for kind in TINY_KINDS}
+    assert {k: type(c).__name__ for k, c in configs.items()} == {
+        "tiny": "Qwen3Config",
+        "small": "Qwen3Config",
+        "text": "Qwen3Config",
+        "hybrid": "Qwen3_5TextConfig",
+    }
+    for kind in ("tiny", "small", "text"):
+        assert configs[kind].hidden_size == SIZES[kind]["hidden_size"]
+    assert configs["tiny"].vocab_size < configs["small"].vocab_size < configs["text"].vocab_size
+    assert "linear_attention" in configs["hybrid"].layer_types
+    path = tiny_model()
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    assert (
+        tiny_model("tiny", 0) == path and (path / "model.safetensors").stat().st_mtime_ns == stamp
+    )
+    assert REPO not in path.parents
+    weights = (path / "model.safetensors").read_bytes()
+    assert (tiny_model(seed=1) / "model.safetensors").read_bytes() != weights
+    with pytest.raises(ValueError, match=r"kind 'huge' is not one of \['tiny', 'small'"):
+        tiny_model("huge")
+    # the end-of-session check sees a changed file (a test must change a copy)
+    copy = shutil.copytree(path, tmp_path / "copy")
+    before = file_digests(copy)
+    assert before == file_digests(path)
+    (copy / "generation_config.json").write_text("{}")
+    assert file_digests(copy) != before

@@ -26,11 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 WORDS = "the agent faces a wall ; goal is north , door key Action: TURN_LEFT FORWARD 3 4".split()
 
 
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory, seed: int) -> Path:
-    """One build per seed per test session (build_tiny is idempotent)."""
-    return build_tiny(tmp_path_factory.getbasetemp() / f"tiny-qwen3-s{seed}", seed)
-
-
 def render(action: str, reason: str) -> str:
     return f"Action: {action}\nReason: {reason}"
 
@@ -53,21 +48,19 @@ def make_query(n_words: int, seed: int, decoding: Decoding | None = None) -> Que
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory):
+def tiny(tiny_model):
     import torch
 
     threads = torch.get_num_threads()  # 1 thread: OpenMP threads thrash on a shared 2-core CPU
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")  # loading must work without the hub
-        model = HFConsultant(
-            path=str(tiny_dir(tmp_path_factory, 0)), max_batch_size=3, num_threads=1
-        )
+        model = HFConsultant(path=str(tiny_model()), max_batch_size=3, num_threads=1)
     yield model
     torch.set_num_threads(threads)
 
 
-def test_tiny_build_is_small_fast_and_deterministic(tmp_path, tmp_path_factory) -> None:
-    d0 = tiny_dir(tmp_path_factory, 0)
+def test_tiny_build_is_small_fast_and_deterministic(tmp_path, tiny_model) -> None:
+    d0 = tiny_model()
     t0 = time.perf_counter()
     again = build_tiny(tmp_path / "copy", seed=0)
     build_s = time.perf_counter() - t0
@@ -76,7 +69,7 @@ def test_tiny_build_is_small_fast_and_deterministic(tmp_path, tmp_path_factory) 
     assert size < 1_000_000
     assert (again / "model.safetensors").exists() and not list(again.glob("*.bin"))
     assert local_fingerprint(again) == local_fingerprint(d0)
-    assert local_fingerprint(tiny_dir(tmp_path_factory, 1)) != local_fingerprint(d0)
+    assert local_fingerprint(tiny_model(seed=1)) != local_fingerprint(d0)
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # temp dir renamed away
 
 
@@ -147,12 +140,12 @@ def _slm_cfg(name: str, root: Path, **override):
     return cfg
 
 
-def test_make_consultant_from_presets(tmp_path, tmp_path_factory) -> None:
+def test_make_consultant_from_presets(tmp_path, tiny_model) -> None:
     # the tiny preset builds into <paths.models>/tiny-qwen3-s0 (here: a copy of the session's)
     cfg = _slm_cfg("tiny", tmp_path)
     import shutil
 
-    shutil.copytree(tiny_dir(tmp_path_factory, 0), tmp_path / "models" / "tiny-qwen3-s0")
+    shutil.copytree(tiny_model(), tmp_path / "models" / "tiny-qwen3-s0")
     c = make_consultant(cfg.slm, cfg.paths)
     assert isinstance(c, CachedConsultant) and isinstance(c.inner, TinyConsultant)
     assert Path(c.inner.model.name_or_path) == tmp_path / "models" / "tiny-qwen3-s0"
@@ -245,13 +238,13 @@ print(c.identity)
 
 
 @pytest.mark.slow
-def test_hub_id_loads_from_local_hf_cache_offline(tmp_path, tmp_path_factory) -> None:
+def test_hub_id_loads_from_local_hf_cache_offline(tmp_path, tiny_model) -> None:
     # lay the tiny model out as the hub cache would (refs/main -> snapshots/<commit>/)
     import shutil
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--local-org--tiny-qwen3"
-    shutil.copytree(tiny_dir(tmp_path_factory, 0), repo / "snapshots" / commit)
+    shutil.copytree(tiny_model(), repo / "snapshots" / commit)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}

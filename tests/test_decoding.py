@@ -18,7 +18,6 @@ from benchmark.consultants.dice import DiceConsultant
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import build_tiny
 from tests.conftest import compose_cfg
 
 MESSAGES = [
@@ -166,23 +165,22 @@ def test_decoding_source_is_checked_where_it_cannot_act(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_model):
     import torch
 
     threads = torch.get_num_threads()
-    base = tmp_path_factory.getbasetemp()
-    yield HFConsultant(path=str(build_tiny(base / "tiny-qwen3-s0", 0)), num_threads=1)
+    yield HFConsultant(path=str(tiny_model()), num_threads=1)
     torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
-def own_sampling_model(tmp_path_factory) -> Path:
+def own_sampling_model(tmp_path_factory, tiny_model) -> Path:
     """The tiny model saved with a generation config that samples with non-default values."""
     from transformers import GenerationConfig
 
     base = tmp_path_factory.getbasetemp()
     target = base / "tiny-own-sampling"
-    shutil.copytree(build_tiny(base / "tiny-qwen3-s0", 0), target)
+    shutil.copytree(tiny_model(), target)
     gc = GenerationConfig.from_pretrained(target)
     gc.update(do_sample=True, temperature=0.7, top_p=0.8, top_k=20)
     gc.save_pretrained(target)

@@ -97,6 +97,8 @@ def test_illustrative_marks_are_understood(tmp_path):
         "python -m benchmark env=nowhere\n```\n```bash\n"
         "python -m benchmark \\\n  env=doorkey8 gate=never   # a comment\n"
         "python -m benchmark env=mars   # illustrative\n```\n"
+        "```text\nusage: python -m benchmark.plan [-h]\n  the games it would make on reset\n```\n"
+        "After the output, `python -m benchmark env=empty5x5_random`.\n"
     )
     from tests.doc_commands import _markdown
 
@@ -106,6 +108,7 @@ def test_illustrative_marks_are_understood(tmp_path):
         ("python -m benchmark env=nowhere", True),
         ("python -m benchmark env=doorkey8 gate=never", False),
         ("python -m benchmark env=mars", True),
+        ("python -m benchmark env=empty5x5_random", False),  # a ```text block is output: not read
     ]
 
 

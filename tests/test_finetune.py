@@ -193,12 +193,10 @@ def test_rationale_examples_carry_a_templated_reason():
         assert e.decoding.enable_thinking
 
 
-def test_loss_is_on_the_answer_tokens_only(tmp_path):
+def test_loss_is_on_the_answer_tokens_only(tiny_model):
     from transformers import AutoTokenizer
 
-    from benchmark.consultants.tiny import build_tiny
-
-    tok = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "tiny-small", 0, "small"))
+    tok = AutoTokenizer.from_pretrained(tiny_model("small"))
     task = make_task("empty5x5_random")
     splits = Splits()
     seeds = dataset_seeds(1, 0, splits)
@@ -229,14 +227,13 @@ def test_loss_is_on_the_answer_tokens_only(tmp_path):
         encode(tok, e, max_length=10)
 
 
-def test_examples_are_encoded_as_the_hf_backend_encodes_the_query(tmp_path):
+def test_examples_are_encoded_as_the_hf_backend_encodes_the_query(tiny_model):
     """Fine-tuning trains on the very prompt ids a cell sends: each example's prompt (labels
     -100) equals the hf backend's encoding of its query, plain and in thinking mode."""
     from benchmark.consultants.base import Query
     from benchmark.consultants.hf import HFConsultant
-    from benchmark.consultants.tiny import build_tiny
 
-    consultant = HFConsultant(path=str(build_tiny(tmp_path / "tiny", 0)), dtype="float32")
+    consultant = HFConsultant(path=str(tiny_model()), dtype="float32")
     task = make_task("empty5x5_random")
     splits = Splits()
     try:
@@ -415,7 +412,7 @@ def test_reward_vs_ir_figure(tmp_path):
     assert reward_ir_plot(alone, Layout.of(alone), tmp_path / "none") is None
 
 
-def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
+def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path, tiny_model):
     """`train.lora` (PEFT) trains adapters and saves merged weights: the result loads as any
     model directory (the hf backend never sees an adapter)."""
     pytest.importorskip("peft")
@@ -423,10 +420,9 @@ def test_lora_adapters_are_merged_into_a_plain_model_directory(tmp_path):
     from safetensors.torch import load_file
 
     from benchmark.consultants.hf import HFConsultant
-    from benchmark.consultants.tiny import build_tiny
     from benchmark.finetune.train import fine_tune
 
-    base = build_tiny(tmp_path / "tiny-small", 0, "small")
+    base = tiny_model("small")
     examples = ppo_examples(24)
     settings = TrainSettings(
         epochs=1, batch_size=8, learning_rate=1e-2,
@@ -464,7 +460,7 @@ def _adamw_step(model, batch, lr: float, autocast: bool) -> float:
 
 
 def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, tiny_model
 ):
     """`dtype: bfloat16` trains float32 master weights under bf16 autocast and saves bf16. At
     LR 1e-5 one AdamW step moves every weight by about 1e-5: held in bf16 (a step of 2^-8 of
@@ -474,12 +470,11 @@ def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from benchmark.consultants.tiny import build_tiny
     from benchmark.finetune import lm
     from benchmark.finetune.train import _Collator, fine_tune
 
     lr = 1e-5
-    base = build_tiny(tmp_path / "tiny-small", 0, "small")
+    base = tiny_model("small")
     examples = ppo_examples(8)
     autocast_seen, load = [], lm.load
 
@@ -530,19 +525,20 @@ def test_bf16_fine_tuning_keeps_fp32_master_weights_so_small_updates_are_saved(
     assert kept_bf16 < 0.25 and kept_fp32 > 0.99, (kept_bf16, kept_fp32)  # measured 0.03, 1.0
 
 
-def test_a_one_step_fine_tuning_moves_the_weights_and_one_that_does_not_is_an_error(tmp_path):
+def test_a_one_step_fine_tuning_moves_the_weights_and_one_that_does_not_is_an_error(
+    tmp_path, tiny_model
+):
     """Warmup rounds up (ceil(0.05 x 1 step) = 1) and starts at learning rate 0: a one-step SFT
     trained at rate 0 and saved its base as a fine-tuned model. The warmup is never the whole
     training now; a training that still leaves the weights as they were is refused."""
     import torch
     from safetensors.torch import load_file
 
-    from benchmark.consultants.tiny import build_tiny
     from benchmark.finetune.train import fine_tune, warmup_steps
 
     assert [warmup_steps(0.05, n) for n in (1, 2, 20, 21, 100)] == [0, 1, 1, 2, 5]
     assert warmup_steps(10, 5) == 4 and warmup_steps(0.0, 1) == 0
-    base = build_tiny(tmp_path / "tiny", 0)
+    base = tiny_model()
     settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2)
     stats = fine_tune(base, ppo_examples(4), tmp_path / "one", settings, seed=0)
     assert stats["optimizer_steps"] == 1

@@ -16,7 +16,6 @@ import pytest
 
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
-from tests.test_choices import tiny_model_path
 from tests.test_prefix_cache import ask_queries
 
 NEW = 4  # greedy tokens per answer
@@ -51,13 +50,13 @@ def nan_sdpa(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def hybrid(tmp_path_factory):
+def hybrid(tiny_model):
     """The tiny hybrid batched "padded" (lean loop; generate()) and "by_length" (the reference:
     no padding, no mask)."""
     import torch
 
     threads = torch.get_num_threads()
-    path = tiny_model_path("qwen3.5", tmp_path_factory)
+    path = str(tiny_model("hybrid"))
     common = dict(path=path, num_threads=1, max_batch_size=16)
     padded = HFConsultant(**common, batching="padded")
     generate = HFConsultant(**common, batching="padded", lean_max_new_tokens=0)
@@ -119,11 +118,11 @@ def poison_row(model: HFConsultant, row: int):
 
 
 @pytest.mark.parametrize("path", ["lean", "generate", "choices"])
-def test_non_finite_logits_raise_naming_the_batch(tmp_path_factory, queries, path):
+def test_non_finite_logits_raise_naming_the_batch(tiny_model, queries, path):
     """Whatever makes them NaN, no path answers from NaN logits: each raises a ConsultantError
     that names the path, the batch (its size and prompt lengths) and the bad rows."""
     model = HFConsultant(
-        path=tiny_model_path("qwen3", tmp_path_factory),
+        path=str(tiny_model()),
         num_threads=1,
         batching="padded",
         lean_max_new_tokens=0 if path == "generate" else 16,

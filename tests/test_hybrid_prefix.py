@@ -16,7 +16,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmark.bench.qwen_shapes import save_tiny_hybrid
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.kernels import GPU_EXTRA_HINT, describe_kernels, kernel_report
 from benchmark.consultants.prefix import PREFILL_STATS
@@ -31,12 +30,12 @@ LINEAR_KERNELS = {  # function -> package, as transformers' Qwen3.5 modeling cod
 
 
 @pytest.fixture(scope="module")
-def hybrid(tmp_path_factory):
+def hybrid(tiny_model):
     """The tiny Qwen3.5 twice: prefix reuse on (the default) and off, through generate()."""
     import torch
 
     threads = torch.get_num_threads()
-    path = str(save_tiny_hybrid(tmp_path_factory.getbasetemp() / "tiny-qwen35-s0"))
+    path = str(tiny_model("hybrid"))
     on = HFConsultant(path=path, num_threads=1, lean_max_new_tokens=0)  # generate()
     off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off

@@ -16,14 +16,13 @@ from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import build_tiny
 from tests.test_prefix_cache import ask_queries
 from tests.vllm_server import VLLMServer
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0))
+def tiny(tiny_model):
+    return str(tiny_model())
 
 
 @pytest.fixture(scope="module")

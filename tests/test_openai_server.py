@@ -22,7 +22,7 @@ from benchmark.consultants import ConsultantError
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import SPECIAL_TOKENS, build_tiny
+from benchmark.consultants.tiny import SPECIAL_TOKENS
 from benchmark.serve import stop_process
 from tests.conftest import REPO, compose_cfg
 from tests.test_prefix_cache import ask_queries
@@ -266,12 +266,12 @@ def start_serve(model_dir: Path, url_file: Path, log) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, tiny_model):
     """The tiny model behind `python -m benchmark.serve`; yields its URL, model dir and process."""
     if not SERVE.exists():
         pytest.skip(f"{SERVE} missing: install the [serving] extra (transformers[serving])")
     base_dir = tmp_path_factory.getbasetemp()
-    model_dir = build_tiny(base_dir / "tiny-qwen3-s0", 0)
+    model_dir = tiny_model()
     url_file = base_dir / "served.url"
     log = (base_dir / "serve.log").open("w")
     proc = start_serve(model_dir, url_file, log)
@@ -351,10 +351,10 @@ def test_end_to_end_against_transformers_serve(served) -> None:
 
 
 @pytest.mark.slow
-def test_serve_started_after_the_cell_hands_it_the_url(tmp_path) -> None:
+def test_serve_started_after_the_cell_hands_it_the_url(tmp_path, tiny_model) -> None:
     """`python -m benchmark.serve` started after the cell: the cell waits for the URL file, gets
     the tiny model's answers; SIGTERM stops the server and removes the file."""
-    model_dir = build_tiny(tmp_path / "tiny", 0)
+    model_dir = tiny_model()
     url_file = tmp_path / "serve" / "slm.url"
     log = (tmp_path / "serve.log").open("w")
     procs: list[subprocess.Popen] = []
@@ -436,13 +436,13 @@ def test_server_command_per_engine() -> None:
 
 
 @pytest.mark.slow  # two engine starts (~15 s)
-def test_serve_restarts_an_engine_that_dies_and_cells_wait_for_it(tmp_path) -> None:
+def test_serve_restarts_an_engine_that_dies_and_cells_wait_for_it(tmp_path, tiny_model) -> None:
     """`python -m benchmark.serve --engine vllm --restarts 1` with the small vLLM-compatible
     server (tests/vllm_server.py) as the engine: the engine is killed mid-run; serve starts it
     again on the same address and the cell's next request, waiting (restart_wait_s), gets its
     answer. Killed once more, past its last restart, serve exits with the engine's code and
     removes the URL file."""
-    model_dir = build_tiny(tmp_path / "tiny", 0)
+    model_dir = tiny_model()
     engine = tmp_path / "vllm"
     engine.write_text(f'#!/bin/sh\ncd {REPO} && exec {sys.executable} -m tests.vllm_server "$@"\n')
     engine.chmod(0o755)

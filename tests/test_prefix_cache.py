@@ -11,18 +11,17 @@ import pytest
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.prefix import PrefixCache, prefix_reuse_mode
-from benchmark.consultants.tiny import build_tiny
 from tests.conftest import compose_cfg
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+def pair(tiny_model):
     """The tiny model twice: prefix reuse on (the default) and off, both through generate() (the
     lean decode loop: tests/test_choices.py)."""
     import torch
 
     threads = torch.get_num_threads()
-    path = str(build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0))
+    path = str(tiny_model())
     on = HFConsultant(path=path, num_threads=1, lean_max_new_tokens=0)  # generate()
     off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off
@@ -153,9 +152,9 @@ def test_reuse_modes_follow_the_cache_layers(pair):
     assert prefix_reuse_mode(SimpleNamespace(config=sliding)) is None
 
 
-def test_negative_prefix_cache_fails(tmp_path_factory):
+def test_negative_prefix_cache_fails(tiny_model):
     from benchmark.consultants import ConsultantError
 
-    path = str(build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0))
+    path = str(tiny_model())
     with pytest.raises(ConsultantError, match="prefix_cache"):
         HFConsultant(path=path, prefix_cache=-1)

@@ -594,11 +594,11 @@ def test_show_takes_help_and_any_hydra_override(capsys):
         main(["show", "env=fourrooms", "stepp=5"])
 
 
-def test_stats_reads_the_tiny_tokenizer_of_the_results_root(tmp_path, monkeypatch):
+def test_stats_reads_the_tiny_tokenizer_of_the_results_root(tmp_path, monkeypatch, tiny_model):
     """BENCHMARK_ROOT (paths.root) says where the tiny model is, not ./outputs."""
-    from benchmark.consultants.tiny import build_tiny
+    import shutil
 
-    build_tiny(tmp_path / "root" / "models" / "tiny-qwen3-s0", 0)
+    shutil.copytree(tiny_model(), tmp_path / "root" / "models" / "tiny-qwen3-s0")
     monkeypatch.setenv("BENCHMARK_ROOT", str(tmp_path / "root"))
     assert showcase.models_dir() == tmp_path / "root" / "models"
     count = showcase.tiny_counter(showcase.models_dir())

@@ -18,7 +18,6 @@ from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.consultants.cache import cache_key, decoding_key
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.consultants.tiny import build_tiny
 from benchmark.validate import _check_decoding_mode
 from tests.conftest import REPO, compose_cfg
 from tests.test_prefix_cache import ask_queries
@@ -34,12 +33,12 @@ def with_penalty(queries: list[Query], penalty: float = PENALTY) -> list[Query]:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tiny_model):
     """(reuse on, lean; reuse off, generate()) of the tiny model."""
     import torch
 
     threads = torch.get_num_threads()
-    path = str(build_tiny(tmp_path_factory.getbasetemp() / "tiny-qwen3-s0", 0))
+    path = str(tiny_model())
     on = HFConsultant(path=path, num_threads=1)
     off = HFConsultant(path=path, num_threads=1, prefix_cache=0, lean_max_new_tokens=0)
     yield on, off

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
-from benchmark.consultants.tiny import SIZES, build_tiny, family_vocabularies
+from benchmark.consultants.tiny import SIZES, family_vocabularies
 from benchmark.envs.family import get_family
 
 GAME_TEXT = (
@@ -25,9 +25,9 @@ def test_textworld_names_its_own_words_and_grids_add_none():
     assert words in family_vocabularies()
 
 
-def test_the_text_size_spends_fewer_tokens_on_a_text_game(tmp_path):
-    text = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "text", 0, "text"))
-    small = AutoTokenizer.from_pretrained(build_tiny(tmp_path / "small", 0, "small"))
+def test_the_text_size_spends_fewer_tokens_on_a_text_game(tiny_model):
+    text = AutoTokenizer.from_pretrained(tiny_model("text"))
+    small = AutoTokenizer.from_pretrained(tiny_model("small"))
     assert len(text) > len(small)
     n_text, n_small = len(text(GAME_TEXT).input_ids), len(small(GAME_TEXT).input_ids)
     assert n_text < 0.8 * n_small, (n_text, n_small)

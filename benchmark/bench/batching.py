@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmark.consultants import backend
     from benchmark.consultants.tiny import build_tiny
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench.batching", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=8)

@@ -66,7 +66,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from benchmark.brace.train import task_for
     from benchmark.finetune import lm
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmark.brace.context", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--env", default="tw_quest")
     ap.add_argument("--belief", required=True, help="the belief model's folder")
     ap.add_argument("--policy", required=True, help="the policy model's folder")

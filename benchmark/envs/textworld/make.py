@@ -180,7 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmark.config import split_multirun
 
     parser = argparse.ArgumentParser(
-        prog="python -m benchmark.envs.textworld.make", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmark.envs.textworld.make",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # its command lines as written
     )
     parser.add_argument("--workers", default="1", help="processes: an integer or 'auto'")
     parser.add_argument("--splits", default=",".join(SPLITS), help="which games (comma list)")
