@@ -244,7 +244,8 @@ class PrefixReuse:
         self, seqs: list[list[int]], rows: list[Prompt], conts: list[list[list[int]]] | None = None
     ):
         """Yield (row indices, their batch cache, their last position's logits [g, V], their
-        attention mask or None). Batching "padded" with rows of different lengths: one group of
+        attention mask or None); run under torch.inference_mode() (caches are deep-copied,
+        which tensors with a grad history refuse). Batching "padded" with rows of different lengths: one group of
         every row, left-padded (`padded_prefill`). Otherwise one group per length, each
         prefilled unpadded on a copy of the shared prefix's cache (or from an empty cache): no
         padding and no mask beyond the causal one, so every row computes exactly what it would
