@@ -86,7 +86,7 @@ def test_lean_decode_gives_generates_tokens(models, tmp_path):
     queries = ask_queries(tmp_path, "fourrooms", "stateful", n=4)
     queries += ask_queries(tmp_path, "higherlower", "enriched", n=2)
     queries += ask_queries(tmp_path, "fourrooms", "stateful", "prompt.rationale=true", n=2)
-    assert on._lean_ok and not off._lean_ok
+    assert on.lean.enabled and not off.lean.enabled
     reference = [g.new_ids for g in off.generate(queries)]
     assert len({len(on.encode(q)) for q in queries}) > 3
     before = on.prefill_stats()["decode_seconds"]
@@ -104,9 +104,9 @@ def test_prefix_attention_equals_the_masked_one(models):
     ids = torch.randint(3, on.model.config.vocab_size, (2, 40))
     with torch.inference_mode():
         whole = on.model(input_ids=ids).logits[:, -1]
-        cache = on._new_cache()
-        on.model(input_ids=ids[:, :25], use_cache=True, **{on._cache_arg: cache})
-        split = on.model(input_ids=ids[:, 25:], use_cache=True, **{on._cache_arg: cache})
+        cache = on.prefix.new_cache()
+        on.model(input_ids=ids[:, :25], use_cache=True, **{on.runtime.cache_arg: cache})
+        split = on.model(input_ids=ids[:, 25:], use_cache=True, **{on.runtime.cache_arg: cache})
     if on.device.type == "cpu" and on.kernels["attention"] == "sdpa":
         assert on.model.config._attn_implementation == "prefix_sdpa"
     assert torch.allclose(split.logits[:, -1], whole, atol=1e-5)
@@ -242,8 +242,8 @@ def test_folded_scoring_equals_a_separate_forward(models, tmp_path):
     two. The hybrid model (recurrent layers) never folds."""
     on, off = models
     queries = choice_queries(tmp_path, n=4)
-    assert on._folds_choices == off._folds_choices == (on.reuse_mode == "padded")
-    if not on._folds_choices:
+    assert on.prefix.folds_choices == off.prefix.folds_choices == (on.reuse_mode == "padded")
+    if not on.prefix.folds_choices:
         return
     on.choice_logprobs(queries)  # the stored prefix computed once, before counting
     calls = []
@@ -251,12 +251,12 @@ def test_folded_scoring_equals_a_separate_forward(models, tmp_path):
     try:
         folded = on.choice_logprobs(queries)
         n_folded = len(calls)
-        on._folds_choices = False
+        on.prefix.folds_choices = False
         calls.clear()
         plain = on.choice_logprobs(queries)
         n_plain = len(calls)
     finally:
-        on._folds_choices = True
+        on.prefix.folds_choices = True
         hook.remove()
     groups = len({len(on.encode(q)) for q in queries})  # equal-length prompts share a forward
     assert 1 < groups < len(queries) and n_plain == n_folded + groups

@@ -57,18 +57,18 @@ class Ir1Section:
             bases = []
             with torch.inference_mode():
                 for pr in prompts:
-                    bases.append(floor_model._new_cache())
-                    floor_model._extend(bases[-1], [pr.ids[: pr.anchor]])
+                    bases.append(floor_model.prefix.new_cache())
+                    floor_model.prefix.extend(bases[-1], [pr.ids[: pr.anchor]])
 
             def suffixes() -> None:
                 with torch.inference_mode():
                     for pr, base in zip(prompts, bases, strict=True):
-                        floor_model._extend(_copy.deepcopy(base), [pr.ids[pr.anchor :]])
+                        floor_model.prefix.extend(_copy.deepcopy(base), [pr.ids[pr.anchor :]])
 
             def wholes() -> None:
                 with torch.inference_mode():
                     for pr in prompts:
-                        floor_model._extend(floor_model._new_cache(), [pr.ids])
+                        floor_model.prefix.extend(floor_model.prefix.new_cache(), [pr.ids])
 
             authors = AuthorsConsultant(made["authors"])
 

@@ -17,9 +17,7 @@ class InMemoryHF(backend("hf")):  # type: ignore[misc]
     model and tokenizer built in memory instead of loaded with from_pretrained."""
 
     def __init__(self, model: Any, tokenizer: Any, identity: str, max_batch_size: int = 64) -> None:
-        self.max_batch_size = int(max_batch_size)
-        self.model, self.tokenizer, self._identity = model, tokenizer, identity
-        self._setup_tokens()
+        self.setup(model, tokenizer, identity, max_batch_size=max_batch_size)
 
 
 def ask_plus_messages(task: Any, n: int) -> list[list[dict[str, str]]]:

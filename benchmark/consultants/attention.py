@@ -226,3 +226,13 @@ def register(device_type: str = "cpu") -> str:
         AttentionMaskInterface.register(MASKED, sdpa_mask)
         _registered = True
     return NAME if device_type == "cpu" else MASKED
+
+
+def install(model: Any) -> None:
+    """Give a model that runs transformers' sdpa the suite's attention (`register`):
+    "prefix_sdpa" on a CPU, where a suffix on a cached prefix is prefilled without the masked
+    rectangle and every other call is sdpa's; "masked_sdpa", sdpa itself, on an accelerator.
+    Both zero the fully masked query rows of a left-padded batch, which some GPU kernels return
+    as NaN. Any other implementation (eager, flash attention) is left as it is."""
+    if getattr(model.config, "_attn_implementation", None) == "sdpa":
+        model.set_attn_implementation(register(model.device.type))

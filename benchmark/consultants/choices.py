@@ -1,9 +1,9 @@
 """Choice scoring (Decoding.mode "choices", `score_choices`; docs/choices.md): a query whose answer
 is one bare valid action is answered by prefilling its prompt (each group of equal-length rows
-unpadded on a copy of the stored prefix: `_prefill_groups`) and scoring every valid action's
-continuation (`choice_ids`: its tokens and the token that ends the reply): on CPU with attention
-layers only, as branches after the prompt in the prefill's own forward (`_extend`'s branches,
-attention.branched_attention); otherwise in one batched forward on that cache. The most likely
+unpadded on a copy of the stored prefix: `PrefixReuse.prefill_groups`) and scoring every valid
+action's continuation (`choice_ids`: its tokens and the token that ends the reply): on CPU with
+attention layers only, as branches after the prompt in the prefill's own forward
+(`PrefixReuse.extend`'s branches, attention.branched_attention); otherwise in one batched forward on that cache. The most likely
 action is the answer, every action's probability goes in `Answer.choices`. With a repetition
 penalty (`slm.decoding.repetition_penalty` != 1), each action token's log-probability is taken
 from the logits as `generate` would penalize them at that point: over the prompt for the first
@@ -15,7 +15,7 @@ import math
 import time
 from typing import Any
 
-from benchmark.consultants.base import Answer, Query
+from benchmark.consultants.base import Answer
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.finite import nonfinite_rows, raise_nonfinite
 from benchmark.consultants.penalty import penalize
@@ -37,59 +37,61 @@ def choice_answer(
     return Answer(actions[best], prompt_tokens, 0, seconds, choices=probs)
 
 
-class ChoiceScoring:
-    """Choice scoring for HFConsultant (a mixin, on its `PrefixReuse` prefill); the host sets
-    `model`, `tokenizer`, `device`, `eos_ids`, `pad_id`, `max_batch_size`, `_cache_arg`,
-    `_choice_memo` and `_stats`, and provides `prompt`."""
+class ChoiceScorer:
+    """Choice scoring, one part of the hf backend: built on its `ModelRuntime`
+    (benchmark.consultants.runtime) and its `PrefixReuse` prefill (benchmark.consultants.prefix),
+    it scores given prompts' actions (`logprobs`) and turns an action into its continuation's
+    tokens (`choice_ids`); the backend renders the prompts."""
 
-    def score_choices(self, queries: list[Query]) -> list[Answer]:
-        """Each query answered with its most likely valid action (module docstring);
-        `Answer.choices` holds every action's probability over the valid set."""
-        return [
-            choice_answer(q.actions, logp, n, seconds)
-            for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True)
-        ]
+    def __init__(self, runtime: Any, prefix: Any) -> None:
+        self.runtime, self.prefix = runtime, prefix
+        self._memo: dict[str, list[int]] = {}
 
     def choice_ids(self, action: str) -> list[int]:
         """An action's continuation: its tokens, then the end of the answer: the token the chat
         template writes after the reply (benchmark.consultants.turns: Llama-3.1's `<|eot_id|>`,
         not its generation config's first stop token `<|end_of_text|>`), the first stop token
         for a tokenizer without a template; memoized (the same few actions come at every step)."""
-        if action not in self._choice_memo:
-            ids = self.tokenizer.encode(action, add_special_tokens=False)
-            end = local_end_of_reply(self.tokenizer, action)
-            if end is None and getattr(self.tokenizer, "chat_template", None):
+        if action not in self._memo:
+            tokenizer = self.runtime.tokenizer
+            ids = tokenizer.encode(action, add_special_tokens=False)
+            end = local_end_of_reply(tokenizer, action)
+            if end is None and getattr(tokenizer, "chat_template", None):
                 raise ConsultantError(
-                    f"slm.decoding.mode=choices: the chat template of {self.identity} does not "
-                    f"write the reply {action!r} as its own tokens; use mode=generate"
+                    f"slm.decoding.mode=choices: the chat template of {self.runtime.identity} "
+                    f"does not write the reply {action!r} as its own tokens; use mode=generate"
                 )
-            self._choice_memo[action] = [*ids, self.eos_ids[0] if end is None else end]
-        return list(self._choice_memo[action])
+            self._memo[action] = [*ids, self.runtime.eos_ids[0] if end is None else end]
+        return list(self._memo[action])
 
-    def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
-        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`, all
-        its tokens) after the prompt, the prompt's length and the query's share of its batch's
-        seconds. Batches of
-        `max_batch_size` prompts, longest first; the prompt's prefix cache is reused and each
-        length group is prefilled unpadded (`_prefill_groups`)."""
-        prompts = [self.prompt(q) for q in queries]
-        conts = [[self.choice_ids(a) for a in q.actions] for q in queries]
-        out: list[tuple[list[float], int, float] | None] = [None] * len(queries)
-        order = sorted(range(len(queries)), key=lambda i: -len(prompts[i].ids))
-        for s in range(0, len(order), self.max_batch_size):
-            chunk = order[s : s + self.max_batch_size]
+    def logprobs(
+        self,
+        prompts: list[Prompt],
+        conts: list[list[list[int]]],
+        penalties: list[float],
+        max_batch_size: int,
+    ) -> list[tuple[list[float], int, float]]:
+        """Per prompt: the log-likelihood of each of its continuations `conts` (`choice_ids`,
+        all their tokens) after it under its repetition penalty, the prompt's length and its
+        share of its batch's seconds. Batches of `max_batch_size` prompts, longest first; the
+        prompt's prefix cache is reused and each length group is prefilled unpadded
+        (`PrefixReuse.prefill_groups`)."""
+        out: list[tuple[list[float], int, float] | None] = [None] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i].ids))
+        for s in range(0, len(order), max_batch_size):
+            chunk = order[s : s + max_batch_size]
             t0 = time.perf_counter()
-            scores = self._score_batch(
+            scores = self.score_batch(
                 [prompts[i] for i in chunk],
                 [conts[i] for i in chunk],
-                [queries[i].decoding.repetition_penalty for i in chunk],
+                [penalties[i] for i in chunk],
             )
             per = (time.perf_counter() - t0) / len(chunk)
             for i, v in zip(chunk, scores, strict=True):
                 out[i] = (v, len(prompts[i].ids), per)
         return out  # type: ignore[return-value]
 
-    def _score_batch(
+    def score_batch(
         self, rows: list[Prompt], conts: list[list[list[int]]], penalties: list[float]
     ) -> list[list[float]]:
         """Each row's action log-likelihoods; a group whose logits hold a NaN or an infinity
@@ -99,7 +101,7 @@ class ChoiceScoring:
         seqs = [r.ids for r in rows]
         out: list[list[float]] = [[] for _ in rows]
         with torch.inference_mode():
-            for members, cache, last, mask in self._prefill_groups(seqs, rows, conts):
+            for members, cache, last, mask in self.prefix.prefill_groups(seqs, rows, conts):
                 t0 = time.perf_counter()
                 if any(penalties[r] != 1.0 for r in members):
                     scored, bad = self._penalized(
@@ -107,10 +109,13 @@ class ChoiceScoring:
                     )
                 else:
                     scored, bad = self._gathered(members, cache, last, conts, mask)
-                raise_nonfinite(self, "choice scoring", [members[j] for j in bad], seqs)
+                bad_rows = [members[j] for j in bad]
+                raise_nonfinite(
+                    self.runtime, self.prefix.batching, "choice scoring", bad_rows, seqs
+                )
                 for r, values in zip(members, scored, strict=True):
                     out[r] = values
-                self._stats["decode_seconds"] += time.perf_counter() - t0
+                self.runtime.stats["decode_seconds"] += time.perf_counter() - t0
         return out
 
     def _gathered(self, members, cache, last, conts, mask) -> tuple[list[list[float]], list[int]]:
@@ -177,16 +182,17 @@ class ChoiceScoring:
         width = max(len(c) for _, c in pairs) - 1
         if width <= 0:
             return pairs, None
-        index = torch.tensor([j for j, _ in pairs], device=self.device)
+        rt = self.runtime
+        index = torch.tensor([j for j, _ in pairs], device=rt.device)
         cache.reorder_cache(index)
-        ids = torch.full((len(pairs), width), self.pad_id, dtype=torch.long)
+        ids = torch.full((len(pairs), width), rt.pad_id, dtype=torch.long)
         for m, (_, c) in enumerate(pairs):
             ids[m, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-        kwargs: dict[str, Any] = {self._cache_arg: cache}
+        kwargs: dict[str, Any] = {rt.cache_arg: cache}
         if mask is not None:
             grown = torch.cat([mask[index], mask.new_ones((len(pairs), width))], dim=1)
             kwargs.update(attention_mask=grown, position_ids=next_positions(grown, width))
-        logits = self.model(input_ids=ids.to(self.device), use_cache=True, **kwargs).logits
+        logits = rt.model(input_ids=ids.to(rt.device), use_cache=True, **kwargs).logits
         return pairs, logits
 
     def _penalized(

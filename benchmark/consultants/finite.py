@@ -23,23 +23,26 @@ def nonfinite_rows(logits: Any) -> Any:
     return ~torch.isfinite(logits).flatten(1).all(-1)
 
 
-def raise_nonfinite(host: Any, path: str, bad: list[int], seqs: list[list[int]]) -> None:
+def raise_nonfinite(
+    runtime: Any, batching: str, path: str, bad: list[int], seqs: list[list[int]]
+) -> None:
     """Raise the ConsultantError of a batch of prompts `seqs` (token ids) whose rows `bad`
     (indices into `seqs`) got non-finite logits on `path` ("lean decode", "generate", "choice
-    scoring"); `host` is the backend (identity, batching, device, attention). No-op when `bad` is
-    empty."""
+    scoring"); `runtime` is the backend's model (benchmark.consultants.runtime.ModelRuntime:
+    identity, device, attention), `batching` how its rows shared the forward. No-op when `bad`
+    is empty."""
     if not bad:
         return
     lengths = [len(s) for s in seqs]
-    config = getattr(host.model, "config", None)
+    config = getattr(runtime.model, "config", None)
     attention = getattr(config, "_attn_implementation", None)
-    dtype = getattr(host.model, "dtype", None)
+    dtype = getattr(runtime.model, "dtype", None)
     shown = ", ".join(f"{r} ({lengths[r]} tokens)" for r in sorted(bad)[:8])
     more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
     raise ConsultantError(
-        f"{host.identity}: non-finite logits (NaN or inf) in {len(bad)} of {len(seqs)} rows of a "
+        f"{runtime.identity}: non-finite logits (NaN or inf) in {len(bad)} of {len(seqs)} rows of a "
         f"{path} batch of {len(seqs)} prompts ({min(lengths)}-{max(lengths)} tokens, "
-        f"batching={host.batching}, attention={attention}, dtype={dtype}, device={host.device}): "
+        f"batching={batching}, attention={attention}, dtype={dtype}, device={runtime.device}): "
         f"rows {shown}{more}. Their answers would be garbage, so none is given. A GPU attention "
         "kernel that returns NaN for fully masked (left-padding) rows is the known cause: try "
         "slm.backend.batching=by_length, or slm.backend.dtype=float32 for an overflow"

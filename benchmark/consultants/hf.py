@@ -13,16 +13,19 @@ is still open is then closed by appending "</think>\\n\\n", and the answer gets 
 or not, is stripped from the returned text.
 
 On CPU, attention is "prefix_sdpa" (benchmark.consultants.attention): an unpadded suffix on a
-cached prefix is attended without the masked rectangle. The rest of the backend lives beside
-it: prefix reuse (benchmark.consultants.prefix), choice scoring (.choices), the lean greedy loop
-(.lean), per-query sampling streams (.sampling), the kernel report (.kernels) and the weights'
-identity (.fingerprint); HFConsultant puts them together Prompts of different lengths share a
-forward or not by `batching` (benchmark.consultants.prefix.resolve_batching)."""
+cached prefix is attended without the masked rectangle. HFConsultant is composed of parts, each
+an object built with what it needs and used through its public methods: the loaded model, its
+tokenizer, stops and counters (`runtime`: benchmark.consultants.runtime.ModelRuntime), prefix
+reuse and the prefill (`prefix`: benchmark.consultants.prefix.PrefixReuse), choice scoring
+(`scorer`: benchmark.consultants.choices.ChoiceScorer) and the lean greedy loop (`lean`:
+benchmark.consultants.lean.LeanDecoder); per-query sampling streams (.sampling), the kernel
+report (.kernels) and the weights' identity (.fingerprint) are functions beside them. Prompts of
+different lengths share a forward or not by `batching`
+(benchmark.consultants.prefix.resolve_batching)."""
 
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 import os
 import secrets
@@ -31,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmark.consultants import attention
 from benchmark.consultants.base import (
     Answer,
     Consultant,
@@ -39,27 +43,44 @@ from benchmark.consultants.base import (
     query_seed,
     scores_choices,
 )
-from benchmark.consultants.choices import ChoiceScoring
+from benchmark.consultants.choices import ChoiceScorer, choice_answer
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.fingerprint import offline_hint, resolve_source
 from benchmark.consultants.finite import finite_watch, raise_nonfinite
 from benchmark.consultants.kernels import describe_kernels, kernel_report
-from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoding, plain_greedy
+from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoder
 from benchmark.consultants.penalty import row_penalty
 from benchmark.consultants.prefix import (
     DEFAULT_PREFIX_CACHE,
-    PREFILL_STATS,
-    PrefixCache,
     PrefixReuse,
     Prompt,
     left_padded,
-    prefix_reuse_mode,
     resolve_batching,
+)
+from benchmark.consultants.runtime import (
+    ModelRuntime,
+    chat_prompt,
+    neutral_generation_config,
+    prompt_ids,
+    stop_ids,
 )
 from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS, row_sampler
 from benchmark.vocabulary import THINK_END, THINK_START, released_answer
 from benchmark.vocabulary import strip_thinking as split_thinking
 
+# the prompt and stop helpers live with the runtime; fine-tuning, Agent-BRACE and the benches
+# import them from here, as the backend renders and stops (docs/architecture.md)
+__all__ = [
+    "DTYPES",
+    "Generation",
+    "HFConsultant",
+    "chat_prompt",
+    "check_settings",
+    "neutral_generation_config",
+    "prompt_ids",
+    "stop_ids",
+    "strip_thinking",
+]
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 THINK_CLOSE = THINK_END + "\n\n"
 log = logging.getLogger(__name__)
@@ -82,8 +103,13 @@ class Generation:
     text: str
 
 
-class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
-    """A causal LM from the Hugging Face hub (`model`, cached locally) or a local `path`."""
+class HFConsultant(Consultant):
+    """A causal LM from the Hugging Face hub (`model`, cached locally) or a local `path`.
+
+    Composed of parts that share one `runtime` (benchmark.consultants.runtime.ModelRuntime: the
+    model, tokenizer, stops, counters): `prefix` (PrefixReuse: stored prefixes, the prefill of
+    length groups), `scorer` (ChoiceScorer) and `lean` (LeanDecoder); the backend renders
+    prompts, groups and batches queries, runs `generate` with the thinking budget, and answers."""
 
     def __init__(
         self,
@@ -112,22 +138,16 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
 
         if dtype not in DTYPES:
             raise ConsultantError(f"slm.backend.dtype={dtype!r} is not one of {list(DTYPES)}")
-        if max_batch_size < 1:
-            raise ConsultantError(f"slm.backend.max_batch_size={max_batch_size} must be >= 1")
-        self.max_batch_size = int(max_batch_size)
-        if isinstance(prefix_cache, bool) or int(prefix_cache) < 0:
-            raise ConsultantError(f"slm.backend.prefix_cache={prefix_cache!r} must be >= 0")
-        self.prefix_cache = PrefixCache(int(prefix_cache))
-        if isinstance(lean_max_new_tokens, bool) or int(lean_max_new_tokens) < 0:
-            raise ConsultantError(
-                f"slm.backend.lean_max_new_tokens={lean_max_new_tokens!r} must be >= 0"
-            )
-        self.lean_max_new_tokens = int(lean_max_new_tokens)
-        resolve_batching(batching, "cpu")  # fails early on a bad value, before the model loads
-        self.batching_setting = batching
+        settings = dict(
+            max_batch_size=max_batch_size,
+            prefix_cache=prefix_cache,
+            lean_max_new_tokens=lean_max_new_tokens,
+            batching=batching,
+        )
+        check_settings(**settings)  # fails early on a bad value, before the model loads
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
-        source, local_only, self._identity = resolve_source(model, path, revision, digests)
+        source, local_only, identity = resolve_source(model, path, revision, digests)
         cuda = torch.cuda.is_available()
         if dtype == "auto":  # the weights' own dtype on GPU; bf16/fp16 matmuls crawl on CPU
             torch_dtype: Any = "auto" if cuda else torch.float32
@@ -139,16 +159,16 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             revision=revision, trust_remote_code=trust_remote_code, local_files_only=local_only
         )
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source, **common)
-            self.model = AutoModelForCausalLM.from_pretrained(
+            tokenizer = AutoTokenizer.from_pretrained(source, **common)
+            loaded = AutoModelForCausalLM.from_pretrained(
                 source, dtype=torch_dtype, device_map=device_map, use_safetensors=True, **common
             )
         except (OSError, ValueError) as exc:
             if path is None and not local_only:
                 raise ConsultantError(offline_hint(model, exc)) from exc
             raise ConsultantError(f"cannot load the model at {source!r}: {exc}") from exc
-        self.model.eval()
-        self._setup_tokens()
+        loaded.eval()
+        self.setup(loaded, tokenizer, identity, **settings)
 
     uses_digests = True  # make_consultant passes the results store's digest cache
     label = "hf"
@@ -175,60 +195,92 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         return resolve_source(model, path, revision, digests)[2]
 
     # ----------------------------------------------------------------------------- setup
-    def _setup_tokens(self) -> None:
-        tok, vocab = self.tokenizer, self.tokenizer.get_vocab()
-        eos = stop_ids(self.model, tok)
-        if not eos:
-            raise ConsultantError(f"{self.identity}: the tokenizer defines no end-of-text token")
-        self.eos_ids = eos
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    def setup(
+        self,
+        model: Any,
+        tokenizer: Any,
+        identity: str,
+        max_batch_size: int = 32,
+        prefix_cache: int = DEFAULT_PREFIX_CACHE,
+        lean_max_new_tokens: int = DEFAULT_LEAN_MAX_NEW_TOKENS,
+        batching: str = "auto",
+    ) -> None:
+        """Compose the backend on a loaded `model` (in eval mode) and its `tokenizer`, whose
+        weights are `identity`: what __init__ does after loading, for a caller that builds the
+        model itself (the GPU bench's model in memory). The settings are __init__'s."""
+        check_settings(max_batch_size, prefix_cache, lean_max_new_tokens, batching)
+        self.max_batch_size = int(max_batch_size)
+        self.runtime = ModelRuntime(model, tokenizer, identity)
+        vocab = tokenizer.get_vocab()
         self.think_start = vocab.get(THINK_START)
         self.think_end = vocab.get(THINK_END)
         self.close_ids = (
-            tok.encode(THINK_CLOSE, add_special_tokens=False) if self.think_end is not None else []
+            tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
+            if self.think_end is not None
+            else []
         )
-        if not hasattr(self, "prefix_cache"):  # a subclass that builds its model without __init__
-            self.prefix_cache = PrefixCache(DEFAULT_PREFIX_CACHE)
-        if not hasattr(self, "lean_max_new_tokens"):
-            self.lean_max_new_tokens = DEFAULT_LEAN_MAX_NEW_TOKENS
-        self.batching = resolve_batching(
-            getattr(self, "batching_setting", "auto"), self.device.type
-        )
-        gc = self._base_gc = neutral_generation_config(self.model, self.pad_id, self.eos_ids)
-        self._lean_ok = self.lean_max_new_tokens > 0 and plain_greedy(gc)
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in 5.x
-        self._logits_to_keep = "logits_to_keep" in params
-        self._prefix_attention()
-        self.reuse_mode = prefix_reuse_mode(self.model)
-        # choice scoring in the prefill's forward: needs prefix_sdpa and only attention layers
-        # (a branch would run through a recurrent state); the logits of every position kept
-        self._folds_choices = (
-            self.reuse_mode == "padded"
-            and self._logits_to_keep
-            and getattr(self.model.config, "_attn_implementation", None) == attention_name()
-        )
-        self.reuses_prefixes = self.reuse_mode is not None
-        self.kernels = kernel_report(self.model)
+        attention.install(model)
+        self.prefix = PrefixReuse(self.runtime, int(prefix_cache), batching)
+        self.scorer = ChoiceScorer(self.runtime, self.prefix)
+        self.lean = LeanDecoder(self.runtime, self.prefix, int(lean_max_new_tokens))
+        self.kernels = kernel_report(model)
         log.info("%s: %s", self.identity, describe_kernels(self.kernels))
-        self._anchors: dict[tuple, list[int] | None] = {}
-        self._choice_memo: dict[str, list[int]] = {}
-        self._stats = dict.fromkeys(PREFILL_STATS, 0)
 
-    def _prefix_attention(self) -> None:
-        """sdpa becomes "prefix_sdpa" on CPU (benchmark.consultants.attention): a suffix on a
-        cached prefix is prefilled without the masked rectangle; every other call is sdpa's. On
-        an accelerator it becomes "masked_sdpa": sdpa itself. Both zero the fully masked query
-        rows of a left-padded batch, which some GPU kernels return as NaN."""
-        from benchmark.consultants import attention
-
-        config = self.model.config
-        if getattr(config, "_attn_implementation", None) == "sdpa":
-            self.model.set_attn_implementation(attention.register(self.device.type))
+    # the runtime's and the parts' state, as callers have always read (and the benches set) it
+    model = property(lambda self: self.runtime.model)
+    tokenizer = property(lambda self: self.runtime.tokenizer)
+    eos_ids = property(lambda self: self.runtime.eos_ids)
+    pad_id = property(lambda self: self.runtime.pad_id)
+    prefix_cache = property(lambda self: self.prefix.cache)
+    reuses_prefixes = property(lambda self: self.prefix.reuses)
 
     @property
     def identity(self) -> str:
-        return self._identity
+        return self.runtime.identity
+
+    @property
+    def device(self) -> Any:
+        return self.runtime.device
+
+    @property
+    def batching(self) -> str:
+        """How rows of different lengths share a forward ("padded" or "by_length")."""
+        return self.prefix.batching
+
+    @batching.setter
+    def batching(self, value: str) -> None:
+        self.prefix.batching = value
+
+    @property
+    def reuse_mode(self) -> str | None:
+        """How a reused prefix is laid out (benchmark.consultants.prefix.prefix_reuse_mode)."""
+        return self.prefix.reuse_mode
+
+    @reuse_mode.setter
+    def reuse_mode(self, value: str | None) -> None:
+        self.prefix.reuse_mode = value
+
+    @property
+    def lean_max_new_tokens(self) -> int:
+        """Greedy answers up to this long take the lean loop (benchmark.consultants.lean)."""
+        return self.lean.max_new_tokens
+
+    @lean_max_new_tokens.setter
+    def lean_max_new_tokens(self, value: int) -> None:
+        self.lean.max_new_tokens = int(value)
+
+    def prefill_stats(self) -> dict[str, int]:
+        """Prompt positions the model computed in prefill (`prefill_tokens`, padding included,
+        stored-prefix computations included) and what the same calls would have computed without
+        prefix reuse (`prefill_tokens_without_reuse`: rows x padded width); `prompt_tokens` counts
+        the prompts' own tokens (thinking phase 2 re-reads its prompt); `prefix_hits` /
+        `prefix_misses` count batches whose stored prefix was found / had to be computed;
+        `prefill_seconds` / `decode_seconds` the time of choice scoring and the lean loop in
+        each."""
+        return dict(self.runtime.stats)
+
+    def reset_prefill_stats(self) -> None:
+        self.runtime.reset_stats()
 
     def model_sampling(self) -> dict[str, Any]:
         """What `generate` would sample with given no sampling argument
@@ -250,10 +302,6 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             value = getattr(gc, name, None)
             out[name] = type(default)(default if value is None else value)
         return out
-
-    @property
-    def device(self) -> Any:
-        return self.model.device
 
     # ----------------------------------------------------------------------------- answer
     def answer(self, queries: list[Query]) -> list[Answer]:
@@ -298,14 +346,32 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         """The prompt's token ids under the model's chat template."""
         return prompt_ids(self.tokenizer, query.messages, query.decoding.enable_thinking)
 
-    def _template(self, messages: list[dict[str, str]], query: Query, generation: bool) -> str:
-        return chat_prompt(self.tokenizer, messages, query.decoding.enable_thinking, generation)
+    def choice_ids(self, action: str) -> list[int]:
+        """An action's continuation tokens (benchmark.consultants.choices.ChoiceScorer)."""
+        return self.scorer.choice_ids(action)
+
+    def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
+        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`) after
+        its prompt, the prompt's length and the query's share of its batch's seconds
+        (`ChoiceScorer.logprobs`, in batches of `max_batch_size`)."""
+        prompts = [self.prompt(q) for q in queries]
+        conts = [[self.scorer.choice_ids(a) for a in q.actions] for q in queries]
+        penalties = [q.decoding.repetition_penalty for q in queries]
+        return self.scorer.logprobs(prompts, conts, penalties, self.max_batch_size)
+
+    def score_choices(self, queries: list[Query]) -> list[Answer]:
+        """Each query answered with its most likely valid action (benchmark.consultants.choices);
+        `Answer.choices` holds every action's probability over the valid set."""
+        return [
+            choice_answer(q.actions, logp, n, seconds)
+            for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True)
+        ]
 
     def greedy_config(self, **changes: Any) -> Any:
         """A copy of the generation config this backend decodes greedily with (its stop and pad
         tokens, no sampling), with `changes` applied: for callers that run `model.generate`
         themselves on this backend's model (the bench's rebuilt reference loop)."""
-        gc = copy.deepcopy(self._base_gc)
+        gc = copy.deepcopy(self.runtime.generation_config)
         gc.update(**changes)
         return gc
 
@@ -317,31 +383,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
             seed = query_seed(query)
             if seed is None:
                 seed = secrets.randbits(63)
-        anchor = 0
-        if self.prefix_cache.capacity > 0 and self.reuses_prefixes and len(query.messages) > 1:
-            head = self._anchor_ids(query)
-            if head and len(head) < len(ids) and ids[: len(head)] == head:
-                anchor = len(head)
-        return Prompt(ids, anchor, seed)
-
-    def _anchor_ids(self, query: Query) -> list[int] | None:
-        """The token ids of the messages before the last one, as they open the prompt (memoized:
-        the system message repeats at every step); None when the template cannot say."""
-        head = query.messages[:-1]
-        key = (query.decoding.enable_thinking, *((m["role"], m["content"]) for m in head))
-        if key not in self._anchors:
-            try:
-                full = self._template(query.messages, query, True)
-                text = self._template(head, query, False)
-            except Exception:  # noqa: BLE001 - a template may refuse a conversation without a user turn
-                text, full = None, ""
-            ids = None
-            if text and full.startswith(text):
-                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(self._anchors) >= 256:
-                self._anchors.clear()
-            self._anchors[key] = ids
-        return self._anchors[key]
+        return Prompt(ids, self.prefix.anchor(query, ids), seed)
 
     def _run_splitting(
         self, prompts: list[Prompt], decoding: Decoding
@@ -443,27 +485,31 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
         position)."""
         import torch
 
-        if not d.sampling and self._lean_ok and max_new <= self.lean_max_new_tokens:
-            return self._lean_ids(seqs, max_new, stop, prompts, d.repetition_penalty)
+        if self.lean.takes(d, max_new):
+            return self.lean.decode(seqs, max_new, stop, prompts, d.repetition_penalty)
         n = len(seqs)
         width = max(len(s) for s in seqs)
         # a hybrid model batched "padded" computes rows of different lengths whole (one
-        # left-padded forward) rather than one forward per length on the prefix (_stacked_cache)
-        reuse = not (self.reuse_mode == "unpadded" and self._pads(seqs))
+        # left-padded forward) rather than one forward per length on the prefix (stacked_cache)
+        prefix, stats = self.prefix, self.runtime.stats
+        reuse = not (prefix.reuse_mode == "unpadded" and prefix.pads(seqs))
         with torch.inference_mode():
-            p, cache = self._shared_prefix(seqs, prompts) if reuse else (0, None)
+            p, cache = prefix.shared_prefix(seqs, prompts) if reuse else (0, None)
             computed = n * (width - p)
-            if cache is not None and self.reuse_mode == "unpadded" and min(map(len, seqs)) < width:
-                cache = self._stacked_cache(cache, seqs, p)  # plain left padding from here
+            if (
+                cache is not None
+                and prefix.reuse_mode == "unpadded"
+                and min(map(len, seqs)) < width
+            ):
+                cache = prefix.stacked_cache(cache, seqs, p)  # plain left padding from here
                 p, computed = 0, n  # generate computes each row's last token
             elif cache is not None and n > 1:  # batch 1 -> n (linear layers: no repeat_interleave)
                 cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
             ids, mask = left_padded(seqs, p, self.pad_id)
-            self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
-            self._stats["prefill_tokens"] += computed
-            self._stats["prefill_tokens_without_reuse"] += n * width
-            gc = copy.deepcopy(self._base_gc)
-            gc.update(max_new_tokens=max_new, eos_token_id=stop)
+            stats["prompt_tokens"] += sum(len(s) for s in seqs)
+            stats["prefill_tokens"] += computed
+            stats["prefill_tokens_without_reuse"] += n * width
+            gc = self.greedy_config(max_new_tokens=max_new, eos_token_id=stop)
             kwargs: dict[str, Any] = {}
             watch = finite_watch(n, self.device)  # first: it sees the model's own logits
             processors: list[Any] = [watch]
@@ -477,7 +523,7 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
 
             kwargs["logits_processor"] = LogitsProcessorList(processors)
             if cache is not None:
-                kwargs[self._cache_arg] = cache
+                kwargs[self.runtime.cache_arg] = cache
             out = self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
@@ -485,7 +531,8 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
                 **kwargs,
             )
         new_ids, bad = out[:, width:].tolist(), watch.bad.tolist()
-        raise_nonfinite(self, "generate", [r for r in range(n) if bad[r]], seqs)
+        bad_rows = [r for r in range(n) if bad[r]]
+        raise_nonfinite(self.runtime, prefix.batching, "generate", bad_rows, seqs)
         rows = []
         for row in new_ids:
             cut = next((k for k, t in enumerate(row) if t in stop), None)
@@ -495,65 +542,25 @@ class HFConsultant(PrefixReuse, ChoiceScoring, LeanDecoding, Consultant):
     def close(self) -> None:
         import torch
 
-        self.prefix_cache.clear()
-        self.model = None
+        self.prefix.cache.clear()
+        self.runtime.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
 
-def chat_prompt(
-    tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool, generation: bool = True
-) -> str:
-    """`messages` as the backend renders them: the model's own chat template, the assistant's
-    turn opened (`generation`), the query's thinking mode. Fine-tuning and Agent-BRACE's RL
-    train on exactly this text, so a trained model is asked what it learnt."""
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=generation, tokenize=False, enable_thinking=enable_thinking
-    )
-
-
-def prompt_ids(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool) -> list[int]:
-    """The token ids of `chat_prompt` (the template already holds the special tokens)."""
-    text = chat_prompt(tokenizer, messages, enable_thinking)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def neutral_generation_config(model: Any, pad_id: int, eos_ids: list[int]) -> Any:
-    """The model's generation config with sampling and the repetition penalty reset (greedy, no
-    warper, penalty 1), `pad_id` and the stops `eos_ids` set: the caller's decoding owns
-    sampling and the penalty, so the checkpoint's own values (Qwen2.5's generation config has
-    repetition_penalty 1.05) never apply unasked. The evaluation's generation and Agent-BRACE's
-    RL sampler (benchmark.brace.joint.Sampler, which adds only its own row sampler) start here."""
-    gc = copy.deepcopy(model.generation_config)
-    gc.update(
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        min_p=None,
-        do_sample=False,
-        repetition_penalty=1.0,
-    )
-    gc.pad_token_id, gc.eos_token_id = pad_id, eos_ids
-    return gc
-
-
-def stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The tokens that end an answer: the generation config's eos, the tokenizer's and ChatML's
-    `<|im_end|>`, without repeats, in that order (the first is the pad fallback)."""
-    gen_eos = model.generation_config.eos_token_id
-    ends = [*(gen_eos if isinstance(gen_eos, list) else [gen_eos]), tokenizer.eos_token_id]
-    eos: list[int] = []
-    for e in [*ends, tokenizer.get_vocab().get("<|im_end|>")]:
-        if e is not None and int(e) not in eos:
-            eos.append(int(e))
-    return eos
-
-
-def attention_name() -> str:
-    """The name prefix_sdpa registers under (benchmark.consultants.attention)."""
-    from benchmark.consultants.attention import NAME
-
-    return NAME
+def check_settings(
+    max_batch_size: Any, prefix_cache: Any, lean_max_new_tokens: Any, batching: Any
+) -> None:
+    """Refuse a bad execution setting of the hf backend, naming it and what is allowed."""
+    if max_batch_size < 1:
+        raise ConsultantError(f"slm.backend.max_batch_size={max_batch_size} must be >= 1")
+    if isinstance(prefix_cache, bool) or int(prefix_cache) < 0:
+        raise ConsultantError(f"slm.backend.prefix_cache={prefix_cache!r} must be >= 0")
+    if isinstance(lean_max_new_tokens, bool) or int(lean_max_new_tokens) < 0:
+        raise ConsultantError(
+            f"slm.backend.lean_max_new_tokens={lean_max_new_tokens!r} must be >= 0"
+        )
+    resolve_batching(batching, "cpu")
 
 
 def _rindex(ids: list[int], token: int | None) -> int:

@@ -47,11 +47,26 @@ def plain_greedy(gc: Any) -> bool:
     return all(getattr(gc, k, None) in allowed for k, allowed in _PROCESSOR_FIELDS.items())
 
 
-class LeanDecoding:
-    """The lean greedy loop of HFConsultant (a mixin, on its `PrefixReuse` prefill); the host sets
-    `model`, `device`, `_cache_arg` and `_stats`."""
+class LeanDecoder:
+    """The lean greedy loop, one part of the hf backend: built on its `ModelRuntime`
+    (benchmark.consultants.runtime) and its `PrefixReuse` prefill (benchmark.consultants.prefix).
+    `max_new_tokens` (`slm.backend.lean_max_new_tokens`; settable) caps the answers it takes;
+    `enabled` says whether it takes any: a cap above 0, and greedy generation under the runtime's
+    generation config that applies no logits processor (`plain_greedy`)."""
 
-    def _lean_ids(
+    def __init__(
+        self, runtime: Any, prefix: Any, max_new_tokens: int = DEFAULT_LEAN_MAX_NEW_TOKENS
+    ) -> None:
+        self.runtime, self.prefix = runtime, prefix
+        self.max_new_tokens = int(max_new_tokens)
+        self.enabled = self.max_new_tokens > 0 and plain_greedy(runtime.generation_config)
+
+    def takes(self, decoding: Any, max_new: int) -> bool:
+        """Does a generation of at most `max_new` tokens under `decoding` (a
+        benchmark.consultants.base.Decoding) go through `decode` instead of `generate`?"""
+        return not decoding.sampling and self.enabled and max_new <= self.max_new_tokens
+
+    def decode(
         self,
         seqs: list[list[int]],
         max_new: int,
@@ -60,21 +75,23 @@ class LeanDecoding:
         penalty: float = 1.0,
     ) -> list[list[int]]:
         """Greedy decoding without `generate`: the prompts prefilled on the shared prefix
-        (`_prefill_groups`: one left-padded group, or one unpadded group per length), then one
-        forward per new token on the group's own cache, the attention mask growing by a column
-        and each row's position following its last (`next_positions`); a row leaves the batch
-        at its stop token. Only taken when greedy generation would apply no logits processor
-        (`_lean_ok`), so argmax of the logits is its choice: the same tokens as `generate`
-        (tests/test_choices.py, tests/test_batching.py). A repetition `penalty` other than 1 is
-        applied to each row's logits over its prompt and answer so far, as `generate` applies it
+        (`PrefixReuse.prefill_groups`: one left-padded group, or one unpadded group per length),
+        then one forward per new token on the group's own cache, the attention mask growing by a
+        column and each row's position following its last (`next_positions`); a row leaves the
+        batch at its stop token (each row's tokens up to and including it). Only for what
+        `takes` (greedy generation would apply no logits processor), so argmax of the logits is
+        its choice: the same tokens as `generate` (tests/test_choices.py,
+        tests/test_batching.py). A repetition `penalty` other than 1 is applied to each row's
+        logits over its prompt and answer so far, as `generate` applies it
         (benchmark.consultants.penalty). Non-finite logits in any row raise a ConsultantError
         (benchmark.consultants.finite), their flags copied with the step's tokens."""
         import torch
 
         out: list[list[int]] = [[] for _ in seqs]
-        stops = torch.tensor(stop, device=self.device)
+        rt = self.runtime
+        stops = torch.tensor(stop, device=rt.device)
         with torch.inference_mode():
-            for members, cache, last, mask in self._prefill_groups(seqs, prompts):
+            for members, cache, last, mask in self.prefix.prefill_groups(seqs, prompts):
                 t0 = time.perf_counter()
                 alive = list(members)
                 for step in range(max_new):
@@ -84,7 +101,7 @@ class LeanDecoding:
                     token = last.argmax(-1)
                     tokens, flags = torch.stack([token, bad.long()]).tolist()  # one copy
                     rows = [r for r, f in zip(alive, flags, strict=True) if f]
-                    raise_nonfinite(self, "lean decode", rows, seqs)
+                    raise_nonfinite(rt, self.prefix.batching, "lean decode", rows, seqs)
                     for r, t in zip(alive, tokens, strict=True):
                         out[r].append(t)
                     keep = ~torch.isin(token, stops)
@@ -96,11 +113,11 @@ class LeanDecoding:
                         alive = [alive[k] for k in index.tolist()]
                         token = token[index]
                         mask = None if mask is None else mask[index]
-                    kwargs: dict[str, Any] = {self._cache_arg: cache}
+                    kwargs: dict[str, Any] = {rt.cache_arg: cache}
                     if mask is not None:  # left-padded: the mask and the positions go along
                         mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
                         kwargs.update(attention_mask=mask, position_ids=next_positions(mask, 1))
-                    last = self.model(input_ids=token[:, None], use_cache=True, **kwargs).logits
+                    last = rt.model(input_ids=token[:, None], use_cache=True, **kwargs).logits
                     last = last[:, -1]
-                self._stats["decode_seconds"] += time.perf_counter() - t0
+                rt.stats["decode_seconds"] += time.perf_counter() - t0
         return out

@@ -15,7 +15,7 @@ cannot: padding after the prefix is not exact for a recurrent layer. transformer
 position's input, but the state still decays there (the gate depends on a bias, not only on the
 input) and the conv window still mixes the prefix's last tokens into it; plain left padding is
 exact only because the state is zero before any real token. So ("unpadded") rows of equal length
-take `[prefix | suffix]` with no padding, and rows of different lengths (`_stacked_cache`) run
+take `[prefix | suffix]` with no padding, and rows of different lengths (`stacked_cache`) run
 their own tokens but the last on a copy of the prefix, each length group as one unpadded batch;
 the copies are stacked into one batch cache in the plain left-padded layout (attention keys and
 values padded on the left and masked; recurrent and conv states carry no positions), and
@@ -39,20 +39,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.consultants.attention import NAME as PREFIX_SDPA
+from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.runtime import chat_prompt
+
 DEFAULT_PREFIX_CACHE = 8  # prompt prefixes whose key/value caches are kept (module docstring)
 # How rows of different prompt lengths share a forward (`slm.backend.batching`; docs/performance.md):
 # "padded" = one left-padded batch, "by_length" = one unpadded batch per length, "auto" = by device
 BATCHING = ("auto", "padded", "by_length")
-
-PREFILL_STATS = (
-    "prompt_tokens",
-    "prefill_tokens",
-    "prefill_tokens_without_reuse",
-    "prefix_hits",
-    "prefix_misses",
-    "prefill_seconds",  # choice scoring and the lean path: time in prefill
-    "decode_seconds",  # ... and in scoring the continuations / the greedy decode loop
-)
 
 
 @dataclass
@@ -100,8 +94,9 @@ def prefix_reuse_mode(model: Any) -> str | None:
     """How the model's cache can take a reused prefix (module docstring): "padded" when every
     layer is plain full attention (padding between prefix and suffix is masked out exactly),
     "unpadded" when linear-attention layers (recurrent and conv states) stand beside full
-    attention (no padding may follow the prefix: `_stacked_cache`), None otherwise (sliding windows,
-    encoder-decoders, architectures transformers' DynamicCache cannot describe)."""
+    attention (no padding may follow the prefix: `PrefixReuse.stacked_cache`), None otherwise
+    (sliding windows, encoder-decoders, architectures transformers' DynamicCache cannot
+    describe)."""
     from transformers import DynamicCache
     from transformers.cache_utils import (
         DynamicLayer,
@@ -131,8 +126,6 @@ def resolve_batching(setting: Any, device_type: str) -> str:
     the work is per token: there the unpadded groups skip the padding, take the unmasked
     attention kernel and (hybrid models) the stored prefix, and were about twice as fast on the
     tiny models (docs/performance.md, "Batching across prompt lengths")."""
-    from benchmark.consultants.errors import ConsultantError
-
     if setting not in BATCHING:
         raise ConsultantError(f"slm.backend.batching={setting!r} is not one of {list(BATCHING)}")
     if setting == "auto":
@@ -174,115 +167,160 @@ def next_positions(mask: Any, k: int) -> Any:
 
 
 class PrefixReuse:
-    """The prefill half of HFConsultant (a mixin): prompts computed on a stored or shared prefix,
-    and the counts of what that saved. The host sets `model`, `device`, `prefix_cache`,
-    `reuses_prefixes`, `reuse_mode`, `_folds_choices`, `_cache_arg`, `_logits_to_keep` and
-    `_stats`."""
+    """The prefill of the hf backend: prompts computed on a stored or shared prefix (module
+    docstring), one part of the backend, built on its `ModelRuntime`
+    (benchmark.consultants.runtime), whose prefill counters it adds to. Choice scoring and the
+    lean loop prefill through `prefill_groups`; `generate` takes `shared_prefix` and
+    `stacked_cache`.
 
-    def prefill_stats(self) -> dict[str, int]:
-        """Prompt positions the model computed in prefill (`prefill_tokens`, padding included,
-        stored-prefix computations included) and what the same calls would have computed without
-        prefix reuse (`prefill_tokens_without_reuse`: rows x padded width); `prompt_tokens` counts
-        the prompts' own tokens (thinking phase 2 re-reads its prompt); `prefix_hits` /
-        `prefix_misses` count batches whose stored prefix was found / had to be computed."""
-        return dict(self._stats)
+    Settings it holds, each readable and settable (the benches switch them on a live backend):
+    `cache` (the PrefixCache; capacity 0 = off), `batching` ("padded" or "by_length", resolved
+    for the model's device), `reuse_mode` (`prefix_reuse_mode`) and `folds_choices` (choice
+    scoring's actions computed in the prefill's own forward)."""
 
-    def reset_prefill_stats(self) -> None:
-        self._stats = dict.fromkeys(PREFILL_STATS, 0)
+    def __init__(self, runtime: Any, capacity: int, batching: str = "auto") -> None:
+        """`capacity`: stored prefixes (`slm.backend.prefix_cache`); `batching`: the setting
+        (`resolve_batching`). Reads the reuse mode off the model, and folds choices only with
+        "prefix_sdpa" attention (benchmark.consultants.attention) on attention layers alone (a
+        branch would run through a recurrent state) and a forward that keeps every position's
+        logits: set the model's attention before building this."""
+        self.runtime = runtime
+        self.cache = PrefixCache(capacity)
+        self.batching = resolve_batching(batching, runtime.device.type)
+        self.reuse_mode = prefix_reuse_mode(runtime.model)
+        attention = getattr(runtime.model.config, "_attn_implementation", None)
+        self.folds_choices = (
+            self.reuse_mode == "padded" and runtime.logits_to_keep and attention == PREFIX_SDPA
+        )
+        self._anchors: dict[tuple, list[int] | None] = {}
 
-    def _clock(self) -> float:
-        """perf_counter once the device has run what was queued: CUDA kernels run
-        asynchronously, so without the sync a prefill's time would be counted in the decode that
-        first waits for its result (the prefill/decode split of `prefill_stats`). A no-op sync
-        on a CPU."""
-        import torch
+    @property
+    def reuses(self) -> bool:
+        """Can the model's cache take a reused prefix at all (`prefix_reuse_mode`)?"""
+        return self.reuse_mode is not None
 
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+    @property
+    def active(self) -> bool:
+        """Are prefixes stored and reused (a cache of capacity > 0 on a model that can)?"""
+        return self.cache.capacity > 0 and self.reuses
 
-    def _pads(self, seqs: list[list[int]]) -> bool:
+    def anchor(self, query: Any, ids: list[int]) -> int:
+        """How many of the prompt `ids` of `query` (a benchmark.consultants.base.Query) are its
+        stable prefix: the templated messages before the last one, when they open the prompt
+        token for token; 0 when prefixes are not reused or the template cannot say."""
+        if not self.active or len(query.messages) <= 1:
+            return 0
+        head = self._anchor_ids(query)
+        if head and len(head) < len(ids) and ids[: len(head)] == head:
+            return len(head)
+        return 0
+
+    def _anchor_ids(self, query: Any) -> list[int] | None:
+        """The token ids of the messages before the last one, as they open the prompt (memoized:
+        the system message repeats at every step); None when the template cannot say."""
+        tokenizer, thinking = self.runtime.tokenizer, query.decoding.enable_thinking
+        head = query.messages[:-1]
+        key = (thinking, *((m["role"], m["content"]) for m in head))
+        if key not in self._anchors:
+            try:
+                full = chat_prompt(tokenizer, query.messages, thinking, True)
+                text = chat_prompt(tokenizer, head, thinking, False)
+            except Exception:  # noqa: BLE001 - a template may refuse a conversation without a user turn
+                text, full = None, ""
+            ids = None
+            if text and full.startswith(text):
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(self._anchors) >= 256:
+                self._anchors.clear()
+            self._anchors[key] = ids
+        return self._anchors[key]
+
+    def pads(self, seqs: list[list[int]]) -> bool:
         """Do rows of different lengths go through one left-padded forward (`batching`
         "padded")? Rows of one length never need padding."""
         return self.batching == "padded" and len({len(s) for s in seqs}) > 1
 
-    def _prefill_groups(
+    def prefill_groups(
         self, seqs: list[list[int]], rows: list[Prompt], conts: list[list[list[int]]] | None = None
     ):
         """Yield (row indices, their batch cache, their last position's logits [g, V], their
-        attention mask or None). Batching "padded" with rows of different lengths: one group of
-        every row, left-padded (`_padded_prefill`). Otherwise one group per length, each
+        attention mask or None); run under torch.inference_mode() (caches are deep-copied,
+        which tensors with a grad history refuse). Batching "padded" with rows of different lengths: one group of
+        every row, left-padded (`padded_prefill`). Otherwise one group per length, each
         prefilled unpadded on a copy of the shared prefix's cache (or from an empty cache): no
         padding and no mask beyond the causal one, so every row computes exactly what it would
-        alone; the suffix costs what it costs. With `conts` (choice scoring) and `_folds_choices`,
+        alone; the suffix costs what it costs. With `conts` (choice scoring) and `folds_choices`,
         a group whose rows share their actions' token sequences has them scored in the same
-        forward (`_extend`'s branches): its logits are then [g, 1 + branch tokens, V] and its
+        forward (`extend`'s branches): its logits are then [g, 1 + branch tokens, V] and its
         cache holds the branches too."""
         import torch
 
-        if self._pads(seqs):
-            yield self._padded_prefill(seqs, rows)
+        if self.pads(seqs):
+            yield self.padded_prefill(seqs, rows)
             return
+        stats, clock = self.runtime.stats, self.runtime.clock
         t0 = time.perf_counter()
-        p, prefix = self._shared_prefix(seqs, rows)
+        p, prefix = self.shared_prefix(seqs, rows)
         groups: dict[int, list[int]] = {}
         for r, s in enumerate(seqs):
             groups.setdefault(len(s), []).append(r)
-        self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
-        self._stats["prefill_tokens_without_reuse"] += len(seqs) * max(map(len, seqs))
-        self._stats["prefill_seconds"] += self._clock() - t0
+        stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        stats["prefill_tokens_without_reuse"] += len(seqs) * max(map(len, seqs))
+        stats["prefill_seconds"] += clock() - t0
         for members in groups.values():
             t0 = time.perf_counter()
-            cache = copy.deepcopy(prefix) if prefix is not None else self._new_cache()
+            cache = copy.deepcopy(prefix) if prefix is not None else self.new_cache()
             if prefix is not None and len(members) > 1:
-                cache.reorder_cache(torch.zeros(len(members), dtype=torch.long, device=self.device))
+                zeros = torch.zeros(len(members), dtype=torch.long, device=self.runtime.device)
+                cache.reorder_cache(zeros)
             branches = None
-            if conts is not None and self._folds_choices:
+            if conts is not None and self.folds_choices:
                 first = conts[members[0]]
                 if all(conts[r] == first for r in members):
                     branches = [c[:-1] for c in first]  # the inputs whose logits score c[1:]
-            last = self._extend(cache, [seqs[r][p:] for r in members], branches)
-            self._stats["prefill_seconds"] += self._clock() - t0
+            last = self.extend(cache, [seqs[r][p:] for r in members], branches)
+            stats["prefill_seconds"] += clock() - t0
             yield members, cache, last, None
 
-    def _padded_prefill(self, seqs: list[list[int]], rows: list[Prompt]):
+    def padded_prefill(self, seqs: list[list[int]], rows: list[Prompt]):
         """Every row in one forward, left-padded, as `generate` lays a batch out: positions from
         the attention mask, so each row sees the positions and keys of its unpadded prompt. A
         model of attention layers only takes the stored prefix first (`[prefix | pad | suffix]`,
         exact: the padding is masked out); a hybrid one computes the whole prompt (`[pad |
         prompt]`: its recurrent state is zero before the first real token, so left padding is
         exact, while padding after a prefix is not; module docstring). The group of
-        `_prefill_groups`: (all rows, the batch cache, the last logits [n, V], the mask)."""
+        `prefill_groups`: (all rows, the batch cache, the last logits [n, V], the mask)."""
         import torch
 
+        rt, stats = self.runtime, self.runtime.stats
         t0 = time.perf_counter()
         n, width = len(seqs), max(map(len, seqs))
-        p, cache = self._shared_prefix(seqs, rows) if self.reuse_mode == "padded" else (0, None)
+        p, cache = self.shared_prefix(seqs, rows) if self.reuse_mode == "padded" else (0, None)
         if cache is None:
-            cache = self._new_cache()
+            cache = self.new_cache()
         elif n > 1:
-            cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
-        ids, mask = left_padded(seqs, p, self.pad_id)
-        self._stats["prompt_tokens"] += sum(len(s) for s in seqs)
-        self._stats["prefill_tokens"] += n * (width - p)
-        self._stats["prefill_tokens_without_reuse"] += n * width
-        mask = mask.to(self.device)
+            cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=rt.device))
+        ids, mask = left_padded(seqs, p, rt.pad_id)
+        stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        stats["prefill_tokens"] += n * (width - p)
+        stats["prefill_tokens_without_reuse"] += n * width
+        mask = mask.to(rt.device)
         kwargs: dict[str, Any] = {
-            self._cache_arg: cache,
+            rt.cache_arg: cache,
             "attention_mask": mask,
             "position_ids": mask_positions(mask)[:, p:],
         }
-        if self._logits_to_keep:
+        if rt.logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        out = self.model(input_ids=ids[:, p:].to(self.device), use_cache=True, **kwargs)
-        self._stats["prefill_seconds"] += self._clock() - t0
+        out = rt.model(input_ids=ids[:, p:].to(rt.device), use_cache=True, **kwargs)
+        stats["prefill_seconds"] += rt.clock() - t0
         return list(range(n)), cache, out.logits[:, -1], mask
 
-    def _shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
+    def shared_prefix(self, seqs: list[list[int]], prompts: list[Prompt]) -> tuple[int, Any]:
         """(p, a fresh batch-1 cache of seqs[0][:p]) for the prefix every row shares, or (0,
         None). The stored prefix is the rows' common anchor (or, without one, the common prefix
         of a batch of several); what the batch shares beyond it is computed on the copy."""
-        if self.prefix_cache.capacity <= 0 or not self.reuses_prefixes:
+        if not self.active:
             return 0, None
         first = seqs[0]
         limit = min(len(s) for s in seqs) - 1  # every row keeps at least one token to prefill
@@ -290,21 +328,21 @@ class PrefixReuse:
         anchors = {q.anchor for q in prompts}
         anchor = anchors.pop() if len(anchors) == 1 else 0
         store = anchor if 0 < anchor <= shared else (shared if len(seqs) > 1 else 0)
-        have, cache = self.prefix_cache.longest(first, shared)
+        have, cache = self.cache.longest(first, shared)
         target = shared if len(seqs) > 1 else max(store, have)
         if target <= 0:
             return 0, None
-        self._stats["prefix_hits" if have >= store else "prefix_misses"] += 1
-        cache = copy.deepcopy(cache) if cache is not None else self._new_cache()
+        self.runtime.stats["prefix_hits" if have >= store else "prefix_misses"] += 1
+        cache = copy.deepcopy(cache) if cache is not None else self.new_cache()
         if store > have:
-            self._extend(cache, [first[have:store]])
-            self.prefix_cache.put(first[:store], copy.deepcopy(cache))
+            self.extend(cache, [first[have:store]])
+            self.cache.put(first[:store], copy.deepcopy(cache))
             have = store
         if target > have:
-            self._extend(cache, [first[have:target]])
+            self.extend(cache, [first[have:target]])
         return target, cache
 
-    def _stacked_cache(self, prefix: Any, seqs: list[list[int]], p: int) -> Any:
+    def stacked_cache(self, prefix: Any, seqs: list[list[int]], p: int) -> Any:
         """A batch cache of every row but its last token, left-padded, from a batch-1 cache of
         the shared `p` tokens, for a hybrid model whose rows differ in length (padding after the
         prefix is not exact for a recurrent state; module docstring). Rows of equal length run
@@ -322,9 +360,10 @@ class PrefixReuse:
         for rows in groups.values():
             cache = copy.deepcopy(prefix)
             if len(rows) > 1:
-                cache.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+                zeros = torch.zeros(len(rows), dtype=torch.long, device=self.runtime.device)
+                cache.reorder_cache(zeros)
             if len(seqs[rows[0]]) - 1 > p:
-                self._extend(cache, [seqs[r][p:-1] for r in rows])
+                self.extend(cache, [seqs[r][p:-1] for r in rows])
             for k, r in enumerate(rows):
                 part[r] = (cache, k)
         out = copy.deepcopy(part[0][0])
@@ -341,39 +380,38 @@ class PrefixReuse:
                     setattr(layer, name, torch.cat(padded))
         return out
 
-    def _new_cache(self) -> Any:
-        from transformers import DynamicCache
+    def new_cache(self) -> Any:
+        return self.runtime.new_cache()
 
-        return DynamicCache(config=self.model.config)
-
-    def _extend(
+    def extend(
         self, cache: Any, rows: list[list[int]], branches: list[list[int]] | None = None
     ) -> Any:
         """Run `rows` (of equal length, unpadded) through the model on top of `cache` (of the
         same batch size), which grows in place; the last position's logits [rows, V].
-        `branches` (choice scoring, only where `_folds_choices`): token sequences that each
+        `branches` (choice scoring, only where `folds_choices`): token sequences that each
         continue every row from its end, computed in the same forward, each blind to the others
         (attention.branched_attention; positions restart after the row for each); the logits
         are then [rows, 1 + branch tokens, V]: the row's last position, then every branch
         position in order. The cache then holds the branches' keys too (not to be reused)."""
         import torch
 
-        self._stats["prefill_tokens"] += sum(len(r) for r in rows)
-        kwargs: dict[str, Any] = {self._cache_arg: cache}
+        rt = self.runtime
+        rt.stats["prefill_tokens"] += sum(len(r) for r in rows)
+        kwargs: dict[str, Any] = {rt.cache_arg: cache}
         keep = 1  # only the last position's logits are read
         if branches:
             past, n = cache.get_seq_length(), len(rows[0])
             positions = list(range(past, past + n))
             for b in branches:
                 positions += range(past + n, past + n + len(b))
-            kwargs["position_ids"] = torch.tensor([positions], device=self.device)
+            kwargs["position_ids"] = torch.tensor([positions], device=rt.device)
             kwargs["choice_branches"] = (n, [len(b) for b in branches])
             keep += sum(len(b) for b in branches)
             rows = [r + [t for b in branches for t in b] for r in rows]
-        if self._logits_to_keep:
+        if rt.logits_to_keep:
             kwargs["logits_to_keep"] = keep
-        out = self.model(
-            input_ids=torch.tensor(rows, dtype=torch.long, device=self.device),
+        out = rt.model(
+            input_ids=torch.tensor(rows, dtype=torch.long, device=rt.device),
             use_cache=True,
             **kwargs,
         )
