@@ -33,20 +33,75 @@ PER_ENV = {"tau_range"}
 BACKEND_FIELDS = {field for field, (key, _) in KEYS.items() if key.startswith("slm.backend.")}
 # experiment_name -> the protocol field holding that preset's tuning keys (conf/experiment)
 PRESET_TUNING = {"table1": "table1_tuning", "table2": "table2_tuning", "table3": "table3_tuning"}
-# Agent-BRACE's TextWorld presets read their games from the protocol: field -> env.task key
-# (one value per env name where the field holds a mapping of env names)
+# Agent-BRACE's TextWorld presets read their games, the RL stage's numbers and the evaluation
+# decoding from the protocol: field -> (the config key it sets, the presets that read it, where
+# paper's and official's value comes from); a field holding a mapping of env names holds one
+# value per env
 BRACE_TW_PRESETS = ("brace_tw", "brace_tw_long", "brace_tw_train")
-BRACE_TW_FIELDS = {  # field -> (env.task key, where paper's and official's value comes from)
-    "brace_tw_generation": ("generation", "released generate_textworld_*_tasks.sh, train mixture"),
+BRACE_TW_EVAL = ("brace_tw", "brace_tw_long")  # the presets that evaluate cells
+BRACE_TW_TRAIN = ("brace_tw_train",)  # the preset that trains the models
+_RECIPE = "released recipes/textworld_basic_ppo_decouple_joint_belief_vllm.sh"
+BRACE_TW_FIELDS = {
+    "brace_tw_generation": (
+        "env.task.generation",
+        BRACE_TW_PRESETS,
+        "released generate_textworld_*_tasks.sh, train mixture",
+    ),
     "brace_tw_evaluation_generation": (
-        "evaluation_generation",
+        "env.task.evaluation_generation",
+        BRACE_TW_PRESETS,
         "released generate_textworld_*_tasks.sh, validation and test mixture",
     ),
-    "brace_tw_train_games": ("train_games", "released generate_textworld_*_tasks.sh, train count"),
-    "brace_tw_max_steps": ("max_steps", "released recipes/*textworld*.sh, max_iter"),
+    "brace_tw_train_games": (
+        "env.task.train_games",
+        BRACE_TW_PRESETS,
+        "released generate_textworld_*_tasks.sh, train count",
+    ),
+    "brace_tw_max_steps": (
+        "env.task.max_steps",
+        BRACE_TW_PRESETS,
+        "released recipes/*textworld*.sh, max_iter",
+    ),
     "brace_tw_max_commands": (
-        "max_commands",
+        "env.task.max_commands",
+        BRACE_TW_PRESETS,
         "the suite's: above the most commands a walkthrough state of these games offers",
+    ),
+    "brace_rl_temperature": ("brace.rl.temperature", BRACE_TW_TRAIN, f"{_RECIPE}, rollout_temp"),
+    "brace_kl_coef": (
+        "brace.rl.kl_coef",
+        BRACE_TW_TRAIN,
+        f"{_RECIPE}, kl_coef with use_kl_in_reward=True, use_kl_loss=False",
+    ),
+    "brace_actor_lr": ("brace.rl.learning_rate", BRACE_TW_TRAIN, f"{_RECIPE}, actor_lr"),
+    "brace_critic_lr": (
+        "brace.rl.value_learning_rate",
+        BRACE_TW_TRAIN,
+        f"{_RECIPE}, critic_lr (a critic model there, the value head here)",
+    ),
+    "brace_belief_lr": (
+        "brace.rl.belief_learning_rate",
+        BRACE_TW_TRAIN,
+        f"{_RECIPE}, belief_lm_lr",
+    ),
+    "brace_tw_eval_temperature": (
+        "slm.decoding.temperature",
+        BRACE_TW_EVAL,
+        "released recipes/eval_textworld_basic_ppo_decouple_joint_belief_vllm.sh, val_rollout_temp",
+    ),
+    "brace_tw_eval_seed": (
+        "slm.decoding.seed",
+        BRACE_TW_EVAL,
+        "the suite's: with sampling, each run (brace.seed) its own draws",
+    ),
+}
+# protocol fields that prompt options read (conf/prompt/<name>.yaml), in every preset:
+# field -> (config key, the prompts that read it, where paper's and official's value comes from)
+PROMPT_FIELDS = {
+    "brace_belief_max_new_tokens": (
+        "prompt.belief_max_new_tokens",
+        ("brace", "mem1"),
+        f"{_RECIPE}, belief_lm_max_gen_tokens",
     ),
 }
 # the envs the released code trains and evaluates (its recipes and per-env values)
@@ -56,7 +111,9 @@ RELEASED_ENVS = ("fourrooms", "doorkey8", "higherlower")
 DEPARTURES = "departures"
 DEPARTURE_KINDS = ("text", "departure", "decision")
 # the keys a protocol file may hold
-FIELDS = frozenset({"name", DEPARTURES, *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS})
+FIELDS = frozenset(
+    {"name", DEPARTURES, *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS, *PROMPT_FIELDS}
+)
 
 
 def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | None:
@@ -81,13 +138,19 @@ def record(cfg: DictConfig, used: set[str] | None = None) -> dict[str, Any] | No
     if table in node and (used is None or "tuning" in used):
         for sub, value in node[table].items():
             expected[f"tuning.{sub}"] = value
-    if str(cfg.get("experiment_name")) in BRACE_TW_PRESETS and (used is None or "env" in used):
-        for field, (sub, _) in BRACE_TW_FIELDS.items():
-            value = node.get(field)
-            if isinstance(value, DictConfig):  # one value per env
-                value = value.get(env)
-            if value is not None:
-                expected[f"env.task.{sub}"] = value
+    preset = str(cfg.get("experiment_name"))
+    for field, (key, presets, _) in BRACE_TW_FIELDS.items():
+        if preset not in presets or (used is not None and key.split(".")[0] not in used):
+            continue
+        value = node.get(field)
+        if isinstance(value, DictConfig):  # one value per env
+            value = value.get(env)
+        if value is not None:
+            expected[key] = value
+    prompt = OmegaConf.select(cfg, "prompt.name", default=None)
+    for field, (key, prompts, _) in PROMPT_FIELDS.items():
+        if prompt in prompts and field in node and (used is None or "prompt" in used):
+            expected[key] = node[field]
     overrides = {}
     for key, want in expected.items():
         have = OmegaConf.select(cfg, key, default=None)
@@ -114,13 +177,22 @@ def values_table() -> str:
     holds it between markers; tests/test_protocol.py fails when the two disagree)."""
     from benchmark.config import CONF
 
-    files = {name: OmegaConf.load(CONF / "protocol" / f"{name}.yaml") for name in PROTOCOLS}
+    files = {  # as written: a value may name another key (${brace.seed}), resolved in a job
+        name: OmegaConf.to_container(OmegaConf.load(CONF / "protocol" / f"{name}.yaml"))
+        for name in PROTOCOLS
+    }
     keys = {field: f"`{key}`" for field, (key, _) in KEYS.items()}
     keys.update({t: f"`tuning.*` in `+experiment={e}`" for e, t in PRESET_TUNING.items()})
     keys.update(
         {
-            f: f"`env.task.{k}` in `+experiment=brace_tw*` ({src})"
-            for f, (k, src) in BRACE_TW_FIELDS.items()
+            f: f"`{k}` in {_presets_text(presets)} ({src})"
+            for f, (k, presets, src) in BRACE_TW_FIELDS.items()
+        }
+    )
+    keys.update(
+        {
+            f: f"`{k}` of {', '.join(f'`prompt={p}`' for p in prompts)} ({src})"
+            for f, (k, prompts, src) in PROMPT_FIELDS.items()
         }
     )
     lines = [
@@ -131,6 +203,13 @@ def values_table() -> str:
         cells = [_inline(files[name].get(field)) for name in PROTOCOLS]
         lines.append(f"| `{field}` | {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _presets_text(presets: tuple[str, ...]) -> str:
+    """`+experiment=brace_tw*` for all three TextWorld presets, else each one named."""
+    if set(presets) == set(BRACE_TW_PRESETS):
+        return "`+experiment=brace_tw*`"
+    return ", ".join(f"`+experiment={p}`" for p in presets)
 
 
 def differences(

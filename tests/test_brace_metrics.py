@@ -162,6 +162,32 @@ def test_the_runs_table_gives_mean_and_std_over_distinct_cells(tmp_path):
     assert trained[:2] == ["3", "0.700 ± 0.100"] and trained[3] == "0.200 ± 0.100"
     untrained = next(v for k, v in rows.items() if "agent_brace" not in k)
     assert untrained[:2] == ["1", "0.200 ± 0.000"]
+    assert table.notes[-1].startswith("decoding temperature: not recorded")
+    for c in cells:
+        c.temperature = 0.0
+    greedy = runs_table(Sweep(root=tmp_path, cells=cells, config=None, experiment="brace_tw"))
+    assert greedy.notes[-1].startswith("decoding: greedy; the std is over the training seeds")
+    for c in cells:
+        c.temperature = 0.4
+    sampled = runs_table(Sweep(root=tmp_path, cells=cells, config=None, experiment="brace_tw"))
+    assert sampled.notes[-1] == (
+        "the std includes sampling at temperature 0.4: each run its own draws."
+    )
+
+
+def test_a_cells_decoding_temperature_is_read_from_its_config(tmp_path):
+    """The report reads a cell's sampling temperature from its job config (the runs table's
+    note): paper's Agent-BRACE TextWorld cells sample at 0.4, suite's decode greedily."""
+    from benchmark.report.loading import _label_from_config
+    from benchmark.report.model import Cell
+    from tests.conftest import compose_cfg
+
+    for protocol, want in (("paper", 0.4), ("suite", 0.0)):
+        cell = Cell("0", "ok")
+        cfg = compose_cfg(tmp_path, "+experiment=brace_tw", "method=brace_base",
+                          f"protocol={protocol}")  # fmt: skip
+        _label_from_config(cell, cfg)
+        assert cell.temperature == want, protocol
 
 
 def test_a_belief_cell_records_belief_quality_end_to_end(tmp_path):

@@ -116,9 +116,126 @@ def test_the_critic_learns_a_fixed_batch(tiny):
     assert losses[-1] < 0.5 * losses[0]
 
 
+def _drifted(tiny, scale=0.05):
+    """The tiny model with every weight moved by Gaussian noise (seeded): a policy that has
+    drifted from the reference it started as."""
+    import torch
+
+    model, tok = lm.load(tiny)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+    return model, tok
+
+
+def _frozen(tiny):
+    model, _ = lm.load(tiny)
+    return model.requires_grad_(False)
+
+
+def test_the_kl_penalty_enters_each_tokens_reward(tiny):
+    """kl_coef > 0: each completion token's reward is less kl_coef x (old - reference log-prob),
+    so with no env reward and the critic's zero head the returns are -kl_coef x the KL to come
+    (gamma = lambda = 1); kl_ref is the batch's mean difference. Off, no penalty."""
+    import torch
+
+    pairs = [([5, 6, 7], [20, 21, 22]), ([8, 9], [30, 31])]
+    reference = _frozen(tiny)
+    learner = ppo.Learner(*_drifted(tiny), RLSettings(kl_coef=0.5).check(), reference=reference)
+    traj = ppo.Trajectory("policy", pairs, 0.0)
+    stats = learner.score([traj])
+    old = torch.cat(learner.forward(pairs)[0]).detach()
+    ref = torch.cat(tokens.completion_forward(reference, pairs, lm.pad_id(learner.tok))[0])
+    kl = (old - ref).numpy()
+    assert np.abs(kl).max() > 0.05  # the drift is there to penalise
+    returns = torch.cat(traj.returns).numpy()
+    assert returns == pytest.approx(-0.5 * np.cumsum(kl[::-1])[::-1], abs=1e-5)
+    assert stats == {"kl_ref": pytest.approx(float(kl.mean()), abs=1e-5)}
+    plain = ppo.Learner(*_drifted(tiny), RLSettings().check())
+    off = ppo.Trajectory("policy", pairs, 0.0)
+    assert plain.score([off]) == {} and float(torch.cat(off.returns).abs().max()) == 0
+    with pytest.raises(ValueError, match=r"rl kl_coef=0.5: the policy needs its reference"):
+        ppo.Learner(*_drifted(tiny), RLSettings(kl_coef=0.5).check())
+
+
+def test_the_kl_penalty_pulls_a_drifted_policy_back_to_its_reference(tiny):
+    """No env reward at all: with kl_coef > 0 the PPO updates on completions sampled from the
+    drifted policy bring its next-token distributions closer to the reference's (the exact KL
+    over the vocabulary at the prompts falls); with kl_coef = 0 nothing moves. The critic's
+    loss is off (value_coef 0) so that only the penalty acts on the model."""
+    import torch
+
+    prompts = [[5, 6, 7], [8, 9, 10, 11]]
+    reference = _frozen(tiny)
+
+    def next_token(model):
+        with torch.no_grad():
+            return [torch.log_softmax(model(input_ids=torch.tensor([p])).logits[0, -1].float(),
+                                      -1) for p in prompts]  # fmt: skip
+
+    def kl(model):
+        pairs = zip(next_token(model), next_token(reference), strict=True)
+        return float(np.mean([float((a.exp() * (a - b)).sum()) for a, b in pairs]))
+
+    def train(kl_coef):
+        model, tok = _drifted(tiny)
+        settings = RLSettings(learning_rate=1e-3, ppo_epochs=1, minibatch=64, value_coef=0.0,
+                              kl_coef=kl_coef).check()  # fmt: skip
+        learner = ppo.Learner(model, tok, settings, reference=reference if kl_coef else None)
+        gen = torch.Generator().manual_seed(1)
+        curve = [kl(model)]
+        for it in range(3):  # one-token completions: their KL is the prompt's next-token KL
+            pairs = [
+                (p, [int(t)])
+                for p, lp in zip(prompts, next_token(model), strict=True)
+                for t in torch.multinomial(lp.exp(), 64, replacement=True, generator=gen)
+            ]
+            batch = [ppo.Trajectory("policy", [pair], 0.0) for pair in pairs]
+            learner.score(batch)
+            learner.update(batch, seed=it)
+            curve.append(kl(model))
+        return curve
+
+    pulled, unpenalised = train(0.1), train(0.0)
+    assert pulled[0] > 0.3, pulled  # the drift: far from the reference to begin with
+    assert all(b < a for a, b in zip(pulled, pulled[1:], strict=False)), pulled
+    assert pulled[-1] < 0.6 * pulled[0], pulled
+    assert unpenalised == pytest.approx([unpenalised[0]] * 4, abs=1e-9), unpenalised
+
+
+def test_the_belief_trains_at_its_own_rate_when_set(tiny):
+    settings = RLSettings(learning_rate=1e-6, belief_learning_rate=1e-5).check()
+    rates = {role: ppo.Learner(*lm.load(tiny), settings, role=role).optimizer.param_groups[0]["lr"]
+             for role in ("belief", "policy")}  # fmt: skip
+    assert rates == {"belief": 1e-5, "policy": 1e-6}
+    same = RLSettings(learning_rate=1e-6).check()
+    assert same.role_learning_rate("belief") == same.role_learning_rate("policy") == 1e-6
+
+
+def test_settings_added_later_stay_out_of_a_trained_models_identity_while_off():
+    """kl_coef and belief_learning_rate at their off values leave the identity models were
+    trained under unchanged (their folders stay reusable); switched on, they name the model."""
+    plain = RLSettings().identity()
+    assert "kl_coef" not in plain and "belief_learning_rate" not in plain
+    assert plain == {k: v for k, v in RLSettings().as_dict().items()
+                     if k not in ("kl_coef", "belief_learning_rate")}  # fmt: skip
+    on = RLSettings(kl_coef=0.01, belief_learning_rate=1e-5).identity()
+    assert on["kl_coef"] == 0.01 and on["belief_learning_rate"] == 1e-5
+
+
 def test_settings_are_refused_with_the_bad_value_named():
     with pytest.raises(ValueError, match=r"rl iterations=-1: must be >= 1"):
         RLSettings(iterations=-1).check()
+    with pytest.raises(ValueError, match=r"rl kl_coef=-0.01: must be >= 0 \(0: no KL penalty\)"):
+        RLSettings(kl_coef=-0.01).check()
+    with pytest.raises(ValueError, match=r"rl kl_coef=nan: must be >= 0"):
+        RLSettings(kl_coef=float("nan")).check()
+    with pytest.raises(ValueError, match=r"rl belief_learning_rate=0.0: must be > 0, or null"):
+        RLSettings(belief_learning_rate=0.0).check()
+    with pytest.raises(ValueError, match=r"rl kl_coef=0.01: read by the PPO trainer only"):
+        rl.train_rl("grpo", None, None, {}, {}, train_seeds=[200], splits=DEFAULT_SPLITS,
+                    settings=RLSettings(kl_coef=0.01))  # fmt: skip
     with pytest.raises(ValueError, match=r"rl lam=1.5: must be in \[0, 1\]"):
         RLSettings(lam=1.5).check()
     with pytest.raises(ValueError, match=r"rl dtype='fp8': allowed float32, bfloat16"):
@@ -161,7 +278,7 @@ def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
     prompt.update_decoding = type(prompt.update_decoding)(max_new_tokens=8)
     out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
     settings = RLSettings(iterations=1, policy_iterations=1, seeds_per_step=2, group=1,
-                          learning_rate=1e-2)  # fmt: skip
+                          learning_rate=1e-2, kl_coef=0.01)  # fmt: skip
     result = rl.train_rl("ppo", task_for("empty5x5_random", 2), prompt,
                          {"belief": tiny, "policy": tiny}, out, train_seeds=[300, 301],
                          splits=DEFAULT_SPLITS, settings=settings, train_belief=train_belief,
@@ -183,6 +300,10 @@ def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
             "belief" not in result["value_loss"] and not (out["belief"] / ppo.VALUE_HEAD).exists()
         )
     assert result["history"][0]["context_tokens"] > 0
+    # the policy's KL to the model it started from: 0 on the first batch (not yet moved)
+    kl = [row["loss"]["policy"]["kl_ref"] for row in result["history"]]
+    assert kl[0] == pytest.approx(0.0, abs=1e-5) and kl[1] != 0.0, kl
+    assert all("kl_ref" not in row["loss"].get("belief", {}) for row in result["history"])
 
 
 def _length_reward(text, previous, truth, teacher, success, weights=None):
@@ -195,18 +316,27 @@ def _length_reward(text, previous, truth, teacher, success, weights=None):
 def test_lora_checkpointing_bf16_dry_run_trains_and_saves_a_plain_model(tiny, tmp_path):
     """The GPU recipe's switches on the CPU with the tiny model: LoRA adapters only are
     trained, gradient checkpointing and bf16 autocast on; the saved folder is a plain model
-    (adapters merged) that loads and differs from the base."""
+    (adapters merged) that loads and differs from the base. The KL reference is the model with
+    its adapters off (no second copy): after the update it still scores as the base."""
     settings = RLSettings(lora_rank=4, gradient_checkpointing=True, bf16_autocast=True,
-                          learning_rate=5e-2, ppo_epochs=2).check()  # fmt: skip
+                          learning_rate=5e-2, ppo_epochs=2, kl_coef=0.01).check()  # fmt: skip
     model, tok = tokens.load_for_rl(tiny, lora_rank=4, gradient_checkpointing=True)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert model.get_base_model().is_activation_checkpointing
-    learner = ppo.Learner(model, tok, settings)
+    assert ppo.reference_for(settings, tiny) == ppo.ADAPTERS
+    learner = ppo.Learner(model, tok, settings, reference=ppo.reference_for(settings, tiny))
     pairs = [([5, 6, 7], [20, 21, 22]), ([5, 6, 7], [30, 31, 32])]
     items = _items(learner, pairs, [1.0, -1.0], [1.0, 0.0])
     stats = ppo.ppo_update(learner, items)
     assert stats["value_loss"] > 0
+    base_logp, _ = tokens.completion_forward(_frozen(tiny), pairs, lm.pad_id(tok), bf16=True)
+    for got, want in zip(learner.reference_logp(pairs), base_logp, strict=True):
+        assert got.float().numpy() == pytest.approx(want.float().numpy(), abs=1e-4)
+    assert not all(  # while the trained model moved away from it
+        np.allclose(a.detach().float().numpy(), b.float().numpy(), atol=1e-3)
+        for a, b in zip(learner.forward(pairs)[0], base_logp, strict=True)
+    )
     ppo.save_role("policy", (model, tok), learner, tiny, tmp_path / "p")
     saved, _ = lm.load(tmp_path / "p")
     assert not any("lora" in k for k in saved.state_dict())
@@ -225,6 +355,15 @@ def test_a_bad_rl_setting_of_the_cli_is_refused_before_any_work(tmp_path):
 
     with pytest.raises(SettingsError, match=r"brace.rl.policy_iterations=-1: must be >= 0"):
         check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.rl.policy_iterations=-1"))
+    with pytest.raises(SettingsError, match=r"brace.rl.kl_coef=-1.0: must be >= 0"):
+        check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.rl.kl_coef=-1.0"))
+    with pytest.raises(
+        SettingsError,
+        match=r"brace.rl.belief_learning_rate=1e-05: read by the "
+        r"PPO trainer only \(algorithm ppo\); with grpo",
+    ):
+        check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.algorithm=grpo",
+                          "brace.rl.belief_learning_rate=1e-5"))  # fmt: skip
     assert not (tmp_path / "models").exists()
 
 

@@ -430,7 +430,14 @@ def test_every_protocol_value_reaches_its_config_key(name):
     that key (no field skipped): the table rows are what jobs run."""
     from omegaconf import OmegaConf
 
-    from benchmark.protocol import BRACE_TW_FIELDS, BRACE_TW_PRESETS, KEYS, PER_ENV, PRESET_TUNING
+    from benchmark.protocol import (
+        BRACE_TW_FIELDS,
+        BRACE_TW_PRESETS,
+        KEYS,
+        PER_ENV,
+        PRESET_TUNING,
+        PROMPT_FIELDS,
+    )
 
     values = OmegaConf.load(REPO / "conf" / "protocol" / f"{name}.yaml")
     job = compose("+experiment=table1", "env=fourrooms", "method=ask_plus", f"protocol={name}")
@@ -455,16 +462,81 @@ def test_every_protocol_value_reaches_its_config_key(name):
         checked.add(field)
     for env in ("tw_quest", "tw_treasure", "tw_cooking"):  # the Agent-BRACE TextWorld presets
         for preset in BRACE_TW_PRESETS:
-            cfg = compose(f"+experiment={preset}", f"env={env}", f"protocol={name}")
-            task = OmegaConf.to_container(cfg.env.task, resolve=True)
-            for field, (key, _) in BRACE_TW_FIELDS.items():
-                want = OmegaConf.to_container(values, resolve=True)[field]
+            cfg = compose(f"+experiment={preset}", f"env={env}", "brace.seed=2",
+                          f"protocol={name}")  # fmt: skip
+            for field, (key, presets, _) in BRACE_TW_FIELDS.items():
+                if preset not in presets:
+                    continue
+                want = OmegaConf.to_container(values)[field]  # as written: ${brace.seed} stays
                 want = want[env] if isinstance(want, dict) else want
-                if preset == "brace_tw_long" and key == "max_steps":
+                if preset == "brace_tw_long" and key == "env.task.max_steps":
                     want = 100  # the long-horizon run's, whatever the protocol
-                assert task[key] == want, (name, preset, env, field)
+                if isinstance(want, str):  # a key named: what it resolves to in this job
+                    want = {"${brace.seed}": 2, "${seed}": 0}[want]
+                node = OmegaConf.select(cfg, key)
+                have = (
+                    OmegaConf.to_container(node, resolve=True)
+                    if OmegaConf.is_config(node)
+                    else node
+                )
+                assert have == want, (name, preset, env, field)
                 checked.add(field)
+    for field, (key, prompts, _) in PROMPT_FIELDS.items():  # every preset, these prompts
+        for prompt in prompts:
+            cfg = compose(f"prompt={prompt}", f"protocol={name}")
+            assert OmegaConf.select(cfg, key) == values[field], (name, prompt, field)
+        assert OmegaConf.select(compose("prompt=belief", f"protocol={name}"), key) == 192
+        checked.add(field)
     assert checked == set(values) - {"name", "departures"}, "a protocol field no test composes"
+
+
+def test_brace_rl_numbers_are_the_released_under_paper_and_the_trainers_own_under_suite():
+    """+experiment=brace_tw_train: paper trains with the released recipe's rollout temperature,
+    KL coefficient and learning rates; suite with the trainer's own values (conf/brace), so the
+    models it trains keep their identity. Neither job records an override."""
+    from benchmark.brace.checks import check
+
+    suite = compose("+experiment=brace_tw_train", "env=tw_quest", "protocol=suite")
+    own = compose("env=tw_quest", "protocol=suite")
+    assert OmegaConf.to_container(suite.brace.rl, resolve=True) == OmegaConf.to_container(
+        own.brace.rl, resolve=True
+    )
+    paper = compose("+experiment=brace_tw_train", "env=tw_quest")
+    rl = check(paper).rl
+    assert (rl.temperature, rl.kl_coef, rl.learning_rate, rl.value_learning_rate) == (
+        0.7, 0.01, 1e-6, 1e-5,
+    )  # fmt: skip
+    assert rl.role_learning_rate("belief") == 1e-5
+    assert record(paper)["overrides"] == {} and record(suite)["overrides"] == {}
+
+
+@pytest.mark.parametrize("method", ["brace_base", "brace_agent"])
+def test_brace_tw_cells_sample_at_the_released_temperature_under_paper(method):
+    """The Agent-BRACE TextWorld cells under paper decode at the released evaluation temperature
+    0.4 with the belief's 1,024 new tokens, each run (brace.seed) with its own draws: an
+    untrained row's 3 runs are 3 cells. Under suite: greedy, 192 tokens, the job's seed, so
+    its runs stay one cell."""
+
+    def cells(protocol):
+        return [
+            compose(
+                "+experiment=brace_tw",
+                f"method={method}",
+                f"brace.seed={run}",
+                f"protocol={protocol}",
+            )  # fmt: skip
+            for run in (0, 1, 2)
+        ]
+
+    paper, suite = cells("paper"), cells("suite")
+    assert [c.slm.decoding.temperature for c in paper] == [0.4] * 3
+    assert [c.slm.decoding.seed for c in paper] == [0, 1, 2]
+    assert [(c.slm.decoding.temperature, c.slm.decoding.seed) for c in suite] == [(0.0, 0)] * 3
+    if method == "brace_base":  # the untrained row: its runs differ only by their draws
+        assert len({_spec(c).hash for c in paper}) == 3 and len({_spec(c).hash for c in suite}) == 1
+    else:
+        assert [c.prompt.belief_max_new_tokens for c in paper + suite] == [1024] * 3 + [192] * 3
+    assert all(record(c)["overrides"] == {} for c in paper + suite)
 
 
 def _departures_doc() -> str:

@@ -73,13 +73,13 @@ class Settings:
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
         """What made the RL models: every key but the execution ones, the RL stage's numbers
-        (GAE lambda, ...), (ask mode) the job whose PPO and gate it uses, and the code's
-        `RULES` (the reward's format score, the teacher, the sampler)."""
+        (GAE lambda, ..., `RLSettings.identity`), (ask mode) the job whose PPO and gate it uses,
+        and the code's `RULES` (the reward's format score, the teacher, the sampler)."""
         keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
         # `brace.env` (the name the models are filed under) must not shadow the env config they
         # are trained on: an RL model trained on other games is never reused (tested)
         keys["env_name"] = keys.pop("env")
-        return {**keys, "env": self.env, "rl": self.rl.as_dict(), "ask_job": job,
+        return {**keys, "env": self.env, "rl": self.rl.identity(), "ask_job": job,
                 "rules": dict(RULES)}  # fmt: skip
 
 
@@ -138,6 +138,7 @@ def check(cfg: DictConfig) -> Settings:
     rl = values.get("rl")
     try:
         rl_settings = RLSettings.of(rl if isinstance(rl, dict) else {})
+        rl_settings.for_algorithm(values["algorithm"])
     except (TypeError, ValueError) as err:  # "rl <field>=<value>: why" -> brace.rl.<field>=...
         text = str(err)
         raise SettingsError(

@@ -12,6 +12,11 @@ through the suite's Evaluator (benchmark.brace.rollout) with both models samplin
   forward gives log-probs and values, so a 3-4B model is held once (a separate value model
   would double the memory); values at each completion token; GAE(gamma, lambda) over the
   trajectory's tokens gives advantages (whitened over the role's batch) and returns;
+- KL penalty (`kl_coef` > 0, the policy only): the authors' release puts it in the reward
+  (verl's use_kl_in_reward, kl_penalty "kl", a fixed coefficient): each completion token's
+  reward less kl_coef x (log pi_old - log pi_ref), pi_ref the model the policy starts from (a
+  frozen copy; with LoRA the same model with its adapters off), its log-probs computed once per
+  batch; GAE then carries the penalty to the advantages;
 - update: `ppo_epochs` passes of minibatches on the clipped surrogate
   -min(r A, clip(r, 1-eps, 1+eps) A) over the completion tokens (r: new/old probability) plus
   value_coef x 0.5 (V - return)^2; the old log-probs are the sampling model's, before the update.
@@ -22,6 +27,7 @@ stays frozen throughout, the frozen-belief ablation)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Sequence
@@ -40,6 +46,7 @@ from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
 
 VALUE_HEAD = "value_head.safetensors"  # the critic, saved beside a trained model's weights
+ADAPTERS = "adapters"  # a LoRA learner's reference: its own model with the adapters off
 
 
 def gae(rewards: Sequence[float], values: Sequence[float], gamma: float, lam: float
@@ -127,16 +134,26 @@ def sampling_gap(trajs: Sequence[Trajectory]) -> float | None:
 
 
 class Learner:
-    """One trained role: its model (LoRA / checkpointing as set), value head and optimizer."""
+    """One trained role: its model (LoRA / checkpointing as set), value head and optimizer, at
+    the role's learning rate; the policy with `kl_coef` > 0 also its KL reference."""
 
-    def __init__(self, model: Any, tokenizer: Any, settings: RLSettings) -> None:
+    def __init__(self, model: Any, tokenizer: Any, settings: RLSettings, role: str = "policy",
+                 reference: Any = None) -> None:  # fmt: skip
+        """`reference`: the frozen model the policy's KL penalty measures against (ADAPTERS: a
+        LoRA model with its adapters off), needed when the role is the policy and
+        `settings.kl_coef` > 0 (`reference_for` makes it)."""
         import torch
 
         self.model, self.tok, self.s = model, tokenizer, settings
+        self.kl_coef = float(settings.kl_coef) if role == "policy" else 0.0
+        if self.kl_coef and reference is None:
+            raise ValueError(f"rl kl_coef={settings.kl_coef}: the policy needs its reference "
+                             "model (reference_for)")  # fmt: skip
+        self.reference = reference if self.kl_coef else None
         self.head = tokens.value_head(model)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            [{"params": params, "lr": settings.learning_rate},
+            [{"params": params, "lr": settings.role_learning_rate(role)},
              {"params": list(self.head.parameters()), "lr": settings.value_learning_rate}],
             weight_decay=0.0,
         )  # fmt: skip
@@ -148,9 +165,26 @@ class Learner:
         )  # fmt: skip
         return logp, values  # type: ignore[return-value]
 
-    def score(self, trajs: Sequence[Trajectory]) -> None:
+    def reference_logp(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[Any]:
+        """The reference model's log-probs of the completions (no gradient), at the sampling
+        temperature as the old log-probs."""
+        import torch
+
+        lora = self.reference == ADAPTERS
+        model = self.model if lora else self.reference
+        off = self.model.disable_adapter() if lora else contextlib.nullcontext()
+        with torch.no_grad(), off:
+            logp, _ = tokens.completion_forward(
+                model, pairs, lm.pad_id(self.tok), temperature=self.s.temperature,
+                bf16=self.s.bf16_autocast,
+            )  # fmt: skip
+        return logp
+
+    def score(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
         """Old log-probs and values (no gradient), then GAE advantages, whitened over the
-        batch's tokens, and returns, per completion.
+        batch's tokens, and returns, per completion. With the KL penalty, each token's reward
+        is less kl_coef x (old - reference log-prob); returns {"kl_ref": that difference's mean
+        over the batch's tokens} (empty without the penalty).
 
         The whitening is verl's (`masked_whiten`: less the mean over the batch's tokens, over
         their std). It keeps each advantage's sign on the first iteration: with lambda = 1 and
@@ -163,12 +197,18 @@ class Learner:
         import torch
 
         self.model.eval()
+        kls = []
         for traj in trajs:
             with torch.no_grad():
                 logp, values = self.forward(traj.pairs)
             v = torch.cat(values).float().cpu().numpy()
             rewards = np.zeros_like(v)
             rewards[-1] = traj.reward
+            if self.kl_coef:  # the reference's log-probs: once per batch, on the sampled tokens
+                ref = torch.cat(self.reference_logp(traj.pairs)).float()
+                kl = (torch.cat(logp).float() - ref).cpu().numpy()
+                rewards = rewards - self.kl_coef * kl
+                kls.append(kl)
             adv, ret = gae(rewards, v, self.s.gamma, self.s.lam)
             sizes = [len(c) for _, c in traj.pairs]
             traj.old_logp = [x.detach() for x in logp]
@@ -182,6 +222,7 @@ class Learner:
             mean, std = every.mean(), every.std()
             for t in trajs:
                 t.advantages = [(a - mean) / (std + 1e-8) for a in t.advantages]
+        return {"kl_ref": round(float(np.concatenate(kls).mean()), 6)} if kls else {}
 
     def update(self, trajs: Sequence[Trajectory], seed: int = 0) -> dict[str, float]:
         """`ppo_epochs` passes over the completions of `trajs` (scored), in minibatches."""
@@ -270,7 +311,11 @@ def train(
         )
         for role, d in model_dirs.items()
     }  # fmt: skip
-    learners = {r: Learner(*loaded[r], settings) for r in trained_roles}
+    learners = {
+        r: Learner(*loaded[r], settings, role=r,
+                   reference=reference_for(settings, model_dirs[r]) if r == "policy" else None)
+        for r in trained_roles
+    }  # fmt: skip
     sampler = Sampler(loaded, settings.temperature, seed=seed)
     stages = ["policy"] * settings.policy_iterations + ["joint"] * settings.iterations
     history, pool = [], [int(s) for s in train_seeds]
@@ -288,9 +333,9 @@ def train(
         losses = {}
         for role in roles:  # the belief after the policy, both on this batch
             mine = [t for t in trajs if t.role == role]
-            learners[role].score(mine)
+            scored = learners[role].score(mine)
             losses[role] = {**learners[role].update(mine, seed=seed + it),
-                            "sampling_gap": sampling_gap(mine)}  # fmt: skip
+                            "sampling_gap": sampling_gap(mine), **scored}  # fmt: skip
         for role in value_loss:
             value_loss[role].append(losses.get(role, {}).get("value_loss"))
         row = {
@@ -307,6 +352,17 @@ def train(
         save_role(role, loaded[role], learners.get(role), Path(model_dirs[role]), Path(d))
     return {"algorithm": "ppo", "settings": settings.as_dict(), "history": history,
             "value_loss": value_loss, "trained_roles": sorted(trained_roles)}  # fmt: skip
+
+
+def reference_for(settings: RLSettings, directory: str | Path) -> Any:
+    """The policy's KL reference (None without the penalty): with LoRA its own model with the
+    adapters off (ADAPTERS, no second copy), else a frozen copy of the model it starts from
+    (one more set of weights in memory)."""
+    if not settings.kl_coef:
+        return None
+    if settings.lora_rank > 0:
+        return ADAPTERS
+    return tokens.load_for_rl(directory, dtype=settings.dtype, train=False)[0]
 
 
 def save_role(role: str, loaded: tuple[Any, Any], learner: Learner | None, source: Path,

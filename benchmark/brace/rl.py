@@ -48,7 +48,7 @@ def train_rl(
     losses; PPO: "value_loss", the critic's), "value_loss": the critic's per iteration (PPO)}."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"brace algorithm {algorithm!r}: allowed {', '.join(ALGORITHMS)}")
-    settings.check()
+    settings.check().for_algorithm(algorithm)
     roles = ("policy",) if raw_history else ("belief", "policy")
     missing = [r for r in roles if r not in model_dirs or r not in out_dirs]
     if missing:

@@ -7,6 +7,12 @@ from typing import Any
 
 ALGORITHMS = ("ppo", "grpo")  # benchmark.brace.rl.train_rl
 DTYPES = ("float32", "bfloat16")
+# fields added after models were trained without them: out of a trained model's identity at the
+# value those models used (off), so their folders stay reusable
+ADDED_OFF = {"kl_coef": 0.0, "belief_learning_rate": None}
+# the fields only the PPO trainer reads (the same two), at the value that turns them off: GRPO
+# refuses any other value
+PPO_ONLY = ADDED_OFF
 
 
 @dataclass(frozen=True)
@@ -20,8 +26,16 @@ class RLSettings:
     policy_iterations: int = 2
     seeds_per_step: int = 4
     group: int = 4
-    learning_rate: float = 1e-4
+    learning_rate: float = 1e-4  # the policy's (PPO: the actor's); the belief's too unless set
+    # PPO: the belief model's own rate (the authors' release trains it at 1e-5 beside the actor's
+    # 1e-6); None: learning_rate
+    belief_learning_rate: float | None = None
     temperature: float = 1.0
+    # PPO: the policy's KL penalty against its reference, the model it starts from (the SFT or
+    # base model), in the reward as the authors' release applies it (verl's use_kl_in_reward):
+    # each completion token's reward less kl_coef x (log pi_old - log pi_ref), the reference's
+    # log-probs computed once per batch; 0: off (no reference model is loaded)
+    kl_coef: float = 0.0
     belief_samples: int = 1  # GRPO only: updates sampled per belief state
     # PPO (the paper's Tables 9-10 are not in our copy of the paper: these are chosen, docs/brace.md)
     ppo_epochs: int = 2  # passes over each rollout batch
@@ -64,6 +78,13 @@ class RLSettings:
             raise ValueError(f"rl temperature={self.temperature}: must be > 0 (RL samples)")
         if float(self.value_coef) < 0:
             raise ValueError(f"rl value_coef={self.value_coef}: must be >= 0")
+        if not 0 <= float(self.kl_coef) < float("inf"):  # also refuses NaN
+            raise ValueError(f"rl kl_coef={self.kl_coef}: must be >= 0 (0: no KL penalty)")
+        if self.belief_learning_rate is not None and not float(self.belief_learning_rate) > 0:
+            raise ValueError(
+                f"rl belief_learning_rate={self.belief_learning_rate}: must be > 0, or null "
+                "(the belief trains at learning_rate)"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"rl dtype={self.dtype!r}: allowed {', '.join(DTYPES)}")
         return self
@@ -77,5 +98,28 @@ class RLSettings:
             raise ValueError(f"rl settings {unknown}: unknown; allowed {sorted(known)}")
         return cls(**dict(values)).check()
 
+    def for_algorithm(self, algorithm: str) -> RLSettings:
+        """Refuses a PPO-only field switched on for another algorithm (GRPO has no KL term and
+        one learning rate); returns self."""
+        if algorithm != "ppo":
+            for name, off in PPO_ONLY.items():
+                if getattr(self, name) != off:
+                    raise ValueError(
+                        f"rl {name}={getattr(self, name)}: read by the PPO trainer only "
+                        f"(algorithm ppo); with {algorithm} leave it at {off}"
+                    )
+        return self
+
+    def role_learning_rate(self, role: str) -> float:
+        """The rate of a trained role: the belief's own when set, else learning_rate."""
+        if role == "belief" and self.belief_learning_rate is not None:
+            return float(self.belief_learning_rate)
+        return float(self.learning_rate)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What of these settings names a trained model: every field, less those added later
+        while they are off (models trained before them keep their identity)."""
+        return {k: v for k, v in asdict(self).items() if not (k in ADDED_OFF and v == ADDED_OFF[k])}

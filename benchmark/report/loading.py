@@ -177,6 +177,9 @@ def _label_from_config(cell: Cell, cfg: DictConfig) -> None:
     if spec is not None:
         labels, args = spec.labels(), spec.gate.args
         cell.uses_policy = spec.uses_policy
+        decoding = (spec.config.get("slm") or {}).get("decoding") or {}
+        if spec.uses_consultant and decoding.get("temperature") is not None:
+            cell.temperature = float(decoding["temperature"])
     else:
         labels = {
             "cell": None,

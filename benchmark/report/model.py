@@ -78,6 +78,9 @@ class Cell:
     note: str = ""
     protocol: str | None = None  # conf/protocol the job ran under (paper, official, suite)
     protocol_overrides: dict = field(default_factory=dict)  # protocol keys the job overrides
+    # the consultant's sampling temperature (slm.decoding.temperature; 0: greedy), None where the
+    # cell has no consultant or its config is unreadable
+    temperature: float | None = None
 
     @classmethod
     def of_spec(cls, spec: Any, job: str = "", status: str = "ok") -> Cell:
