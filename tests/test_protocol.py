@@ -514,7 +514,7 @@ def test_brace_rl_numbers_are_the_released_under_paper_and_the_trainers_own_unde
 def test_brace_tw_cells_sample_at_the_released_temperature_under_paper(method):
     """The Agent-BRACE TextWorld cells under paper decode at the released evaluation temperature
     0.4 with the belief's 1,024 new tokens, each run (brace.seed) with its own draws: an
-    untrained row's 3 runs are 3 cells. Under suite: greedy, 192 tokens, the job's seed, so
+    untrained row's 3 runs are 3 cells. Under suite: greedy, 320 tokens, the job's seed, so
     its runs stay one cell."""
 
     def cells(protocol):
@@ -535,7 +535,7 @@ def test_brace_tw_cells_sample_at_the_released_temperature_under_paper(method):
     if method == "brace_base":  # the untrained row: its runs differ only by their draws
         assert len({_spec(c).hash for c in paper}) == 3 and len({_spec(c).hash for c in suite}) == 1
     else:
-        assert [c.prompt.belief_max_new_tokens for c in paper + suite] == [1024] * 3 + [192] * 3
+        assert [c.prompt.belief_max_new_tokens for c in paper + suite] == [1024] * 3 + [320] * 3
     assert all(record(c)["overrides"] == {} for c in paper + suite)
 
 
