@@ -50,6 +50,7 @@ PLACEHOLDERS = {
     "$URL": "/tmp/qwen2b.url",
     "$JOB": "123",
     "<paths.cache>": "outputs/cache",
+    "<root>": "outputs",
 }
 # the CLIs (benchmark.cli_page.TOOLS); how each one's arguments are checked: `check`
 CLIS = tuple(TOOLS)
