@@ -224,6 +224,19 @@ def test_settings_added_later_stay_out_of_a_trained_models_identity_while_off():
     assert on["kl_coef"] == 0.01 and on["belief_learning_rate"] == 1e-5
 
 
+def test_direct_action_rl_models_name_the_history_prompts_view(tmp_path):
+    """A raw-history policy's identity names the history prompt's view (the basic view since
+    it lost the stateful extras): one trained on the earlier prompt is refused, not reused; the
+    belief rows' identities do not carry it."""
+    from benchmark.brace.checks import check
+    from tests.conftest import compose_cfg
+
+    direct = check(compose_cfg(tmp_path, "env=empty5x5_random", "brace=direct_rl"))
+    assert direct.rl_identity()["rules"]["history_prompt"] == "basic-view"
+    agent = check(compose_cfg(tmp_path, "env=empty5x5_random"))
+    assert "history_prompt" not in agent.rl_identity()["rules"]
+
+
 def test_settings_are_refused_with_the_bad_value_named():
     with pytest.raises(ValueError, match=r"rl iterations=-1: must be >= 1"):
         RLSettings(iterations=-1).check()

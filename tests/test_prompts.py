@@ -555,26 +555,37 @@ def test_navfeatures_relative_offsets():
     assert nf.relative("EAST")["left"] == (0, -1) and nf.relative("EAST")["back"] == (-1, 0)
 
 
-@pytest.mark.parametrize("env", ["fourrooms", "higherlower"])
+@pytest.mark.parametrize("env", ["fourrooms", "higherlower", "tw_quest"])
 def test_the_raw_history_prompt_grows_one_line_per_step(env):
-    """prompt=history (Agent-BRACE's raw-history baseline): the stateful prompt plus one line
-    per step since the episode began, never summarised, so the prompt grows with the episode;
-    the rest of the message is the stateful prompt's."""
+    """prompt=history (Agent-BRACE's raw-history baselines): the basic prompt plus one line per
+    step since the episode began, never summarised, so the history grows with the episode; the
+    rest of the message is the basic prompt's, word for word: no derived state (no map, recent
+    commands or rooms entered), the view Agent-BRACE's act round sees. prompt=react is the same
+    with the rationale answer."""
     from hydra.utils import instantiate
 
-    _, task = showcase.variant_for(env, "stateful", False)
+    _, task = showcase.variant_for(env, "basic", False)
     variant = instantiate(OmegaConf.load(CONF / "prompt" / "history.yaml"), _convert_="all")
-    stateful = instantiate(showcase.prompt_cfg("stateful"), _convert_="all")
+    basic = instantiate(showcase.prompt_cfg("basic"), _convert_="all")
     lengths = []
-    for record in showcase.drive(variant, task, 101, 6, policy="random"):
-        user = record.queries[0].messages[1]["content"]
-        history = user.split("HISTORY", 1)[1].split("\n\nEXAMPLES:", 1)[0]
+    plain = list(showcase.drive(basic, task, 101, 6, policy="random"))
+    for record, same in zip(showcase.drive(variant, task, 101, 6, policy="random"), plain,
+                            strict=True):  # fmt: skip
+        system, user = (m["content"] for m in record.queries[0].messages)
+        head, rest = user.split("\n\nHISTORY", 1)
+        history, tail = rest.split("\n\nEXAMPLES:", 1)
         lines = [x for x in history.splitlines()[1:] if x]
         assert [x.split(":", 1)[0] for x in lines] == [str(t) for t in range(record.step)]
-        lengths.append(len(user))
+        assert [system, head + "\n\nEXAMPLES:" + tail] == [
+            m["content"] for m in same.queries[0].messages
+        ]
+        for derived in ("KNOWN MAP", "RECENT COMMANDS", "Rooms entered", "Known map"):
+            assert derived not in head
+        lengths.append(len(history))  # (the view itself varies: TextWorld's first is long)
     assert len(lengths) >= 4 and all(b > a for a, b in itertools.pairwise(lengths))
-    *_, last = showcase.drive(stateful, task, 101, 0, policy="random")
-    assert "HISTORY" not in last.queries[0].messages[1]["content"]
+    assert "HISTORY" not in plain[-1].queries[0].messages[1]["content"]
+    react = OmegaConf.load(CONF / "prompt" / "react.yaml")
+    assert (react.level, react.history, react.rationale) == ("basic", True, True)
 
 
 def test_show_takes_help_and_any_hydra_override(capsys):

@@ -32,6 +32,9 @@ RULES = {
     "claims": "textworld-objects-checked",  # object claims checked against TextWorld's facts
     "sampler": "neutral-generation-config",  # samples softmax(logits / T), what PPO scores
 }
+# the raw-history prompt (conf/prompt/history.yaml) a Direct-Action RL policy trains on, named by
+# version: models trained on its earlier stateful view (map, recent commands) are refused
+HISTORY_RULE = {"history_prompt": "basic-view"}
 
 
 class SettingsError(ValueError):
@@ -74,13 +77,15 @@ class Settings:
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
         """What made the RL models: every key but the execution ones, the RL stage's numbers
         (GAE lambda, ..., `RLSettings.identity`), (ask mode) the job whose PPO and gate it uses,
-        and the code's `RULES` (the reward's format score, the teacher, the sampler)."""
+        and the code's `RULES` (the reward's format score, the teacher, the sampler; on raw
+        history, `HISTORY_RULE`: the history prompt's view)."""
         keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
         # `brace.env` (the name the models are filed under) must not shadow the env config they
         # are trained on: an RL model trained on other games is never reused (tested)
         keys["env_name"] = keys.pop("env")
+        rules = {**RULES, **(HISTORY_RULE if self.raw_history else {})}
         return {**keys, "env": self.env, "rl": self.rl.identity(), "ask_job": job,
-                "rules": dict(RULES)}  # fmt: skip
+                "rules": rules}  # fmt: skip
 
 
 def _fail(key: str, value: Any, why: str) -> None:
