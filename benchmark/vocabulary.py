@@ -33,7 +33,7 @@ def strip_thinking(text: str, *, literal: bool = False) -> tuple[str, str]:
     Closed <think> blocks are dropped; text before a lone </think> is thinking; an unterminated
     <think> makes everything after it thinking (returned second, searched for markers only).
 
-    One function, two readings that differ only on unusual text (tests/test_parse.py pins
+    One function, two readings that differ only on unusual text (tests/prompts/test_parse.py pins
     where). The parser's (default) matches the tags in any case, replaces a closed block by a
     space, then cuts at the last </think> left. `literal=True` is the backends' cleanup of
     generated text (consultants.hf.strip_thinking): tags only as tokenizers write them; a

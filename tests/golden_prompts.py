@@ -4,8 +4,8 @@ records them.
     make golden                                          # the same as the line below
     PYTHONPATH=$PWD .venv/bin/python -m tests.golden_prompts record
 
-The tests (tests/test_prompts.py) only compare: a test run never writes a golden file, and one
-started with UPDATE_GOLDEN in its environment (the old way to re-record) fails, naming this
+The tests (tests/prompts/test_prompts.py) only compare: a test run never writes a golden file, and
+one started with UPDATE_GOLDEN in its environment (the old way to re-record) fails, naming this
 command, so that no CI run can pass by comparing freshly written files with themselves. Review
 the diff of a recording, and bump PROMPT_VERSION with it (tests/test_cell.py says how)."""
 

@@ -28,14 +28,14 @@ ROOT = REPO / "outputs" / "mutants"
 LINKED = ("benchmark", "tests", "conf")
 # module -> the tests that cover it; smallest module first
 MODULES: dict[str, list[str]] = {
-    "brace/rewards": ["tests/test_brace.py"],
+    "brace/rewards": ["tests/brace/test_brace.py"],
     "metrics": ["tests/test_engine_units.py", "tests/test_metrics.py"],
     "learned": ["tests/test_learned_gate.py"],
     "gates": ["tests/test_engine_units.py", "tests/test_learned_gate.py"],
     "uncertainty": ["tests/test_uncertainty.py", "tests/test_engine_units.py"],
     "evaluate": [
-        "tests/test_brace_metrics.py",
-        "tests/test_analysis.py",
+        "tests/analysis/test_belief.py",
+        "tests/analysis/test_analysis.py",
         "tests/test_evaluate_loop.py",
     ],
     "tuning": ["tests/test_tuning_objectives.py", "tests/test_engine_units.py"],
@@ -44,16 +44,16 @@ MODULES: dict[str, list[str]] = {
 # mutmut reruns a test, fixtures included, for every mutant of a function the test calls, and
 # these are covered by make test anyway
 SLOW = (
-    "tests/test_brace.py::test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer",
-    "tests/test_brace.py::test_teacher_states_come_from_training_seeds_only",
-    "tests/test_brace.py::test_brace_prompt_is_its_own_finetuned_consultant",
+    "tests/brace/test_brace.py::test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer",
+    "tests/brace/test_brace.py::test_teacher_states_come_from_training_seeds_only",
+    "tests/brace/test_brace.py::test_brace_prompt_is_its_own_finetuned_consultant",
     "tests/test_learned_gate.py::test_the_classifier_never_sees_a_validation_or_test_seed",
     "tests/test_learned_gate.py::test_policy_probabilities_are_a_named_feature_of_its_own_classifier",
     "tests/test_learned_gate.py::test_a_learned_gate_cell_tunes_its_threshold_and_runs",
     "tests/test_learned_gate.py::test_the_classifier_scores_ppos_mistakes_above_its_good_steps",
-    "tests/test_brace_metrics.py::test_two_models_route_by_role_and_are_named_by_both_weights",
-    "tests/test_analysis.py::test_analysis_preset_records_steps_in_every_cell",
-    "tests/test_analysis.py::test_report_has_the_gate_quality_table_roc_curves_and_where_figures",
+    "tests/analysis/test_belief.py::test_two_models_route_by_role_and_are_named_by_both_weights",
+    "tests/analysis/test_analysis.py::test_analysis_preset_records_steps_in_every_cell",
+    "tests/analysis/test_analysis.py::test_report_has_the_gate_quality_table_roc_curves_and_where_figures",
     "tests/test_tuning_objectives.py::test_only_a_non_default_objective_enters_the_identity",
 )
 COLUMNS = ("mutants", "killed", "survived", "no tests", "timeout", "other")

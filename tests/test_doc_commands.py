@@ -170,7 +170,7 @@ def test_documented_commands_run_at_toy_size(tmp_path):
     """Run the RUNS commands as documented, with toy overrides, in one results root: a job, the
     two feedback baseline sweeps (random and PPO-CNN, as the README and the preset give them),
     the report of the first sweep, the plan, the dashboard and the prompts viewer. Policy
-    export/import and serve + an openai cell run in tests/test_policy_export.py and
+    export/import and serve + an openai cell run in tests/policy/test_bundle.py and
     tests/test_openai_server.py."""
     root = tmp_path
     sweeps = []

@@ -25,7 +25,7 @@ from benchmark.consultants.openai_compat import OpenAIConsultant
 from benchmark.consultants.tiny import SPECIAL_TOKENS
 from benchmark.serve import stop_process
 from tests.conftest import REPO, compose_cfg
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_prefix import ask_queries
 
 SERVE = Path(sys.executable).parent / "transformers"
 

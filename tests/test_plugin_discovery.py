@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmark import gates
-from tests.test_family_discovery import _install_dist
+from tests.envs.test_family import _install_dist
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_PKG = REPO / "tests" / "plugin_pkg"

@@ -7,7 +7,7 @@ These follow rliable's definitions (aggregate_iqm, probability_of_improvement, i
 bootstrap: runs resampled within each task). rliable itself is not used: its bootstrap comes from
 `arch<8`, whose 7.x releases fail to import with pandas 3 (the suite's pandas), and rliable 1.2
 refuses arch 8. The few lines below are checked against hand computations in
-tests/test_aggregate.py.
+tests/analysis/test_aggregate.py.
 
 A score matrix is (runs, tasks): one row per training seed, one column per env."""
 

@@ -80,7 +80,7 @@ def first_queries(root: Path, n: int, max_new_tokens: int) -> list:
     slm.decoding.repetition_penalty=1.1) does not change them. A penalty narrows the random tiny
     models' top-two gaps to within bf16's rounding (16 prompts, bf16: 13/16 answers padded vs
     by_length at 1.1, 16/16 at 1.0; fp32: 16/16 at both), and the penalty's own agreement across
-    batch shapes is tests/test_batching.py's."""
+    batch shapes is tests/consultants/test_batching.py's."""
     from benchmark.bench.common import compose
     from benchmark.build import build_prompt, prepare
 

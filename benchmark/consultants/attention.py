@@ -12,7 +12,7 @@ unmasked and its own block causally: the CPU kernel's causal mode computes whole
 along the diagonal and is then slower per score than its unmasked mode, so the causal part is
 kept small (about 7% off one stateful prompt's prefill on the tiny model, 2 loaded cores). The
 result is the masked attention's up to float rounding (about 1e-7 in float32;
-tests/test_choices.py checks tokens and scores).
+tests/consultants/test_choices.py checks tokens and scores).
 
 It is registered as the attention implementation "prefix_sdpa" (transformers'
 AttentionInterface) with a mask function that skips building the mask only where the split
@@ -28,7 +28,8 @@ sdpa on H100/H200 since torch 2.11) return NaN for such a row where torch's CPU 
 In the hybrid Qwen3.5 a NaN in a pad row survives the pad-state masking of the next
 linear-attention layer (NaN x 0 = NaN) and enters its recurrent state, and every later token of
 the row; attention layers would spread it through the pad keys' values. Zeroed, a pad row's
-output is what the CPU kernels give, and the real rows never read it (tests/test_finite.py)."""
+output is what the CPU kernels give, and the real rows never read it
+(tests/consultants/test_finite.py)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ from benchmark.consultants.base import Answer, Consultant, Decoding, Query, scor
 from benchmark.consultants.cache_store import ResponseStore, cache_cap, set_cache_cap
 
 # Decoding fields that only act when sampling: a greedy key leaves them out, so it is the key the
-# code made before they existed (tests/test_decoding.py pins one) and no cached answer is lost.
+# code made before they existed (tests/consultants/test_decoding.py pins one) and no cached answer
+# is lost.
 SAMPLING_ONLY = ("top_p", "top_k", "seed")
 
 

@@ -4,7 +4,7 @@ a row whose logits hold a NaN or an infinity would still give an answer (argmax 
 nothing would say so. A GPU attention kernel that returns NaN for fully masked rows is the known
 cause (benchmark.consultants.attention zeroes those rows); a bf16 overflow would be another. Any
 such batch raises a ConsultantError naming the path, the batch and the bad rows instead
-(tests/test_finite.py).
+(tests/consultants/test_finite.py).
 
 The flags are computed on the device beside the values each path already copies to the host
 (`nonfinite_rows`), so the check adds no device sync of its own."""

@@ -174,7 +174,8 @@ class HFConsultant(Consultant):
     label = "hf"
     reads_generation_config = True  # model_sampling: the model's generation_config.json
     # prefix KV reuse, the lean decode loop and batching across prompt lengths give token-identical
-    # answers (tests/test_prefix_cache.py, tests/test_choices.py, tests/test_batching.py)
+    # answers (tests/consultants/test_prefix.py, tests/consultants/test_choices.py,
+    # tests/consultants/test_batching.py)
     execution_keys = ("prefix_cache", "lean_max_new_tokens", "batching")
     protocol_fields = ("slm_dtype",)  # a hub model's dtype is the protocol's (docs/protocol.md)
 

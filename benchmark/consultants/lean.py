@@ -1,7 +1,8 @@
 """Lean greedy decode (`slm.backend.lean_max_new_tokens`; docs/choices.md): short greedy answers
 take the prefill of choice scoring and a plain argmax loop instead of `generate`, only where
 generation would apply no logits processor (`plain_greedy`) but the decoding's own repetition
-penalty, applied here as generate applies it: the same tokens (tests/test_choices.py)."""
+penalty, applied here as generate applies it: the same tokens
+(tests/consultants/test_choices.py)."""
 
 from __future__ import annotations
 
@@ -80,9 +81,9 @@ class LeanDecoder:
         column and each row's position following its last (`next_positions`); a row leaves the
         batch at its stop token (each row's tokens up to and including it). Only for what
         `takes` (greedy generation would apply no logits processor), so argmax of the logits is
-        its choice: the same tokens as `generate` (tests/test_choices.py,
-        tests/test_batching.py). A repetition `penalty` other than 1 is applied to each row's
-        logits over its prompt and answer so far, as `generate` applies it
+        its choice: the same tokens as `generate` (tests/consultants/test_choices.py,
+        tests/consultants/test_batching.py). A repetition `penalty` other than 1 is applied to each
+        row's logits over its prompt and answer so far, as `generate` applies it
         (benchmark.consultants.penalty). Non-finite logits in any row raise a ConsultantError
         (benchmark.consultants.finite), their flags copied with the step's tokens."""
         import torch

@@ -7,8 +7,8 @@ padding, then the row's own suffix: `[prefix | pad ... pad | suffix]`, attention
 padding. Positions come from the mask (transformers' cumsum), so each row sees exactly the
 positions and keys of its unpadded prompt. A copy of the stored cache, repeated over the batch, is
 passed to `generate`, which computes only the suffixes. Greedy answers are token for token those
-of the plain left-padded path (tests/test_prefix_cache.py: the tiny model, batched and unbatched,
-thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
+of the plain left-padded path (tests/consultants/test_prefix.py: the tiny model, batched and
+unbatched, thinking phases included). Which models use it (`prefix_reuse_mode`): a cache of plain
 full-attention layers takes the layout above ("padded"). A hybrid cache (Qwen3.5, Qwen3-Next:
 Gated-DeltaNet layers, whose cache is a recurrent state and a conv window, beside full attention)
 cannot: padding after the prefix is not exact for a recurrent layer. transformers zeroes a padded
@@ -19,11 +19,11 @@ take `[prefix | suffix]` with no padding, and rows of different lengths (`stacke
 their own tokens but the last on a copy of the prefix, each length group as one unpadded batch;
 the copies are stacked into one batch cache in the plain left-padded layout (attention keys and
 values padded on the left and masked; recurrent and conv states carry no positions), and
-`generate` computes each row's last token (tests/test_hybrid_prefix.py: a tiny Qwen3.5). Models
-with sliding-window layers take the plain path. The stored batch-1 cache is expanded to a batch
-with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer kind implements.
-Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x dtype
-bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
+`generate` computes each row's last token (tests/consultants/test_hybrid_prefix.py: a tiny Qwen3.5).
+Models with sliding-window layers take the plain path. The stored batch-1 cache is expanded to a
+batch with transformers' `Cache.reorder_cache` (index 0 repeated), which every layer kind
+implements. Memory: an entry holds the prefix's keys and values (layers x kv heads x head dim x 2 x
+dtype bytes per token; about 28 kB per token for Qwen2.5-1.5B in bf16) plus, for a hybrid model, one
 recurrent and one conv state per linear layer (independent of the prefix's length).
 `prefill_stats()` counts prompt positions computed, with and without reuse. The stacked path
 runs one forward per distinct row length; batching "padded" (`resolve_batching`, a GPU's

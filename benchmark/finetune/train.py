@@ -14,7 +14,7 @@ bfloat16` runs the forward and backward passes under torch.autocast(bfloat16) (t
 `bf16`, on a GPU and on a CPU alike) and saves the trained model in bfloat16. Why: at the
 learning rates a real model is fine-tuned with (about 1e-5), most AdamW updates are smaller than
 half a bfloat16 step of the weight they change, so weights held in bfloat16 round them away and
-barely move (tests/test_finetune.py measures it)."""
+barely move (tests/finetune/test_finetune.py measures it)."""
 
 from __future__ import annotations
 

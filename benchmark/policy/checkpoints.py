@@ -363,7 +363,7 @@ def _policy_digest(path: Path) -> str:
     settings as `sb3zip` reads them from the zip's data JSON (never unpickled: a class is named by
     the module and name its pickle records, a space by its dtype, shape and bounds' bytes). The
     same digest the identity computed when it unpickled those settings, so cells keep their
-    hashes (tests/test_sb3zip.py runs both side by side)."""
+    hashes (tests/policy/test_sb3zip.py runs both side by side)."""
     import io
 
     import torch

@@ -4,7 +4,7 @@ and the machine and package versions.
 The digest is over the abstract syntax of policy/train.py and policy/network.py without
 docstrings, so comments, docstrings and formatting do not count and every other edit does.
 `TRAINING_CODE` beside this file records it with the TRAINING_VERSION it belongs to;
-tests/test_policy.py fails when the code changes without a new record, and the record is only
+tests/policy/test_policy.py fails when the code changes without a new record, and the record is only
 rewritten by `python -m benchmark.policy training-code --record`, so a change of the training
 code is always a decision: bump TRAINING_VERSION when the change can alter the weights a config
 trains to (then no cached checkpoint of the old code is reused: its directory name changes),

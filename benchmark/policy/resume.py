@@ -21,7 +21,7 @@ What it holds, and so what a resumed training restores exactly:
   elapsed wall time) and every file the training wrote so far (best, rNNN, their metas,
   curve.csv).
 The resumed run's weights equal an uninterrupted run's bit for bit on the same machine and
-package versions (tests/test_resume.py). Not restored: SB3's logger and progress bar (output
+package versions (tests/policy/test_resume.py). Not restored: SB3's logger and progress bar (output
 only), gSDE noise (off for the discrete actions of every env here) and the wall clock.
 
 A signal is handled at the next rollout boundary (at most one rollout and one update later):

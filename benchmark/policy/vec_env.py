@@ -5,7 +5,7 @@ and joins what they return in env order, so env stepping runs in parallel.
 
 Each env is built by the same factory, seeded, reset and stepped by the same DummyVecEnv code as
 in one process, so a training's observations, rewards, and so its weights, are those of
-`env_workers=1` (tests/test_policy_vec_env.py). The whole VecEnv pickles (a resumable training's
+`env_workers=1` (tests/policy/test_vec_env.py). The whole VecEnv pickles (a resumable training's
 state, benchmark.policy.resume): each worker sends its DummyVecEnv, and unpickling starts new
 workers from them."""
 

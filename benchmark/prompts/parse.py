@@ -51,7 +51,7 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 
 # Part of the identity of every cell that asks a consultant: bump it with any change that parses
-# some answer differently (tests/test_parse.py pins the answers that anchor it).
+# some answer differently (tests/prompts/test_parse.py pins the answers that anchor it).
 PARSER_VERSION = 1
 _ACTION_MARKER = re.compile(
     r"(?:final\s+)?\baction\b\s*\**\s*[:=]\s*\**\s*(?P<value>[^\n]*)", re.IGNORECASE

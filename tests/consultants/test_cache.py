@@ -1,6 +1,6 @@
 """The response cache: keys, hits, dedup, LRU cap, writers killed mid-write (a reader never sees
 a partial entry), the SQLite cache of the code before, corrupt files. Many processes sharing one
-cache, and whole evaluations with it on, off and shared: tests/test_cache_shared.py."""
+cache, and whole evaluations with it on, off and shared: tests/consultants/test_cache_shared.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from benchmark.consultants.cache_files import CorruptFile, Row, decode_shard, en
 from benchmark.consultants.cache_store import ResponseStore
 from benchmark.consultants.hf import HFConsultant
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Counting(Consultant):
@@ -382,7 +382,7 @@ def make_cached(cache_dir: Path, name: str = "old", **slm):
         "name": "counting",
         "cache": True,
         "cache_max_entries": 1000,
-        "backend": {"_target_": "tests.test_cache.Counting", "name": name},
+        "backend": {"_target_": "tests.consultants.test_cache.Counting", "name": name},
         **slm,
     }
     return make_consultant(cfg, OmegaConf.create({"cache": str(cache_dir)}))

@@ -13,7 +13,7 @@ import pytest
 
 from benchmark.consultants.base import Decoding, Query, scores_choices
 from benchmark.consultants.hf import HFConsultant
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_prefix import ask_queries
 
 # the architectures the backend tests run on: the tiny model, the tiny hybrid (tiny_model kinds)
 ARCHITECTURES = {"qwen3": "tiny", "qwen3.5": "hybrid"}

@@ -20,7 +20,7 @@ from benchmark.envs.minigrid_nav import ACTION_INDEX, MiniGridTask, cell_char
 
 NAV = ["fourrooms", "doorkey8", "empty5x5_random", "empty16x16", "simplecrossing9"]
 MEMORY = ["memory_s11"]
-TEXTWORLD = ["tw_cooking", "tw_quest", "tw_treasure"]  # tests/test_textworld_family.py
+TEXTWORLD = ["tw_cooking", "tw_quest", "tw_treasure"]  # tests/envs/textworld/test_family.py
 EXPECTED = {
     "fourrooms": ("MiniGrid-FourRooms-v0", 500, 3, [256, 256], [0.1, 0.3, 0.5, 0.7]),
     "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 640, 7, [128, 128], [0.3, 0.5, 0.7, 0.9]),
@@ -67,7 +67,7 @@ def test_env_configs_follow_the_schema() -> None:
             assert len(task.action_names) == n_actions
             assert (cfg["net_arch"], cfg["thresholds"]) == (arch, thresholds)
             assert isinstance(task, MiniGridTask)
-        elif name in MEMORY:  # benchmark/envs/memory.py, tests/test_memory_family.py
+        elif name in MEMORY:  # benchmark/envs/memory.py, tests/envs/test_memory.py
             assert (cfg["family"], cfg["metric"]) == ("memory", "success")
             assert isinstance(task, MemoryTask) and task.gym_id.startswith("MiniGrid-Memory")
         elif name == "higherlower":
@@ -128,7 +128,7 @@ def test_bad_configs_name_the_problem() -> None:
 def test_training_env_is_a_valid_gymnasium_env(name: str) -> None:
     task = make_task(name)
     if name in TEXTWORLD:  # check_env's resets fold onto a pool of two training games (a game
-        # takes seconds to make; the folding itself: tests/test_textworld_family.py)
+        # takes seconds to make; the folding itself: tests/envs/textworld/test_family.py)
         task.train_games = 2
     env = task.training_env(seed=1)
     check_env(env, skip_render_check=True)

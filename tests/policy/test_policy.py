@@ -30,7 +30,7 @@ from benchmark.policy.network import MinigridFeaturesExtractor, policy_kwargs
 from benchmark.policy.train import TRAINING_VERSION, evaluate
 from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # PPO settings that learn Empty-Random-5x5 in a few thousand steps (SB3 defaults need ~1e5)
 FAST_PPO = {"n_steps": 128, "batch_size": 64, "n_epochs": 10}
 
@@ -579,7 +579,7 @@ def test_match_picks_the_saved_checkpoint_nearest_the_target_success(tmp_path):
 
     from benchmark.policy.checkpoints import CheckpointError, matched, resolve
 
-    source = next((Path(__file__).parent / "data" / "small-policy").iterdir())
+    source = next((Path(__file__).parents[1] / "data" / "small-policy").iterdir())
     ckpt = tmp_path / source.name
     shutil.copytree(source, ckpt)
     # the records (not part of the manifest) rewritten to distinct validation successes

@@ -14,8 +14,8 @@ import pytest
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.prefix import resolve_batching
-from tests.test_choices import ARCHITECTURES
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_choices import ARCHITECTURES
+from tests.consultants.test_prefix import ask_queries
 
 NEW = 6  # greedy tokens per answer: the lean loop (<= lean_max_new_tokens)
 

@@ -17,8 +17,8 @@ from stable_baselines3 import PPO
 
 from benchmark.policy import network, portable, sb3zip
 from benchmark.policy.checkpoints import CheckpointError, load, policy_digest
+from tests.policy.test_sb3zip import BOX, KINDS, Spaces
 from tests.small_policy import committed
-from tests.test_sb3zip import BOX, KINDS, Spaces
 
 ATOL = 1e-6  # the same tensors through the same layers: equal up to kernel choice
 

@@ -16,7 +16,7 @@ from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_prefix import ask_queries
 from tests.vllm_server import VLLMServer
 
 

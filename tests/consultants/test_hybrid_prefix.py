@@ -19,7 +19,7 @@ import pytest
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.kernels import GPU_EXTRA_HINT, describe_kernels, kernel_report
 from benchmark.consultants.runtime import PREFILL_STATS
-from tests.test_prefix_cache import ask_queries, new_ids
+from tests.consultants.test_prefix import ask_queries, new_ids
 
 LINEAR_KERNELS = {  # function -> package, as transformers' Qwen3.5 modeling code binds them
     "chunk_gated_delta_rule": "fla",

@@ -29,7 +29,7 @@ from benchmark.report.loading import LABELS
 from benchmark.report.model import ENV_ORDER, Layout, env_kind, env_label, method_label
 from tests.conftest import compose_cfg
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 METRIC = {"fourrooms": "success", "higherlower": "accuracy"}
 SEEDS = list(range(100, 120))
 

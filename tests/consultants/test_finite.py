@@ -16,7 +16,7 @@ import pytest
 
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.hf import HFConsultant
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_prefix import ask_queries
 
 NEW = 4  # greedy tokens per answer
 

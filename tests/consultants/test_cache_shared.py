@@ -7,7 +7,7 @@ other's answers; a lockstep evaluation writes byte-identical episodes.jsonl with
 
 No network filesystem can be mounted here: these tests show the one-host behaviour, on the
 filesystem operations the design rests on (docs/cluster.md, "What the results root must
-support"); tests/test_cache.py kills writers mid-write."""
+support"); tests/consultants/test_cache.py kills writers mid-write."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from benchmark.consultants.cache_store import ResponseStore
 from tests.conftest import compose_cfg, start_cli
 from tests.test_slurm import slurm_env  # noqa: F401 - the fixture, for the array-task test
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IDENTITY = "shared-test-model"
 N_TASKS, N_KEYS, STEPS, CAP = 6, 90, 120, 50
 

@@ -22,9 +22,9 @@ from benchmark.envs import make_task
 from benchmark.policy import resume
 from benchmark.policy.checkpoints import checkpoint_dir, config_hash, ensure_dir
 from benchmark.policy.train import ALGORITHMS, ThresholdCheckpoints, train
-from tests.test_policy import _weights, job_cfg
+from tests.policy.test_policy import _weights, job_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # 2 envs x 128 steps: a rollout boundary every 256 steps; the SIGTERM comes at the 512-step
 # evaluation, the state is saved at the next boundary, which is the same step
 SMALL = {"total_timesteps": 1024, "eval_freq": 256, "resume_every_steps": 0}
@@ -182,7 +182,7 @@ def test_killed_process_resumes_through_the_cache(tmp_path):
         f"""
         import os, signal, sys
         from pathlib import Path
-        from tests.test_policy import job_cfg
+        from tests.policy.test_policy import job_cfg
         from benchmark.policy.checkpoints import ensure_dir
         def kill(row):
             if row["timesteps"] == 1024:

@@ -17,7 +17,7 @@ from tests.conftest import compose_cfg
 @pytest.fixture(scope="module")
 def pair(tiny_model):
     """The tiny model twice: prefix reuse on (the default) and off, both through generate() (the
-    lean decode loop: tests/test_choices.py)."""
+    lean decode loop: tests/consultants/test_choices.py)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -138,7 +138,7 @@ def test_lru_is_bounded():
 
 def test_reuse_modes_follow_the_cache_layers(pair):
     """Full attention: any padding layout; Qwen3.5's hybrid cache: only without padding after the
-    prefix (tests/test_hybrid_prefix.py); a sliding window: none."""
+    prefix (tests/consultants/test_hybrid_prefix.py); a sliding window: none."""
     from transformers import Qwen2Config
 
     from benchmark.bench.qwen_shapes import text_config

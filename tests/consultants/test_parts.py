@@ -1,8 +1,9 @@
 """The hf backend's parts, each on its own (no HFConsultant): the shared `ModelRuntime`, prefix
 reuse (`PrefixReuse`), choice scoring (`ChoiceScorer`) and the lean greedy loop (`LeanDecoder`),
 built on the tiny model loaded with transformers, each checked against the model's plain
-forward or `generate` on the same tokens. The backend's own tests (tests/test_prefix_cache.py,
-tests/test_choices.py, tests/test_batching.py) check the parts put together."""
+forward or `generate` on the same tokens. The backend's own tests (tests/consultants/test_prefix.py,
+tests/consultants/test_choices.py, tests/consultants/test_batching.py) check the parts put
+together."""
 
 from __future__ import annotations
 

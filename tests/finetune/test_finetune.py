@@ -70,7 +70,7 @@ def ppo_examples(n: int) -> list:
 def basic_prompt(rationale: bool = False):
     from hydra.utils import instantiate
 
-    cfg = OmegaConf.load(Path(__file__).parents[1] / "conf" / "prompt" / "basic.yaml")
+    cfg = OmegaConf.load(Path(__file__).parents[2] / "conf" / "prompt" / "basic.yaml")
     cfg.sampling, cfg.rationale = None, rationale
     return instantiate(cfg)
 

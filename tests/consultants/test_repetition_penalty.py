@@ -20,7 +20,7 @@ from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
 from benchmark.validate import _check_decoding_mode
 from tests.conftest import REPO, compose_cfg
-from tests.test_prefix_cache import ask_queries
+from tests.consultants.test_prefix import ask_queries
 
 PENALTY = 1.1
 

@@ -15,7 +15,7 @@ import pytest
 import benchmark.envs
 from benchmark.envs import family as fam
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAMILY_PKG = REPO / "tests" / "family_pkg"
 
 

@@ -323,5 +323,5 @@ def test_sampled_evaluation_is_identical_lockstep_and_sequential(tmp_path):
 
 def test_repo_config_greedy_by_default():
     for name in ("tiny", "qwen2.5-1.5b", "llama3.1-8b", "qwen3.5-2b", "qwen3.5-4b", "openai"):
-        cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "slm" / f"{name}.yaml")
+        cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "slm" / f"{name}.yaml")
         assert cfg.decoding.temperature == 0.0, name

@@ -22,7 +22,7 @@ from benchmark.consultants.oracle import OracleConsultant
 from benchmark.consultants.retry import Retryable, with_retries
 from benchmark.consultants.tiny import TinyConsultant, build_tiny
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS = "the agent faces a wall ; goal is north , door key Action: TURN_LEFT FORWARD 3 4".split()
 
 

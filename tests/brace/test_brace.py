@@ -162,7 +162,7 @@ def brace_prompt():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(Path(__file__).parents[1] / "conf" / "prompt" / "brace.yaml")
+    cfg = OmegaConf.load(Path(__file__).parents[2] / "conf" / "prompt" / "brace.yaml")
     cfg.sampling = None
     return instantiate(cfg)
 
@@ -170,7 +170,7 @@ def brace_prompt():
 def test_teacher_states_come_from_training_seeds_only():
     from benchmark.brace.sft import collect_states, score
     from benchmark.seeds import TRAIN_SEED_MIN, Splits, dataset_seeds
-    from tests.test_finetune import untrained_policy
+    from tests.finetune.test_finetune import untrained_policy
 
     task, splits = make_task("higherlower"), Splits()
     policy = untrained_policy(task)
@@ -197,7 +197,7 @@ def test_brace_prompt_is_its_own_finetuned_consultant(tmp_path):
     the teacher's beliefs; its cache key and its cells differ from prompt=belief's."""
     from benchmark.build import prepare
     from benchmark.finetune.store import Recipe
-    from tests.test_finetune import finetuned_cfg
+    from tests.finetune.test_finetune import finetuned_cfg
 
     def recipe_and_cell(prompt):
         cfg = finetuned_cfg(tmp_path, f"prompt={prompt}")
@@ -219,7 +219,7 @@ def test_grpo_reward_function_scores_completions_and_refuses_held_out_states(tmp
     from benchmark.brace import grpo
     from benchmark.brace.sft import collect_states
     from benchmark.seeds import Splits
-    from tests.test_finetune import untrained_policy
+    from tests.finetune.test_finetune import untrained_policy
 
     task, splits = make_task("higherlower"), Splits()
     held = collect_states(

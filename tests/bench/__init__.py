@@ -1,0 +1,2 @@
+"""Tests of benchmark.bench, one file per module where a module has its own. A package, so a file
+name may repeat in another folder (pytest imports it by its dotted path)."""
