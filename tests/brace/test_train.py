@@ -232,6 +232,7 @@ TOY_TW = ["env.task.train_games=2", "brace.teacher_episodes=2", "brace.sft_examp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 3 trainings, 18 cells and a report; the untrained belief runs to its token cap
 def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path):
     """+experiment=brace_tw_train then +experiment=brace_tw, one run, as a user runs them: the
     three trained rows train on Quest, the six rows are evaluated on the three games (the test
