@@ -37,6 +37,22 @@ RULES = {
 HISTORY_RULE = {"history_prompt": "basic-view"}
 
 
+# brace.policy_input -> the conf/prompt option the models train on
+PROMPT = {"belief": "brace", "history": "history"}
+
+
+def training_prompt(policy_input: str) -> dict[str, Any]:
+    """The prompt option the models train on, resolved as the trainer reads it (its file alone,
+    no sampling): part of every model's identity, so a change to the prompt (its claim cap, its
+    belief length, its view) never reuses models trained on the old one."""
+    from benchmark.config import option_file
+
+    cfg = OmegaConf.to_container(OmegaConf.load(option_file("prompt", PROMPT[policy_input])),
+                                 resolve=True)  # fmt: skip
+    cfg.pop("sampling", None)
+    return cfg
+
+
 class SettingsError(ValueError):
     """A trainer setting that is refused, named by its key."""
 
@@ -70,8 +86,9 @@ class Settings:
 
     def sft_identity(self) -> dict[str, Any]:
         """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
-        game included) and the teacher's rule version."""
+        game included), the prompt they train on and the teacher's rule version."""
         return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS},
+                "prompt": training_prompt(self.values["policy_input"]),
                 "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -85,7 +102,7 @@ class Settings:
         keys["env_name"] = keys.pop("env")
         rules = {**RULES, **(HISTORY_RULE if self.raw_history else {})}
         return {**keys, "env": self.env, "rl": self.rl.identity(), "ask_job": job,
-                "rules": rules}  # fmt: skip
+                "prompt": training_prompt(self.values["policy_input"]), "rules": rules}  # fmt: skip
 
 
 def _fail(key: str, value: Any, why: str) -> None:

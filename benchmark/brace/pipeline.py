@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.brace import curves, measure, rollout
+from benchmark.brace.checks import PROMPT
 from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.store import Store
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 # methods brace_agent / brace_frozen_belief / brace_direct_rl read <out>/rl-<gate>/<role>)
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 REPORT = "brace_train.json"
-PROMPT = {"belief": "brace", "history": "history"}  # brace.policy_input -> conf/prompt option
 
 
 def task_for(env: Any, max_steps: int | None = None, train_games: int = 0,

@@ -237,6 +237,23 @@ def test_direct_action_rl_models_name_the_history_prompts_view(tmp_path):
     assert "history_prompt" not in agent.rl_identity()["rules"]
 
 
+def test_a_models_identity_holds_the_prompt_it_trains_on(tmp_path):
+    """The trainer's prompt (conf/prompt/brace.yaml, history.yaml) is part of the SFT and RL
+    identities, so a model trained under another claim cap or view is never reused; the held
+    belief keeps as many claims as the teacher writes (no SFT target longer than its prompt's
+    "At most N claims")."""
+    from benchmark.brace.checks import check
+    from benchmark.vocabulary import BELIEF_MAX_BULLETS
+    from tests.conftest import compose_cfg
+
+    agent = check(compose_cfg(tmp_path, "env=empty5x5_random"))
+    for identity in (agent.sft_identity(), agent.rl_identity()):
+        assert identity["prompt"]["name"] == "brace"
+        assert identity["prompt"]["max_claims"] == BELIEF_MAX_BULLETS
+    direct = check(compose_cfg(tmp_path, "env=empty5x5_random", "brace=direct_rl"))
+    assert direct.rl_identity()["prompt"]["level"] == "basic"
+
+
 def test_settings_are_refused_with_the_bad_value_named():
     with pytest.raises(ValueError, match=r"rl iterations=-1: must be >= 1"):
         RLSettings(iterations=-1).check()
