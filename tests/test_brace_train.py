@@ -202,17 +202,17 @@ def test_kill_9_while_a_model_is_saved_then_the_rerun_recomputes_and_finishes(tm
 
 
 def test_the_plan_of_brace_tw_lists_every_row(tmp_path):
-    """`python -m benchmark.plan +experiment=brace_tw`: the six rows on the three TextWorld
+    """`python -m benchmark.plan +experiment=brace_tw`: the seven rows on the three TextWorld
     games, three runs each; nothing is trained or built to plan them (the trained rows' models
     and the tiny base are "not built yet"), and no row is invalid."""
     from benchmark.plan import plan_sweep
     from benchmark.plan_data import INVALID
 
     plan = plan_sweep([f"paths.root={tmp_path}", "+experiment=brace_tw"])
-    assert plan.jobs == 3 * 6 * 3
+    assert plan.jobs == 3 * 7 * 3
     rows = {(o.split("=")[1]) for c in plan.cells for o in c.overrides if o.startswith("method=")}
     assert rows == {"brace_agent", "brace_frozen_belief", "brace_base", "brace_react",
-                    "brace_mem1", "brace_direct_rl"}  # fmt: skip
+                    "brace_mem1", "brace_direct_rl", "brace_react_rl"}  # fmt: skip
     envs = {o.split("=")[1] for c in plan.cells for o in c.overrides if o.startswith("env=")}
     assert envs == {"tw_quest", "tw_treasure", "tw_cooking"}
     assert not [c.note for c in plan.cells if c.status == INVALID]

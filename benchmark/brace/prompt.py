@@ -11,6 +11,7 @@ from benchmark.brace.teacher import teacher_claims
 from benchmark.envs import Episode
 from benchmark.envs.truth import snapshot
 from benchmark.prompts.belief import BeliefPrompt, BeliefSession
+from benchmark.vocabulary import on_scale
 
 
 class BraceBeliefPrompt(BeliefPrompt):
@@ -20,6 +21,8 @@ class BraceBeliefPrompt(BeliefPrompt):
 
 class BraceSession(BeliefSession):
     def render_belief(self, action_name: str, reason: str) -> str:
-        """The teacher's belief at the current state (the action name is ignored)."""
-        claims = teacher_claims(snapshot(self.episode))
+        """The teacher's belief at the current state, on the prompt's certainty scale (the
+        binary-label ablation's SFT targets: `vocabulary.binary_label`; the action name is
+        ignored)."""
+        claims = on_scale(teacher_claims(snapshot(self.episode)), self.v.labels)
         return "<belief_state>\n" + "\n".join(claims) + "\n</belief_state>"
