@@ -2,7 +2,8 @@
 and format multiplier (`brace.reward`), the binary certainty scale (`brace.labels`: the
 teacher's targets, the prompt and the reward's checks), the belief prompt without its
 task-specific coverage (`brace.belief_prompt`), the ReAct prompt for the policy
-(`brace.policy_input=react`); each checked before any work, and at its default out of a trained
+(`brace.policy_input=react`) and the Summary-Belief ablation (`brace.policy_input=summary`);
+each checked before any work, and at its default out of a trained
 model's identity, so the models trained before these settings keep their folders."""
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from benchmark.envs.truth import snapshot, verify
 from benchmark.vocabulary import binary_label, on_scale, split_claim
 from tests.conftest import compose_cfg
 
-ROWS = ("react_rl", "no_state_rewards", "no_correctness_tracking", "binary_labels",
-        "no_task_supervision")  # fmt: skip
+ROWS = ("react_rl", "summary_belief", "no_state_rewards", "no_correctness_tracking",
+        "binary_labels", "no_task_supervision")  # fmt: skip
+TASK_ONLY = BeliefWeights(correctness=0, tracking=0, diversity=0, format_gate=False)
 
 
 def block(*lines: str) -> str:
@@ -207,7 +209,10 @@ def test_the_new_settings_at_their_defaults_stay_out_of_a_models_identity(tmp_pa
         ("+brace.reward.format_score=1", "brace.reward=['correctness', 'diversity', 'format'"),
         ("brace.labels=three", "brace.labels='three': allowed seven, binary"),
         ("brace.belief_prompt=none", "brace.belief_prompt='none': allowed task, generic"),
-        ("brace.policy_input=raw", "brace.policy_input='raw': allowed belief, history, react"),
+        (
+            "brace.policy_input=raw",
+            "brace.policy_input='raw': allowed belief, summary, history, react",
+        ),
     ],
 )
 def test_a_bad_ablation_setting_is_refused_naming_its_key(tmp_path, override, message):
@@ -248,3 +253,62 @@ def test_the_rl_batch_scores_the_belief_with_the_rows_reward(tmp_path):
     assert any(x.success for x in logs)  # the expert wins: the success term is not all 0
     assert all(f > o for f, o in zip(full["belief"], only["belief"], strict=True))
     assert joint.samples(groups, task_only)[1]["belief"] == pytest.approx(want)
+
+
+# ----------------------------------------------------------------------------- Summary-Belief
+def test_the_summary_belief_trains_on_the_teachers_belief_as_sentences(tmp_path):
+    """policy_input=summary: the mem1 prompt's queries (what a prompt=mem1 cell asks), the
+    teacher's claims as the SFT target with their labels dropped; its updates reach the RL
+    batch as belief completions, scored by the success term alone."""
+    from benchmark.brace import ppo, rollout
+    from benchmark.brace.pipeline import prompt_of
+    from benchmark.prompts.summary import SummaryPrompt
+
+    prompt = prompt_of("summary")
+    assert isinstance(prompt, SummaryPrompt) and prompt.name == "mem1"
+    ep = make_task("doorkey8").episode(300)
+    ep.step(ep.expert_action())
+    teacher = teacher_claims(snapshot(ep))
+    target = prompt.session(ep, True).render_belief("", "")
+    assert target == "<summary>\n" + "\n".join(split_claim(c)[0] for c in teacher) + "\n</summary>"
+    assert "[" not in target  # no certainty labels
+    # the evaluation cell's prompt (conf/prompt/mem1.yaml as is) asks the same
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import option_file
+
+    cell = instantiate(OmegaConf.load(option_file("prompt", "mem1")), sampling=None)
+    assert cell.session(ep, True).update_messages() == prompt.session(ep, True).update_messages()
+    task = make_task("empty5x5_random")
+    seeds = [1200, 1201]
+    _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), seeds)
+    examples = rollout.sft_examples(logs)["belief"]
+    assert examples and all(x.answer.startswith("<summary>") for x in examples)
+    groups = {s: [[x for x in logs if x.seed == s]] for s in seeds}
+    _, raw = ppo.trajectories(groups, ["belief"], TASK_ONLY)
+    assert len(raw["belief"]) == len(logs) == len(examples)  # one update per step
+    assert raw["belief"] == pytest.approx([0.99**x.step * x.success for x in logs])
+    assert any(raw["belief"])
+    _, gated = ppo.trajectories(groups, ["belief"])  # the belief format gates a summary to 0
+    assert not any(gated["belief"])
+
+
+def test_the_summary_belief_row_and_its_refused_settings(tmp_path):
+    s = checks.check(compose_cfg(tmp_path, "env=empty5x5_random", "brace=summary_belief"))
+    assert s.roles == ("belief", "policy") and not s.raw_history
+    assert s.reward_weights() == TASK_ONLY
+    for override, message in (
+        ("brace.reward.format=true", "policy_input=summary writes no claims"),
+        ("brace.reward.diversity=1", "policy_input=summary writes no claims"),
+        ("brace.labels=binary", "brace.labels='binary': policy_input=summary has no certainty"),
+    ):
+        with pytest.raises(checks.SettingsError, match=re.escape(message)):
+            checks.check(compose_cfg(tmp_path, "env=empty5x5_random", "brace=summary_belief",
+                                     override))  # fmt: skip
+    cell = compose_cfg(tmp_path, "+experiment=brace_tw", "env=tw_cooking",
+                       "method=brace_summary_belief", "brace.seed=1")  # fmt: skip
+    assert cell.prompt.name == "mem1"
+    assert cell.slm.backend.path.belief.endswith(
+        "brace/tw_quest/summary_belief-s1/rl-always/belief"
+    )

@@ -12,9 +12,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 MODES = ("slm", "ask")
-# belief: the policy reads the belief model's belief; history / react: the raw-history prompts
-# (prompt=history / prompt=react), the policy alone (Direct-Action RL / ReAct-RL)
-POLICY_INPUTS = ("belief", "history", "react")
+# belief: the policy reads the belief model's belief; summary: the belief model writes a free-text
+# summary instead (prompt=mem1, the Summary-Belief ablation); history / react: the raw-history
+# prompts (prompt=history / prompt=react), the policy alone (Direct-Action RL / ReAct-RL)
+POLICY_INPUTS = ("belief", "summary", "history", "react")
 RAW_HISTORY = ("history", "react")
 BELIEF_PROMPTS = ("task", "generic")  # the belief prompt with or without its coverage line
 ROLES = ("belief", "policy")
@@ -211,6 +212,15 @@ def _check_ablations(values: dict[str, Any]) -> None:
         BeliefWeights(**{k: reward[k] for k in TERMS})
     except ValueError as err:
         raise SettingsError(f"brace.{err}") from err
+    if values["policy_input"] == "summary":  # no claims: only the task term can score it
+        if reward["format"] or any(reward[k] for k in TERMS if k != "success"):
+            _fail("reward", reward, "policy_input=summary writes no claims to check or format "
+                  "to score: correctness, tracking and diversity 0, format false (R_belief = "
+                  "gamma^t x success)")  # fmt: skip
+        for key in SFT_ADDED:
+            if values[key] != ADDED_DEFAULTS[key]:
+                _fail(key, values[key], "policy_input=summary has no certainty labels or "
+                      f"claim coverage; leave it at {ADDED_DEFAULTS[key]!r}")  # fmt: skip
     if values["policy_input"] in RAW_HISTORY:
         changed = [k for k, v in ADDED_DEFAULTS.items() if values[k] != v]
         if changed:

@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 REPORT = "brace_train.json"
 # brace.policy_input -> conf/prompt option
-PROMPT = {"belief": "brace", "history": "history", "react": "react"}
+PROMPT = {"belief": "brace", "summary": "mem1", "history": "history", "react": "react"}
+# the trainer's own prompt class where the option's is not (the teacher as the oracle answer)
+TEACHER_TARGET = {"summary": "benchmark.brace.prompt.BraceSummaryPrompt"}
 
 
 def task_for(env: Any, max_steps: int | None = None, train_games: int = 0,
@@ -84,8 +86,8 @@ def rl_seed_pool(env: dict[str, Any], rl: Any) -> list[int]:
 def prompt_of(policy_input: str = "belief", labels: str = "seven", belief_prompt: str = "task"
               ) -> Any:  # fmt: skip
     """The prompt the models train on: the brace belief prompt (on the certainty scale
-    `labels`, with its coverage line unless `belief_prompt` is generic), or a raw-history one
-    (history, react)."""
+    `labels`, with its coverage line unless `belief_prompt` is generic), the summary prompt
+    with the teacher's summary as its oracle answer, or a raw-history one (history, react)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -95,6 +97,8 @@ def prompt_of(policy_input: str = "belief", labels: str = "seven", belief_prompt
     if policy_input == "belief":
         extra = {"labels": labels, "coverage": belief_prompt != "generic"}
     cfg = OmegaConf.load(option_file("prompt", PROMPT[policy_input]))
+    if policy_input in TEACHER_TARGET:
+        cfg._target_ = TEACHER_TARGET[policy_input]
     return instantiate(cfg, sampling=None, **extra)
 
 
@@ -203,7 +207,7 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
         build_model(sft[role], make, s.sft_identity(), digests)
         log(f"{role} SFT {report['sft'][role]}")
     held_states: list = []
-    if not s.raw_history:  # the belief model's held-out states (validation seeds)
+    if s.policy_input == "belief":  # the belief model's held-out states (validation seeds)
         _, hlogs = rollout.run(task, teacher_prompt, rollout.TeacherConsultant(),
                                list(range(s.held_out_episodes)))  # fmt: skip
         held_states = rollout.belief_states(hlogs)
