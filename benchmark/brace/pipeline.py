@@ -8,9 +8,10 @@ benchmark.brace.train):
 3. RL (benchmark.brace.rl.train_rl, `brace.algorithm`): ppo (policy PPO with a GAE critic, then
    joint PPO) or grpo; `brace.train_belief=false` freezes the belief model (the frozen-belief
    ablation); `brace.policy_input=history`: the policy alone on raw history (Direct-Action RL;
-   `react`: on the ReAct prompt, ReAct-RL); `brace.reward`, `brace.labels` and
-   `brace.belief_prompt`: the appendix ablations (R_belief's terms, the certainty scale, the
-   belief prompt without its task-specific coverage);
+   `react`: on the ReAct prompt, ReAct-RL); `brace.policy_input=summary`: the belief model
+   writes a free-text summary (prompt=mem1, the Summary-Belief ablation); `brace.reward`,
+   `brace.labels` and `brace.belief_prompt`: the appendix ablations (R_belief's terms, the
+   certainty scale, the belief prompt without its task-specific coverage);
 4. measurement with 95% bootstrap CIs (benchmark.brace.measure), RL's gains paired.
 
 Writes <out>/{sft,rl-always|rl-entropy}/<role> (plain model folders with completion records:
