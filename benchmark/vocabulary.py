@@ -6,6 +6,7 @@ prompts and Agent-BRACE all speak it; it imports nothing from the suite."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 LEVELS = ("basic", "enriched", "stateful_min", "stateful")
 
@@ -88,6 +89,30 @@ LABEL_P = {
     "doubtful": 0.1,
 }
 VERDICT_SCORE = {"correct": 1.0, "partial": 0.5, "incorrect": 0.0}
+# the certainty scales a belief may use: the paper's 7 levels, or its binary-label ablation
+# (certain / unknown: `confirmed` for what is held as certain, `unknown` for everything else)
+SCALES = ("seven", "binary")
+BINARY_LABELS = ("confirmed", "unknown")
+
+
+def binary_label(label: str) -> str:
+    """A label read on the binary scale: held as certain (confirmed, almost certain) ->
+    `confirmed`; anything less sure (probable ... doubtful, unknown) -> `unknown`."""
+    return "confirmed" if LABEL_P.get(label, 0.0) >= 0.9 else "unknown"
+
+
+def on_scale(claims: Sequence[str], scale: str) -> list[str]:
+    """Parsed claims ('- <claim> [<label>]') with their labels read on `scale` (seven: as they
+    are; binary: `binary_label`)."""
+    if scale not in SCALES:
+        raise ValueError(f"certainty scale {scale!r}: allowed {', '.join(SCALES)}")
+    if scale == "seven":
+        return list(claims)
+    out = []
+    for c in claims:
+        text, label = split_claim(c)
+        out.append(f"- {text} [{binary_label(label)}]")
+    return out
 
 
 def label_for(p: float) -> str:

@@ -12,7 +12,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 MODES = ("slm", "ask")
-POLICY_INPUTS = ("belief", "history")
+# belief: the policy reads the belief model's belief; summary: the belief model writes a free-text
+# summary instead (prompt=mem1, the Summary-Belief ablation); history / react: the raw-history
+# prompts (prompt=history / prompt=react), the policy alone (Direct-Action RL / ReAct-RL)
+POLICY_INPUTS = ("belief", "summary", "history", "react")
+RAW_HISTORY = ("history", "react")
+BELIEF_PROMPTS = ("task", "generic")  # the belief prompt with or without its coverage line
 ROLES = ("belief", "policy")
 POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes",
             "reward_episodes", "threads")  # fmt: skip
@@ -21,6 +26,14 @@ RATES = ("sft_epochs", "sft_lr")
 EXECUTION = ("threads", "measure_base", "skip_rl", "out")
 SFT_KEYS = ("base", "tiny_size", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
             "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
+# keys added after models were trained without them, at the value those models used: out of a
+# trained model's identity while they keep it, so the models' folders stay reusable (the
+# appendix ablations: R_belief's terms, the certainty scale, the belief prompt's structure)
+REWARD_DEFAULT = {"correctness": 1.0, "tracking": 1.0, "diversity": 1.0, "success": 1.0,
+                  "format": True}  # fmt: skip
+ADDED_DEFAULTS = {"reward": REWARD_DEFAULT, "labels": "seven", "belief_prompt": "task"}
+# of those, the ones that change the SFT data (the teacher's targets, the update's messages)
+SFT_ADDED = ("labels", "belief_prompt")
 
 
 # what shapes a trained model beyond the `brace` keys: the code's rules, named by version, so
@@ -38,7 +51,7 @@ HISTORY_RULE = {"history_prompt": "basic-view"}
 
 
 # brace.policy_input -> the conf/prompt option the models train on
-PROMPT = {"belief": "brace", "history": "history"}
+PROMPT = {"belief": "brace", "summary": "mem1", "history": "history", "react": "react"}
 
 
 def training_prompt(policy_input: str) -> dict[str, Any]:
@@ -78,7 +91,23 @@ class Settings:
 
     @property
     def raw_history(self) -> bool:
-        return self.values["policy_input"] == "history"
+        return self.values["policy_input"] in RAW_HISTORY
+
+    def added(self, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The later-added keys (`ADDED_DEFAULTS`; `keys`: only those) that differ from the
+        value the models trained before them used."""
+        return {k: self.values[k] for k in keys or ADDED_DEFAULTS
+                if self.values[k] != ADDED_DEFAULTS[k]}  # fmt: skip
+
+    def reward_weights(self) -> Any:
+        """R_belief's settings (benchmark.brace.rewards.BeliefWeights) of `brace.reward` and
+        `brace.labels`."""
+        from benchmark.brace.rewards import BeliefWeights
+
+        r = self.values["reward"]
+        return BeliefWeights(correctness=r["correctness"], tracking=r["tracking"],
+                             diversity=r["diversity"], success=r["success"],
+                             format_gate=r["format"], labels=self.values["labels"])  # fmt: skip
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -86,17 +115,20 @@ class Settings:
 
     def sft_identity(self) -> dict[str, Any]:
         """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
-        game included), the prompt they train on and the teacher's rule version."""
+        game included), the prompt they train on, the certainty scale and belief prompt where
+        not the paper's, and the teacher's rule version."""
         return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS},
                 "prompt": training_prompt(self.values["policy_input"]),
-                "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
+                **self.added(SFT_ADDED), "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
         """What made the RL models: every key but the execution ones, the RL stage's numbers
         (GAE lambda, ..., `RLSettings.identity`), (ask mode) the job whose PPO and gate it uses,
         and the code's `RULES` (the reward's format score, the teacher, the sampler; on raw
         history, `HISTORY_RULE`: the history prompt's view)."""
-        keys = {k: v for k, v in self.values.items() if k not in EXECUTION and k != "rl"}
+        keys = {k: v for k, v in self.values.items()
+                if k not in EXECUTION and k != "rl" and k not in ADDED_DEFAULTS}  # fmt: skip
+        keys.update(self.added())  # the ablations' settings, where not the paper's
         # `brace.env` (the name the models are filed under) must not shadow the env config they
         # are trained on: an RL model trained on other games is never reused (tested)
         keys["env_name"] = keys.pop("env")
@@ -147,8 +179,10 @@ def check(cfg: DictConfig) -> Settings:
     roles = values["sft_roles"]
     if not isinstance(roles, list) or not set(roles) <= set(ROLES):
         _fail("sft_roles", roles, "allowed a list of belief, policy (e.g. [belief], [])")
-    if values["policy_input"] == "history" and "belief" in roles:
-        _fail("sft_roles", roles, "policy_input=history has no belief model: [] or [policy]")
+    if values["policy_input"] in RAW_HISTORY and "belief" in roles:
+        _fail("sft_roles", roles,
+              f"policy_input={values['policy_input']} has no belief model: [] or [policy]")  # fmt: skip
+    _check_ablations(values)
     if not isinstance(values["tau"], (int, float)) or values["tau"] < 0:
         _fail("tau", values["tau"], "must be a number >= 0 (bits)")
     if values["base"] is not None and not Path(values["base"]).is_dir():
@@ -169,6 +203,47 @@ def check(cfg: DictConfig) -> Settings:
     env = OmegaConf.to_container(cfg.env, resolve=True)
     _check_cap(cfg, values["rl_max_steps"])
     return Settings(values=values, rl=rl_settings, env=env)
+
+
+def _check_ablations(values: dict[str, Any]) -> None:
+    """The appendix ablations' keys: `reward` (R_belief's weights and format switch), `labels`
+    (the certainty scale) and `belief_prompt`; a raw-history row has no belief to apply them to."""
+    from benchmark.brace.rewards import TERMS, BeliefWeights
+    from benchmark.vocabulary import SCALES
+
+    reward = values["reward"]
+    if not isinstance(reward, dict) or set(reward) != set(REWARD_DEFAULT):
+        got = sorted(reward) if isinstance(reward, dict) else reward
+        _fail("reward", got, f"must hold exactly {', '.join(REWARD_DEFAULT)}")
+    for key in TERMS:
+        w = reward[key]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
+            _fail(f"reward.{key}", w, "must be a number >= 0 (0: the term off)")
+    if not isinstance(reward["format"], bool):
+        _fail("reward.format", reward["format"], "allowed true, false")
+    if values["labels"] not in SCALES:
+        _fail("labels", values["labels"], f"allowed {', '.join(SCALES)}")
+    if values["belief_prompt"] not in BELIEF_PROMPTS:
+        _fail("belief_prompt", values["belief_prompt"], f"allowed {', '.join(BELIEF_PROMPTS)}")
+    try:
+        BeliefWeights(**{k: reward[k] for k in TERMS})
+    except ValueError as err:
+        raise SettingsError(f"brace.{err}") from err
+    if values["policy_input"] == "summary":  # no claims: only the task term can score it
+        if reward["format"] or any(reward[k] for k in TERMS if k != "success"):
+            _fail("reward", reward, "policy_input=summary writes no claims to check or format "
+                  "to score: correctness, tracking and diversity 0, format false (R_belief = "
+                  "gamma^t x success)")  # fmt: skip
+        for key in SFT_ADDED:
+            if values[key] != ADDED_DEFAULTS[key]:
+                _fail(key, values[key], "policy_input=summary has no certainty labels or "
+                      f"claim coverage; leave it at {ADDED_DEFAULTS[key]!r}")  # fmt: skip
+    if values["policy_input"] in RAW_HISTORY:
+        changed = [k for k, v in ADDED_DEFAULTS.items() if values[k] != v]
+        if changed:
+            _fail(changed[0], values[changed[0]],
+                  f"policy_input={values['policy_input']} has no belief model to apply it to; "
+                  f"leave it at {ADDED_DEFAULTS[changed[0]]!r}")  # fmt: skip
 
 
 def _check_cap(cfg: DictConfig, max_steps: int) -> None:

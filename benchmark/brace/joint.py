@@ -273,6 +273,7 @@ def train(
     seed: int = 0,
     log: Any = print,
     settings: Any = None,
+    weights: BeliefWeights = DEFAULT_WEIGHTS,
 ) -> dict[str, Any]:
     """GRPO of the models at `model_dirs` (role -> dir; the same dir for both roles = one model
     with two prompts, trained on both) on episodes of `train_seeds` (training seeds only);
@@ -317,7 +318,7 @@ def train(
             _, logs = run(task, prompt, sampler, seeds, gate=gate, policy=policy)
             for s in seeds:
                 groups[s].append([x for x in logs if x.seed == s])
-        batch, raw = samples(groups)
+        batch, raw = samples(groups, weights)
         # one model with two prompts: both roles' completions update it
         merged = [(next(r for r in train_models if loaded[r][0] is loaded[role][0]), ids, a)
                   for role, ids, a in batch if any(loaded[r][0] is loaded[role][0] for r in train_models)]  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 
 from benchmark.analysis.belief import brier_by_step
 from benchmark.brace import joint, rollout
-from benchmark.brace.rewards import episode_rewards, format_pass
+from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, episode_rewards, format_pass
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import Splits
 
@@ -21,14 +21,15 @@ from benchmark.seeds import Splits
 PER_SEED = {"r_belief": "belief", "format": "gate", "correctness": "correctness"}
 
 
-def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
+def held_out(model_dir: str | Path, states: Sequence[Any],
+             weights: BeliefWeights = DEFAULT_WEIGHTS) -> dict[str, Any]:  # fmt: skip
     """A belief model's greedy updates on teacher-forced held-out states: format compliance,
-    correctness and R_belief, each with its CI over states."""
+    correctness and R_belief (as `weights` make it), each with its CI over states."""
     from benchmark.brace.sft import rewards_at
     from benchmark.finetune.store import answer_all
 
     answers, seconds = answer_all(Path(model_dir), states)
-    rewards = rewards_at([a.text for a in answers], states)
+    rewards = rewards_at([a.text for a in answers], states, weights)
     return {
         "format_pass": rollout.mean_ci([float(format_pass(a.text)) for a in answers]),
         "format": rollout.mean_ci([r.gate for r in rewards]),
@@ -45,16 +46,18 @@ def held_out(model_dir: str | Path, states: Sequence[Any]) -> dict[str, Any]:
 
 
 def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
-                    splits: Splits, gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+                    splits: Splits, gate: Any = None, policy: Any = None,
+                    weights: BeliefWeights = DEFAULT_WEIGHTS) -> dict[str, Any]:  # fmt: skip
     """The models' greedy rollouts on training seeds (refused otherwise): `rollout_reward`."""
     from benchmark.seeds import check_training_seeds
 
     check_training_seeds(seeds, splits)
-    return rollout_reward(task, prompt, dirs, seeds, gate, policy)
+    return rollout_reward(task, prompt, dirs, seeds, gate, policy, weights)
 
 
 def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
-                   gate: Any = None, policy: Any = None) -> dict[str, Any]:  # fmt: skip
+                   gate: Any = None, policy: Any = None,
+                   weights: BeliefWeights = DEFAULT_WEIGHTS) -> dict[str, Any]:  # fmt: skip
     """The models' greedy rollouts on `seeds`, each update following the model's OWN previous
     belief (what RL trains on, unlike the teacher-forced `held_out`): R_env per episode,
     R_belief, format and correctness per update, with CIs, and per seed for pairing."""
@@ -63,7 +66,7 @@ def rollout_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequenc
     models = {role: lm.load(d) for role, d in dirs.items()}
     rows, logs = rollout.run(task, prompt, joint.Sampler(models, 0.0), seeds, gate=gate,
                              policy=policy)  # fmt: skip
-    per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]})[1] for s in seeds]
+    per_seed = [joint.samples({s: [[x for x in logs if x.seed == s]]}, weights)[1] for s in seeds]
     raw = {k: [v for r in per_seed for v in r[k]] for k in PER_SEED.values()}
     outcome = episode_rewards(rows)  # an episode with no consulted step counts too
     env = [outcome.get(s, 0.0) for s in seeds]

@@ -7,7 +7,11 @@ benchmark.brace.train):
    a role without SFT starts from the base;
 3. RL (benchmark.brace.rl.train_rl, `brace.algorithm`): ppo (policy PPO with a GAE critic, then
    joint PPO) or grpo; `brace.train_belief=false` freezes the belief model (the frozen-belief
-   ablation); `brace.policy_input=history`: the policy alone on raw history (Direct-Action RL);
+   ablation); `brace.policy_input=history`: the policy alone on raw history (Direct-Action RL;
+   `react`: on the ReAct prompt, ReAct-RL); `brace.policy_input=summary`: the belief model
+   writes a free-text summary (prompt=mem1, the Summary-Belief ablation); `brace.reward`,
+   `brace.labels` and `brace.belief_prompt`: the appendix ablations (R_belief's terms, the
+   certainty scale, the belief prompt without its task-specific coverage);
 4. measurement with 95% bootstrap CIs (benchmark.brace.measure), RL's gains paired.
 
 Writes <out>/{sft,rl-always|rl-entropy}/<role> (plain model folders with completion records:
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
 # methods brace_agent / brace_frozen_belief / brace_direct_rl read <out>/rl-<gate>/<role>)
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 REPORT = "brace_train.json"
+# the trainer's own prompt class where the option's is not (the teacher as the oracle answer)
+TEACHER_TARGET = {"summary": "benchmark.brace.prompt.BraceSummaryPrompt"}
 
 
 def task_for(env: Any, max_steps: int | None = None, train_games: int = 0,
@@ -77,18 +83,27 @@ def rl_seed_pool(env: dict[str, Any], rl: Any) -> list[int]:
     return list(range(TRAIN_SEED_MIN + 1000, TRAIN_SEED_MIN + 1000 + max(n, rl.seeds_per_step)))
 
 
-def prompt_of(policy_input: str = "belief") -> Any:
-    """The prompt the models train on: the brace belief prompt, or raw history."""
+def prompt_of(policy_input: str = "belief", labels: str = "seven", belief_prompt: str = "task"
+              ) -> Any:  # fmt: skip
+    """The prompt the models train on: the brace belief prompt (on the certainty scale
+    `labels`, with its coverage line unless `belief_prompt` is generic), the summary prompt
+    with the teacher's summary as its oracle answer, or a raw-history one (history, react)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from benchmark.config import option_file
 
-    return instantiate(OmegaConf.load(option_file("prompt", PROMPT[policy_input])), sampling=None)
+    extra = {}
+    if policy_input == "belief":
+        extra = {"labels": labels, "coverage": belief_prompt != "generic"}
+    cfg = OmegaConf.load(option_file("prompt", PROMPT[policy_input]))
+    if policy_input in TEACHER_TARGET:
+        cfg._target_ = TEACHER_TARGET[policy_input]
+    return instantiate(cfg, sampling=None, **extra)
 
 
-def brace_prompt() -> Any:
-    return prompt_of("belief")
+def brace_prompt(labels: str = "seven", belief_prompt: str = "task") -> Any:
+    return prompt_of("belief", labels, belief_prompt)
 
 
 def ask_job(s: Settings, overrides: Sequence[str]) -> list[str] | None:
@@ -154,7 +169,9 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     s.out.mkdir(parents=True, exist_ok=True)
     splits = DEFAULT_SPLITS
     report: dict[str, Any] = {"trained_with": s.rl_identity(job), "complete": False}
-    prompt, teacher_prompt = prompt_of(s.policy_input), brace_prompt()
+    prompt = prompt_of(s.policy_input, s.labels, s.belief_prompt)
+    teacher_prompt = brace_prompt(s.labels, s.belief_prompt)
+    weights = s.reward_weights()
     size = s.tiny_size
     base = Path(s.base) if s.base else build_tiny(store.models / f"tiny-qwen3-{size}-s0", 0, size)
     train_seeds = list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + s.teacher_episodes))
@@ -190,13 +207,13 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
         build_model(sft[role], make, s.sft_identity(), digests)
         log(f"{role} SFT {report['sft'][role]}")
     held_states: list = []
-    if not s.raw_history:  # the belief model's held-out states (validation seeds)
+    if s.policy_input == "belief":  # the belief model's held-out states (validation seeds)
         _, hlogs = rollout.run(task, teacher_prompt, rollout.TeacherConsultant(),
                                list(range(s.held_out_episodes)))  # fmt: skip
         held_states = rollout.belief_states(hlogs)
         report["held_out"] = {
-            "base": measure.held_out(base, held_states) if s.measure_base else None,
-            "sft": measure.held_out(sft["belief"], held_states),
+            "base": measure.held_out(base, held_states, weights) if s.measure_base else None,
+            "sft": measure.held_out(sft["belief"], held_states, weights),
         }
         log(f"held-out {json.dumps(report['held_out'], default=str)}")
     if s.skip_rl:
@@ -206,7 +223,7 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
         gate, policy = ask_setup(job)
     reward_seeds = list(range(TRAIN_SEED_MIN + 5000, TRAIN_SEED_MIN + 5000 + s.reward_episodes))
     report["train_reward"] = {"sft": measure.training_reward(
-        rl_task, prompt, sft, reward_seeds, splits, gate, policy)}  # fmt: skip
+        rl_task, prompt, sft, reward_seeds, splits, gate, policy, weights)}  # fmt: skip
     log(f"train reward sft {report['train_reward']['sft']}")
     rl_seeds = rl_seed_pool(s.env, s.rl)
     if made_with(rl[s.roles[0]].parent, digests) is not None:  # made ones are reused, as SFT's
@@ -220,21 +237,21 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
                 s.algorithm, rl_task, prompt, sft, {r: work / r for r in rl},
                 train_seeds=rl_seeds, splits=splits, settings=s.rl,
                 train_belief=s.train_belief, raw_history=s.raw_history, gate=gate,
-                policy=policy, seed=s.seed, log=lambda row: log(f"rl {row}"),
+                policy=policy, seed=s.seed, log=lambda row: log(f"rl {row}"), weights=weights,
             )  # fmt: skip
 
         build_model(rl[s.roles[0]].parent, make_rl, s.rl_identity(job), digests)
     report["train_reward"]["rl"] = measure.training_reward(
-        rl_task, prompt, rl, reward_seeds, splits, gate, policy
+        rl_task, prompt, rl, reward_seeds, splits, gate, policy, weights
     )
     if held_states:
-        report["held_out"]["rl"] = measure.held_out(rl["belief"], held_states)
+        report["held_out"]["rl"] = measure.held_out(rl["belief"], held_states, weights)
     held_seeds = list(range(s.held_out_episodes))  # validation seeds, each pair on its own beliefs
     rows = [("sft", sft), ("rl", rl)]
     if s.measure_base:  # the untrained base in both roles, for scale
         rows.insert(0, ("base", dict.fromkeys(s.roles, base)))
     report["held_out_rollouts"] = {
-        name: measure.rollout_reward(rl_task, prompt, dirs, held_seeds, gate, policy)
+        name: measure.rollout_reward(rl_task, prompt, dirs, held_seeds, gate, policy, weights)
         for name, dirs in rows
     }
     report["gains"] = measure.gains(report)

@@ -288,6 +288,7 @@ def train(
     policy: Any = None,
     seed: int = 0,
     log: Any = print,
+    weights: BeliefWeights = DEFAULT_WEIGHTS,
 ) -> dict[str, Any]:
     """PPO of the models at `model_dirs` ("policy", and "belief" unless the prompt has no
     belief round) on `train_seeds` (training seeds only); saves each role to `out_dirs` (a
@@ -329,7 +330,7 @@ def train(
             for s in seeds:
                 groups[s].append([x for x in logs if x.seed == s])
         roles = ["policy"] + (["belief"] if stage == "joint" and "belief" in learners else [])
-        trajs, raw = trajectories(groups, roles)
+        trajs, raw = trajectories(groups, roles, weights)
         losses = {}
         for role in roles:  # the belief after the policy, both on this batch
             mine = [t for t in trajs if t.role == role]

@@ -12,8 +12,14 @@ R_belief (belief model) = format score x (w_c correctness + w_t tracking + w_d d
 - tracking: of the facts the new observation changed (the teacher's claims at t that b(t-1) did
   not already hold), the fraction b(t) captures correctly, less the fraction of b(t)'s claims that
   are stale (carried over from b(t-1) unchanged and now false);
-- diversity: normalized Shannon entropy of the certainty labels over the 7 levels;
-- gamma^t x success: the episode's success, discounted by the step of the update."""
+- diversity: normalized Shannon entropy of the certainty labels over the scale's levels (7;
+  2 on the binary scale);
+- gamma^t x success: the episode's success, discounted by the step of the update.
+
+The paper's appendix ablations are settings of `BeliefWeights`: a weight of 0 drops a term,
+`format_gate=False` drops the multiplier (the authors' task-reward-only ablation: R_belief =
+gamma^t x success), `labels="binary"` reads every claim (the model's, the previous belief's and
+the teacher's) on the binary scale (`vocabulary.on_scale`) before it is checked."""
 
 from __future__ import annotations
 
@@ -25,7 +31,15 @@ from typing import Any
 
 from benchmark.envs.truth import Truth, Verdict, correctness, verify
 from benchmark.prompts.belief import BELIEF_BLOCK, parse_belief
-from benchmark.vocabulary import BELIEF_MAX_BULLETS, LABELS, split_claim, strip_thinking
+from benchmark.vocabulary import (
+    BELIEF_MAX_BULLETS,
+    BINARY_LABELS,
+    LABELS,
+    SCALES,
+    on_scale,
+    split_claim,
+    strip_thinking,
+)
 
 # the authors' format score (their released BeliefStateLMTrainer.compute_format_compliance_score)
 MIN_BULLETS = 8  # bullets for full count credit
@@ -78,14 +92,15 @@ def format_pass(text: str | None) -> bool:
     )
 
 
-def diversity(claims: Sequence[str]) -> float:
-    """Normalized Shannon entropy of the certainty labels over the 7 levels (0: one label)."""
+def diversity(claims: Sequence[str], levels: int = len(LABELS)) -> float:
+    """Normalized Shannon entropy of the certainty labels over the scale's `levels` (7; the
+    binary scale 2): 0 with one label, 1 spread evenly over every level."""
     counts = Counter(split_claim(c)[1] for c in claims)
     n = sum(counts.values())
     if n == 0:
         return 0.0
     h = -sum(k / n * math.log(k / n) for k in counts.values())
-    return max(0.0, h / math.log(len(LABELS)))
+    return max(0.0, h / math.log(levels))
 
 
 def tracking(
@@ -106,15 +121,38 @@ def tracking(
     return max(0.0, captured - stale / max(1, len(claims)))
 
 
+TERMS = ("correctness", "tracking", "diversity", "success")  # R_belief's weighted terms
+
+
 @dataclass(frozen=True)
 class BeliefWeights:
-    """Weights of R_belief's terms (all 1: the paper sums them; the format is a gate)."""
+    """How R_belief is made: the weights of its terms (all 1: the paper sums them), whether the
+    format score multiplies the sum (`format_gate`) and the certainty scale claims are read on
+    (`labels`: seven, or binary for the binary-label ablation). The defaults are the paper's
+    method; the appendix ablations set the others (conf/brace/*.yaml, `brace.reward`)."""
 
     correctness: float = 1.0
     tracking: float = 1.0
     diversity: float = 1.0
     success: float = 1.0
     gamma: float = 0.99
+    format_gate: bool = True
+    labels: str = "seven"
+
+    def __post_init__(self) -> None:
+        for name in TERMS:
+            w = getattr(self, name)
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < math.inf:
+                raise ValueError(f"reward {name}={w!r}: must be a number >= 0 (0: the term off)")
+        if not any(getattr(self, name) for name in TERMS):
+            raise ValueError(
+                "reward correctness, tracking, diversity and success all 0: R_belief would be 0 "
+                "for every update (to keep the belief model as SFT made it: train_belief=false)"
+            )
+        if not isinstance(self.format_gate, bool):
+            raise ValueError(f"reward format={self.format_gate!r}: allowed true, false")
+        if self.labels not in SCALES:
+            raise ValueError(f"labels={self.labels!r}: allowed {', '.join(SCALES)}")
 
 
 DEFAULT_WEIGHTS = BeliefWeights()
@@ -142,16 +180,25 @@ def belief_reward(
 ) -> BeliefReward:
     """R_belief of one update `text` (the model's raw answer) at the state `truth`, given the
     previous belief b(t-1), the teacher's claims at t and the episode's success (0/1); `gate`
-    is the format score (`format_score`), the multiplier."""
+    is the format score (`format_score`), the multiplier unless `weights.format_gate` is off
+    (then the claims are scored whatever the format, and the sum is R_belief)."""
     gate = format_score(text)
-    claims = parse_belief(text, max_claims) if gate else []
+    scale = weights.labels
+    claims = (
+        on_scale(parse_belief(text, max_claims), scale) if gate or not weights.format_gate else []
+    )
+    if scale != "seven":
+        previous, teacher = on_scale(previous, scale), on_scale(teacher, scale)
+    levels = len(BINARY_LABELS) if scale == "binary" else len(LABELS)
     terms = {
         "correctness": correctness(claims, truth) if claims else 0.0,
         "tracking": tracking(previous, claims, truth, teacher) if claims else 0.0,
-        "diversity": diversity(claims) if claims else 0.0,
+        "diversity": diversity(claims, levels) if claims else 0.0,
         "success": weights.gamma**truth.step * float(success),
     }
-    total = gate * sum(getattr(weights, k) * v for k, v in terms.items())
+    total = (gate if weights.format_gate else 1.0) * sum(
+        getattr(weights, k) * v for k, v in terms.items()
+    )
     verdicts = [verify(c, truth) for c in claims]
     return BeliefReward(total, gate, verdicts=verdicts, **terms)
 

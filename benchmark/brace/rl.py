@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights
 from benchmark.brace.settings import ALGORITHMS, RLSettings
 
 __all__ = ["ALGORITHMS", "RLSettings", "train_rl"]
@@ -34,6 +35,7 @@ def train_rl(
     policy: Any = None,
     seed: int = 0,
     log: Any = print,
+    weights: BeliefWeights = DEFAULT_WEIGHTS,
 ) -> dict[str, Any]:
     """RL of the models at `model_dirs` (role -> folder: "belief" and "policy"; with
     `raw_history` only "policy") on episodes of `train_seeds` (training seeds only, refused
@@ -42,7 +44,8 @@ def train_rl(
     `train_belief=False`: the belief model is frozen, the policy trained (the frozen-belief
     ablation). `raw_history=True`: Direct-Action RL, the policy alone on a prompt without a
     belief round (e.g. prompt=history). `gate`/`policy`: the ASK mode's gate and PPO agent
-    (None: the models act at every step).
+    (None: the models act at every step). `weights`: how R_belief is made (its terms, the
+    format multiplier, the certainty scale: the appendix ablations).
 
     Returns {"algorithm", "settings", "history": one row per iteration (stage, rewards,
     losses; PPO: "value_loss", the critic's), "value_loss": the critic's per iteration (PPO)}."""
@@ -61,7 +64,8 @@ def train_rl(
         return ppo.train(task, prompt, {r: model_dirs[r] for r in roles},
                          {r: Path(out_dirs[r]) for r in roles}, train_seeds=train_seeds,
                          splits=splits, settings=settings, train_belief=train_belief,
-                         gate=gate, policy=policy, seed=seed, log=log)  # fmt: skip
+                         gate=gate, policy=policy, seed=seed, log=log,
+                         weights=weights)  # fmt: skip
     from benchmark.brace import joint
 
     trained = ("belief", "policy") if train_belief else ("policy",)
@@ -71,6 +75,6 @@ def train_rl(
         seeds_per_step=settings.seeds_per_step, group=settings.group,
         learning_rate=settings.learning_rate, temperature=settings.temperature, gate=gate,
         policy=policy, train_roles=trained, belief_samples=settings.belief_samples,
-        seed=seed, log=log, settings=settings,
+        seed=seed, log=log, settings=settings, weights=weights,
     )  # fmt: skip
     return {"algorithm": "grpo", "settings": settings.as_dict(), **result}

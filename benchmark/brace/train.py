@@ -4,7 +4,8 @@
     python -m benchmark.brace.train +experiment=brace_tw_train -m      # every trained row, 3 runs
 
 It composes the root config (benchmark.config: conf/brace/ is its `brace` group; `brace=<row>`
-picks a row: agent_brace, frozen_belief, direct_rl), sweeps with `-m` through the same
+picks a row: agent_brace, frozen_belief, direct_rl, react_rl, summary_belief and the appendix
+ablations no_state_rewards, no_correctness_tracking, binary_labels, no_task_supervision), sweeps with `-m` through the same
 launchers (hydra/launcher=slurm runs each job on SLURM), checks every setting before any work
 (benchmark.brace.checks), then runs the pipeline (benchmark.brace.pipeline) into `brace.out`.
 A rerun with the same settings finds the complete models and report there and does nothing

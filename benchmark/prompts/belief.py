@@ -7,7 +7,12 @@ subtask progress, and never holds plans. Every consultation has two rounds:
 1. update: (task, previous belief, observations since the last consultation, current view)
    -> new belief, written inside <belief_state> tags;
 2. act: (task, belief, current view) -> action (one token, or Reason/Action with rationale).
-An update with no valid claim keeps the previous belief (counted in `update_failures`)."""
+An update with no valid claim keeps the previous belief (counted in `update_failures`).
+
+Two switches serve Agent-BRACE's appendix ablations (their defaults are the paper's method):
+`labels="binary"` shows the binary scale (confirmed / unknown) and reads every parsed claim on
+it; `coverage=False` drops the domain-specific MANDATORY COVERAGE line (the belief prompt
+without task-specific structure)."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from benchmark.prompts.base import (
 )
 from benchmark.prompts.blocks import render_line
 from benchmark.prompts.parse import parse_action, parse_reason
-from benchmark.vocabulary import LABELS, strip_thinking
+from benchmark.vocabulary import LABELS, SCALES, on_scale, strip_thinking
 
 LABEL_MEANING = {
     "confirmed": "directly observed and not contradicted since",
@@ -39,6 +44,12 @@ LABEL_MEANING = {
     "doubtful": "evidence points against it",
     "unknown": "no evidence yet",
 }
+# the binary scale's two levels (the binary-label ablation: certain / unknown)
+BINARY_MEANING = {
+    "confirmed": "certain: observed, or inferred from strong evidence",
+    "unknown": "not certain: little or no evidence, or evidence either way",
+}
+COVERAGE = "location, map and exits, goal-relevant objects, inventory, subtask progress"
 _LABEL_RE = re.compile(r"\b(" + "|".join(re.escape(lb) for lb in LABELS) + r")\b", re.IGNORECASE)
 _BRACKETED = re.compile(
     r"[\[(]\s*(" + "|".join(re.escape(lb) for lb in LABELS) + r")\s*[\])]", re.IGNORECASE
@@ -123,10 +134,18 @@ class BeliefPrompt(PromptVariant):
         max_claims: int = 12,
         map_radius: int = 5,  # unused: the belief replaces the map window
         sampling: Mapping[str, Any] | None = None,  # slm.decoding (temperature, top_p, top_k, seed)
+        labels: str = "seven",  # the certainty scale: seven (the paper's) | binary
+        coverage: bool = True,  # the MANDATORY COVERAGE line (false: no task-specific structure)
     ):
+        if labels not in SCALES:
+            raise ValueError(f"prompt labels={labels!r}: allowed {', '.join(SCALES)}")
+        if not isinstance(coverage, bool):
+            raise ValueError(f"prompt coverage={coverage!r}: allowed true, false")
         self.name = name
         self.rationale = bool(rationale)
         self.max_claims = int(max_claims)
+        self.labels = labels
+        self.coverage = coverage
         sample = sampling_fields(sampling)
         self.update_decoding = Decoding(max_new_tokens=int(belief_max_new_tokens), **sample)
         self.act_decoding = act_decoding(
@@ -155,7 +174,9 @@ class BeliefSession(PromptSession):
         return self.family.state(ep.view(), ep.memory, ep.action_names, "basic", autopilot)
 
     def update_messages(self) -> list[dict[str, str]]:
-        scale = "\n".join(f"- {lb}: {LABEL_MEANING[lb]}" for lb in LABELS)
+        meaning = BINARY_MEANING if self.v.labels == "binary" else LABEL_MEANING
+        scale = "\n".join(f"- {lb}: {meaning[lb]}" for lb in meaning)
+        coverage = f"MANDATORY COVERAGE: {COVERAGE}. " if self.v.coverage else ""
         system = (
             "You are the belief-state tracker of an agent acting under partial observability. "
             "Keep a compact belief: what the agent knows about the environment, with how certain "
@@ -167,8 +188,7 @@ class BeliefSession(PromptSession):
             "UPDATE RULES:\n"
             "- A new observation overrides any older claim it contradicts; drop stale claims.\n"
             "- Upgrade a claim when new evidence confirms it; downgrade it when evidence weakens it.\n\n"
-            "MANDATORY COVERAGE: location, map and exits, goal-relevant objects, inventory, "
-            f"subtask progress. At most {self.v.max_claims} claims.\n\n"
+            f"{coverage}At most {self.v.max_claims} claims.\n\n"
             "FORMAT: one claim per line as '- <claim> [<label>]', all inside "
             "<belief_state> ... </belief_state>. No JSON, no percentages, no key-value pairs."
         )
@@ -203,8 +223,9 @@ class BeliefSession(PromptSession):
     header_meaning = "what is known and how surely"
 
     def parse_update(self, text: str | None) -> list[str]:
-        """The new belief of an update's answer ([]: none; the previous one is kept)."""
-        return parse_belief(text, self.v.max_claims)
+        """The new belief of an update's answer ([]: none; the previous one is kept), its
+        labels read on the prompt's scale."""
+        return on_scale(parse_belief(text, self.v.max_claims), self.v.labels)
 
     def held_claims(self) -> list[str] | None:
         """The belief as claims to score against the true state (None: no claims)."""
@@ -213,7 +234,8 @@ class BeliefSession(PromptSession):
     def render_belief(self, action_name: str, reason: str) -> str:
         """A valid belief update for the oracle/dice consultants: the observed claims (the
         action name is ignored: a belief holds no plans)."""
-        return "<belief_state>\n" + "\n".join(observed_claims(self.episode)) + "\n</belief_state>"
+        claims = on_scale(observed_claims(self.episode), self.v.labels)
+        return "<belief_state>\n" + "\n".join(claims) + "\n</belief_state>"
 
     def consult(self, ppo_action: int | None) -> Consultation:
         ep = self.episode

@@ -17,6 +17,13 @@ INITIAL_SUMMARY = ["nothing has happened yet"]
 MAX_CHARS = 1200  # a longer summary is cut (the context stays bounded)
 
 
+def as_summary(claims: list[str]) -> str:
+    """A summary answer stating `claims` ('- <claim> [<label>]' lines) as plain sentences, the
+    labels dropped: the oracle's update, and the teacher's for a trained summary belief."""
+    sentences = [re.sub(r"\s*\[[^\]]*\]\s*$", "", c.lstrip("- ")) for c in claims]
+    return "<summary>\n" + "\n".join(sentences) + "\n</summary>"
+
+
 def parse_summary(text: str | None) -> list[str]:
     """The summary's lines inside <summary> tags ([] when there is none or it is empty)."""
     if not text:
@@ -68,6 +75,4 @@ class SummarySession(BeliefSession):
 
     def render_belief(self, action_name: str, reason: str) -> str:
         """The oracle's summary: the observed facts as sentences."""
-        facts = super().render_belief(action_name, reason).splitlines()[1:-1]
-        sentences = [re.sub(r"\s*\[[^\]]*\]\s*$", "", f.lstrip("- ")) for f in facts]
-        return "<summary>\n" + "\n".join(sentences) + "\n</summary>"
+        return as_summary(super().render_belief(action_name, reason).splitlines()[1:-1])

@@ -34,7 +34,7 @@ TOY = ["env=empty5x5_random", "brace.teacher_episodes=2", "brace.sft_examples=4"
         ("brace.rl.dtype=fp8", "brace.rl.dtype='fp8': allowed float32, bfloat16"),
         ("brace.algorithm=dpo", "brace.algorithm='dpo': allowed ppo, grpo"),
         ("brace.mode=always", "brace.mode='always': allowed slm, ask"),
-        ("brace.policy_input=raw", "brace.policy_input='raw': allowed belief, history"),
+        ("brace.policy_input=raw", "brace.policy_input='raw': allowed belief, summary, history"),
         ("brace.sft_examples=0", "brace.sft_examples=0: must be >= 1"),
         ("brace.sft_random_trajectories=-1", "brace.sft_random_trajectories=-1: must be >= 0"),
         ("brace.sft_lr=0", "brace.sft_lr=0: must be > 0"),
@@ -202,17 +202,18 @@ def test_kill_9_while_a_model_is_saved_then_the_rerun_recomputes_and_finishes(tm
 
 
 def test_the_plan_of_brace_tw_lists_every_row(tmp_path):
-    """`python -m benchmark.plan +experiment=brace_tw`: the six rows on the three TextWorld
+    """`python -m benchmark.plan +experiment=brace_tw`: the eight rows on the three TextWorld
     games, three runs each; nothing is trained or built to plan them (the trained rows' models
     and the tiny base are "not built yet"), and no row is invalid."""
     from benchmark.plan import plan_sweep
     from benchmark.plan_data import INVALID
 
     plan = plan_sweep([f"paths.root={tmp_path}", "+experiment=brace_tw"])
-    assert plan.jobs == 3 * 6 * 3
+    assert plan.jobs == 3 * 8 * 3
     rows = {(o.split("=")[1]) for c in plan.cells for o in c.overrides if o.startswith("method=")}
     assert rows == {"brace_agent", "brace_frozen_belief", "brace_base", "brace_react",
-                    "brace_mem1", "brace_direct_rl"}  # fmt: skip
+                    "brace_mem1", "brace_direct_rl", "brace_react_rl",
+                    "brace_summary_belief"}  # fmt: skip
     envs = {o.split("=")[1] for c in plan.cells for o in c.overrides if o.startswith("env=")}
     assert envs == {"tw_quest", "tw_treasure", "tw_cooking"}
     assert not [c.note for c in plan.cells if c.status == INVALID]
@@ -231,17 +232,24 @@ TOY_TW = ["env.task.train_games=2", "brace.teacher_episodes=2", "brace.sft_examp
           "brace.seed=0"]  # fmt: skip
 
 
+# the trained rows +experiment=brace_tw evaluates (the appendix ablations train below)
+EVALUATED_ROWS = ("agent_brace", "frozen_belief", "direct_rl", "react_rl", "summary_belief")
+ABLATION_ROWS = ("no_state_rewards", "no_correctness_tracking", "binary_labels",
+                 "no_task_supervision")  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # 3 trainings, 18 cells and a report; the untrained belief runs to its token cap
+@pytest.mark.timeout(1500)  # 5 trainings, 24 cells, a report; untrained beliefs run to their cap
 def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path):
     """+experiment=brace_tw_train then +experiment=brace_tw, one run, as a user runs them: the
-    three trained rows train on Quest, the six rows are evaluated on the three games (the test
-    games read the Quest models), and the report has the belief table with the Brier score and
-    the runs table."""
+    five trained rows brace_tw evaluates train on Quest, the eight rows are evaluated on the
+    three games (the test games read the Quest models), and the report has the belief table
+    with the Brier score and the runs table."""
     train = run_cli(tmp_path, "+experiment=brace_tw_train", "-m", *TOY_TW,
-                    module="benchmark.brace.train", timeout=900)  # fmt: skip
-    assert "3 jobs: 3 completed" in train.stdout, train.stdout[-3000:]
-    for row in ("agent_brace", "frozen_belief", "direct_rl"):
+                    f"brace={','.join(EVALUATED_ROWS)}", module="benchmark.brace.train",
+                    timeout=900)  # fmt: skip
+    assert "5 jobs: 5 completed" in train.stdout, train.stdout[-3000:]
+    for row in EVALUATED_ROWS:
         assert model_complete(tmp_path / f"models/brace/tw_quest/{row}-s0/rl-always")
     frozen = json.loads((tmp_path / "models/brace/tw_quest/frozen_belief-s0/brace_train.json"
                          ).read_text())  # fmt: skip
@@ -249,11 +257,26 @@ def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path)
     assert frozen["rl"]["value_loss"]["policy"]
     evaluate = run_cli(tmp_path, "+experiment=brace_tw", "-m", *TOY_TW, "eval.n_episodes=1",
                        "env.task.max_steps=3", timeout=900)  # fmt: skip
-    assert "18 jobs: 18 completed" in evaluate.stdout, evaluate.stdout[-3000:]
+    assert "24 jobs: 24 completed" in evaluate.stdout, evaluate.stdout[-3000:]
     (sweep,) = (tmp_path / "sweeps" / "brace_tw").iterdir()
     report = run_cli(tmp_path, str(sweep), module="benchmark.report", timeout=600)
     text = (sweep / "report" / "report.md").read_text()
     assert "Brier" in text and "belief_brier.png" in text, report.stdout[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ABLATION_ROWS)
+def test_each_appendix_ablation_row_trains_end_to_end_at_toy_size(tmp_path, row):
+    """brace=<ablation> (the reward, label and task-supervision ablations of +experiment=
+    brace_tw_train) trains both roles and writes its report, at toy size on a grid."""
+    from benchmark.brace.train import run_job
+
+    cfg = _toy(tmp_path, f"brace={row}")
+    done = run_job(cfg, tmp_path / "job", [], multirun=False)
+    out = Path(cfg.brace.out)
+    assert out.name == f"{row}-s0" and done["complete"]
+    assert model_complete(out / "rl-always")
+    assert done["rl"]["value_loss"]["policy"]
 
 
 def test_the_trainers_textworld_games_go_under_the_jobs_results_root(tmp_path):
