@@ -23,7 +23,11 @@ probability, i.e. all but 'unknown'); belief_brier (the Brier score of the certa
 the mean over verifiable claims of (nominal - p_true)^2, 'unknown' at nominal 0 as Agent-BRACE
 reads it: "unknown corresponds to a nominal probability of approximately 0"), with
 belief_brier_first/last_mean (each episode's first and last held step). Per step:
-`brier_by_step` (the report's belief_brier plot) and `context_by_step`."""
+`brier_by_step` (the report's belief_brier plot) and `context_by_step`, each a mean over the
+episodes still running at that step (an episode that ended has no records after its end), and
+`running_by_step`: how many episodes those are, out of the cell's. A long run's late steps
+average the few episodes that have not ended yet (mostly the failing ones), so its curve is read
+beside that count."""
 
 from __future__ import annotations
 
@@ -151,6 +155,23 @@ def belief_metrics(records: list[dict]) -> dict[str, Any]:
 def context_by_step(records: list[dict]) -> tuple[list[int], list[float]]:
     """Mean context_tokens per step index over the episodes queried at that step (the plot)."""
     return _by_step(records, lambda r: r.get("context_tokens"))
+
+
+def running_by_step(records: list[dict]) -> tuple[list[int], list[int], int]:
+    """(steps 0..the last recorded, the episodes still running at each, the cell's episodes):
+    an episode runs at step s when it has a record at s or later, so the per-step means above
+    rest on these episodes only (fewer when a step was not queried or held no claim)."""
+    last: dict[int, int] = {}
+    for r in records:
+        seed, step = int(r["seed"]), int(r["step"])
+        if step < 0:
+            raise ValueError(f"step record of seed {seed} has step {step}; steps count from 0")
+        last[seed] = max(step, last.get(seed, 0))
+    if not last:
+        return [], [], 0
+    ends = np.bincount(list(last.values()))  # episodes whose last step is s
+    running = ends[::-1].cumsum()[::-1]  # whose last step is s or later
+    return list(range(len(running))), [int(n) for n in running], len(last)
 
 
 def _by_step(records: list[dict], value: Any) -> tuple[list[int], list[float]]:

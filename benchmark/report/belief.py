@@ -3,13 +3,23 @@ eval.step_records=true: a table of the context length per queried step, the beli
 against the true state and the calibration of the certainty labels (share of claims true per
 label), and a plot of the mean context length per step, one line per cell (belief prompts stay
 near-constant, raw-history prompts grow). Numbers come from the summary's fields
-(benchmark.analysis.belief), else from the step records."""
+(benchmark.analysis.belief), else from the step records.
+
+A per-step mean averages the episodes still running at that step: in a long run (Quest episodes
+of up to 100 steps) most episodes end early, so the late steps rest on the few still going,
+mostly the failing ones. Each per-step plot has a lower panel with that count per cell, and the
+table says up to which step at least half the cell's episodes run and how many reach its last."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark.analysis.belief import belief_metrics, brier_by_step, context_by_step
+from benchmark.analysis.belief import (
+    belief_metrics,
+    brier_by_step,
+    context_by_step,
+    running_by_step,
+)
 from benchmark.report.model import (
     Cell,
     Sweep,
@@ -63,6 +73,8 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
         [
             "context tokens",
             "first -> last",
+            "half running to step",
+            "running at last step",
             "belief correct",
             "update fail",
             "ECE",
@@ -80,7 +92,13 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             "doubtful 0.1); ECE: their n-weighted mean gap. Brier: the mean squared gap between "
             "a claim's label probability ('unknown' at 0, as Agent-BRACE reads it) and whether "
             "its fact holds, over verifiable claims; first -> last: each episode's first and "
-            "last held step (belief_brier.png: per step)."
+            "last held step (belief_brier.png: per step).",
+            "half running to step: the last step at which at least half the cell's episodes "
+            "still run; a per-step mean after it (context_length.png, belief_brier.png) averages "
+            "fewer than half, those still going (mostly the failing ones in a long run). running "
+            "at last step: the episodes still running at the cell's last recorded step, of its "
+            "episodes (those that reached the step cap when any did). The plots' lower panels "
+            "give the count at every step. Both need the cell's step records.",
         ],
     )
     for c, m in cells:
@@ -93,6 +111,7 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
             [
                 _ci(m, "context_tokens", 0),
                 DASH if first is None else f"{first:.0f} -> {last:.0f}",
+                *_survivors(steps.get(c.job)),
                 _ci(m, "belief_correctness"),
                 DASH
                 if m.get("belief_update_failure_rate") is None
@@ -111,6 +130,16 @@ def belief_table(sweep: Sweep, steps: dict[str, list[dict]]) -> Table | None:
     return table
 
 
+def _survivors(records: list[dict] | None) -> tuple[str, str]:
+    """The table's two survivor columns: the last step with at least half the episodes running,
+    and how many of them run at the last recorded step (dashes without step records)."""
+    x, running, n = running_by_step(records or [])
+    if not n:
+        return DASH, DASH
+    half = max(s for s, k in zip(x, running, strict=True) if 2 * k >= n)
+    return str(half), f"{running[-1]}/{n} at {x[-1]}"
+
+
 def context_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | None:
     """Mean context tokens per step, one panel per env, one line per cell with the records."""
     return _per_step_plot(sweep, steps, out, context_by_step, PLOT, "context tokens")
@@ -123,6 +152,8 @@ def brier_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | 
 
 
 def _per_step_plot(sweep, steps, out: Path, by_step, name: str, what: str) -> Path | None:
+    """Per env, the per-step mean (top) over the episodes still running, whose number is
+    drawn below it in the same colour, so a late mean resting on few episodes shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,13 +163,23 @@ def _per_step_plot(sweep, steps, out: Path, by_step, name: str, what: str) -> Pa
     if not cells:
         return None
     envs = [e for e in sweep.envs() if any(c.env == e for c in cells)]
-    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
+    fig, axes = plt.subplots(
+        2,
+        len(envs),
+        figsize=(5 * len(envs), 5.4),
+        squeeze=False,
+        sharex="col",
+        gridspec_kw={"height_ratios": [2.6, 1]},
+    )
+    for top, low, env in zip(axes[0], axes[1], envs, strict=True):
         for c in sorted((c for c in cells if c.env == env), key=method_order):
             x, y = by_step(steps[c.job])
-            ax.plot(x, y, marker=".", markersize=3, label=f"{method_label(c)} ({c.job})")
-        ax.set(title=env_label(env), xlabel="step", ylabel=f"{what} (mean over episodes)")
-        ax.legend(loc="best")
+            (line,) = top.plot(x, y, marker=".", markersize=3, label=f"{method_label(c)} ({c.job})")
+            x, running, _ = running_by_step(steps[c.job])
+            low.plot(x, running, color=line.get_color(), drawstyle="steps-post")
+        top.set(title=env_label(env), ylabel=f"{what} (mean, episodes running)")
+        top.legend(loc="best")
+        low.set(xlabel="step", ylabel="episodes running", ylim=(0, None))
     fig.tight_layout()
     path = out / f"{name}.png"
     fig.savefig(path, dpi=120)

@@ -1,13 +1,19 @@
 """Per-step context length and belief quality (issue 29, benchmark.analysis.belief): the step
 records of hand-built consultations (a correct, a partly wrong and a kept belief), the cell's
 summary fields (belief correctness, calibration per label, context first -> last) and the
-report's table and plot on hand-built records; a belief cell with the oracle end to end."""
+report's table and plots on hand-built records, with the episodes still running per step; a belief cell with the oracle end to end."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmark.analysis.belief import belief_metrics, brier_by_step, calibration, context_by_step
+from benchmark.analysis.belief import (
+    belief_metrics,
+    brier_by_step,
+    calibration,
+    context_by_step,
+    running_by_step,
+)
 from benchmark.analysis.steps import step_record
 from benchmark.brace.teacher import teacher_claims
 from benchmark.consultants.base import Answer
@@ -128,15 +134,77 @@ def test_report_shows_the_belief_table_and_the_context_plot(tmp_path):
     table = rb.belief_table(sweep, steps)
     assert [r[0][0] for r in table.rows] == ["a", "b"]
     assert table.rows[0][1][1] == "100 -> 180" and table.rows[1][1][1] == "150 -> 150"
-    assert table.rows[1][1][2].startswith("1.000") and table.rows[1][1][7] == "1.00 (5)"
-    assert table.rows[1][1][5] == "0.000" and table.rows[1][1][6] == "0.000 -> 0.000"
-    assert table.rows[0][1][5] == rb.DASH  # no claims: no Brier
+    assert table.rows[0][1][2:4] == ["4", "1/1 at 4"]  # one episode, running to its end
+    assert table.rows[1][1][4].startswith("1.000") and table.rows[1][1][9] == "1.00 (5)"
+    assert table.rows[1][1][7] == "0.000" and table.rows[1][1][8] == "0.000 -> 0.000"
+    assert table.rows[0][1][7] == rb.DASH  # no claims: no Brier
     path = rb.context_plot(sweep, steps, tmp_path)
     assert path is not None and path.stat().st_size > 1000
     brier = rb.brier_plot(sweep, steps, tmp_path)
     assert brier is not None and brier.name == "belief_brier.png"
     assert rb.brier_plot(Sweep(root=tmp_path, cells=cells[:1], config=None, experiment="b"),
                          steps, tmp_path) is None  # raw history: no claims, no plot  # fmt: skip
+
+
+def _ending(ends: dict[int, int]) -> list[dict]:
+    """Step records of episodes (seed -> its last step) whose context is 100 x seed + step, the
+    step before each episode's last one not queried (no context_tokens), as a gate skips it."""
+    return [
+        {"seed": seed, "step": t, **({} if t == last - 1 else {"context_tokens": 100 * seed + t})}
+        for seed, last in ends.items()
+        for t in range(last + 1)
+    ]
+
+
+def test_the_per_step_mean_rests_on_the_episodes_still_running():
+    """Five episodes ending at steps 2, 2, 5, 9, 9: the running count falls 5 -> 3 -> 2, and a
+    late step's mean averages only the episodes still going (no ended episode counts as 0)."""
+    rows = _ending({1: 2, 2: 2, 3: 5, 4: 9, 5: 9})
+    steps, running, n = running_by_step(rows)
+    assert n == 5 and steps == list(range(10))
+    assert running == [5, 5, 5, 3, 3, 3, 2, 2, 2, 2]
+    mean = dict(zip(*context_by_step(rows), strict=True))
+    assert sorted(mean) == [0, 1, 2, 3, 4, 5, 6, 7, 9]  # step 8: neither long episode queried
+    assert mean[0] == pytest.approx((100 + 200 + 300 + 400 + 500) / 5)
+    assert mean[1] == pytest.approx((301 + 401 + 501) / 3)  # seeds 1, 2 not queried at 1
+    assert mean[4] == pytest.approx((404 + 504) / 2)  # seed 3 not queried; 1 and 2 ended
+    assert mean[7] == pytest.approx((407 + 507) / 2)  # only the two episodes still running
+    assert mean[9] == pytest.approx((409 + 509) / 2)
+    # records in any order, and an episode of one step, count the same
+    steps, running, n = running_by_step([*reversed(rows), {"seed": 9, "step": 0}])
+    assert (running[:4], running[-1], n) == ([6, 5, 5, 3], 2, 6)
+    assert running_by_step([]) == ([], [], 0)
+    with pytest.raises(ValueError, match="seed 4 has step -1"):
+        running_by_step([{"seed": 4, "step": -1}])
+
+
+def test_the_report_says_how_many_episodes_a_per_step_mean_rests_on(tmp_path):
+    """The table's survivor columns (the last step at least half the episodes run, the count at
+    the last step) and the per-step plots' lower panel of running episodes; a cell known from
+    its summary alone (no step records) gets dashes."""
+    import matplotlib.image as mpimg
+
+    from benchmark.report import belief as rb
+    from benchmark.report.model import Cell, Sweep
+
+    cells = [
+        Cell("a", "ok", env="higherlower", gate="always", slm="tiny", prompt="stateful"),
+        Cell("b", "ok", env="higherlower", gate="always", slm="tiny", prompt="belief",
+             summary={"context_tokens_mean": 120.0, "context_tokens_ci95_low": 110.0,
+                      "context_tokens_ci95_high": 130.0}),
+    ]  # fmt: skip
+    sweep = Sweep(root=tmp_path, cells=cells, config=None, experiment="brace_tw_long")
+    steps = {"a": _ending({1: 2, 2: 2, 3: 5, 4: 9, 5: 9})}
+    table = rb.belief_table(sweep, steps)
+    rows = {r[table.index[0]]: r for r in table.records()}
+    a, b = rows["a"], rows["b"]
+    assert (a["half running to step"], a["running at last step"]) == ("5", "2/5 at 9")
+    assert (b["half running to step"], b["running at last step"]) == (rb.DASH, rb.DASH)
+    assert b["context tokens"] == "120 [110, 130]"  # its summary's numbers, as before
+    path = rb.context_plot(sweep, steps, tmp_path)
+    height, width = mpimg.imread(path).shape[:2]
+    assert (height, width) == (648, 600)  # 5.4 x 5 inches at 120 dpi: the mean over the count
+    assert rb.brier_plot(sweep, steps, tmp_path) is None  # no claims held: no Brier plot
 
 
 def test_the_runs_table_gives_mean_and_std_over_distinct_cells(tmp_path):
