@@ -1,7 +1,8 @@
 """Per-step context length and belief quality (issue 29, benchmark.analysis.belief): the step
 records of hand-built consultations (a correct, a partly wrong and a kept belief), the cell's
-summary fields (belief correctness, calibration per label, context first -> last) and the
-report's table and plots on hand-built records, with the episodes still running per step; a belief cell with the oracle end to end."""
+summary fields (belief correctness, calibration per label, context first -> last), the episodes
+still running per step, and the report's table and plots on hand-built records; a belief cell
+with the oracle end to end."""
 
 from __future__ import annotations
 
