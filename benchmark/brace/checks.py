@@ -50,14 +50,11 @@ RULES = {
 HISTORY_RULE = {"history_prompt": "basic-view"}
 
 
-# brace.policy_input -> the conf/prompt option the models train on
-PROMPT = {"belief": "brace", "summary": "mem1", "history": "history", "react": "react"}
-
-
 def training_prompt(policy_input: str) -> dict[str, Any]:
     """The prompt option the models train on, resolved as the trainer reads it (its file alone,
     no sampling): part of every model's identity, so a change to the prompt (its claim cap, its
     belief length, its view) never reuses models trained on the old one."""
+    from benchmark.brace.pipeline import PROMPT
     from benchmark.config import option_file
 
     cfg = OmegaConf.to_container(OmegaConf.load(option_file("prompt", PROMPT[policy_input])),

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.brace import curves, measure, rollout
-from benchmark.brace.checks import PROMPT
 from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.store import Store
 
@@ -40,6 +39,8 @@ if TYPE_CHECKING:
 # methods brace_agent / brace_frozen_belief / brace_direct_rl read <out>/rl-<gate>/<role>)
 RL_DIR = {"slm": "rl-always", "ask": "rl-entropy"}
 REPORT = "brace_train.json"
+# brace.policy_input -> the conf/prompt option the models train on
+PROMPT = {"belief": "brace", "summary": "mem1", "history": "history", "react": "react"}
 # the trainer's own prompt class where the option's is not (the teacher as the oracle answer)
 TEACHER_TARGET = {"summary": "benchmark.brace.prompt.BraceSummaryPrompt"}
 
