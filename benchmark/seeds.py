@@ -10,6 +10,10 @@ import numpy as np
 
 TRAIN_SEED_MIN = 200  # every training reset seed is >= this
 TUNING_SPLIT = "validation"  # fixed: tuning can never evaluate a test seed
+# policy.eval_seeds: which seeds PPO's periodic validation plays (validation_schedule)
+EVAL_SEED_SCHEDULES = ("fixed", "cycle", "fresh")
+# the spawn key of the fresh validation streams: never one of the training streams (no spawn key)
+FRESH_VALIDATION_KEY = 1
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,40 @@ def training_seeds(seed: int) -> Iterator[int]:
     rng = np.random.default_rng(seed)
     while True:
         yield int(TRAIN_SEED_MIN + rng.integers(0, 2**31 - 1 - TRAIN_SEED_MIN))
+
+
+def validation_schedule(
+    schedule: str, evaluation: int, n_episodes: int, seed: int, splits: Splits
+) -> list[int]:
+    """The seeds PPO's periodic validation number `evaluation` (0, 1, ...) plays, by
+    `policy.eval_seeds`:
+    - fixed: the validation split's first `n_episodes`, every time;
+    - cycle: the validation split walked in order and wrapped, each evaluation taking
+      `n_episodes` and skipping one (the released DoorKey eval env, `SeededDoorKeyEnv(seeds=
+      VAL_SEEDS)`, consumes a map in the reset after its last episode): with 100 validation
+      seeds and 50 episodes, evaluation k plays 51k .. 51k+49 mod 100;
+    - fresh: `n_episodes` distinct random seeds >= TRAIN_SEED_MIN (never an evaluation seed),
+      new at every evaluation and reproducible from the training `seed` (the released FourRooms
+      and HigherLower eval envs are unseeded: new maps and decks each time)."""
+    if schedule == "fixed":
+        return splits.seeds("validation", n_episodes)
+    if schedule == "cycle":
+        split = splits.ranges["validation"]
+        splits.seeds("validation", n_episodes)  # checks n_episodes against the split
+        start = evaluation * (n_episodes + 1)
+        return [split[(start + j) % len(split)] for j in range(n_episodes)]
+    if schedule == "fresh":
+        key = np.random.SeedSequence(int(seed), spawn_key=(FRESH_VALIDATION_KEY, int(evaluation)))
+        rng = np.random.default_rng(key)
+        out: list[int] = []
+        while len(out) < n_episodes:
+            s = int(TRAIN_SEED_MIN + rng.integers(0, 2**31 - 1 - TRAIN_SEED_MIN))
+            if s not in out:
+                out.append(s)
+        return out  # every split lies below TRAIN_SEED_MIN (Splits checks it)
+    raise ValueError(
+        f"policy.eval_seeds={schedule!r} is invalid: allowed {list(EVAL_SEED_SCHEDULES)}"
+    )
 
 
 def dataset_seeds(n_episodes: int, seed: int, splits: Splits) -> list[int]:

@@ -181,9 +181,10 @@ def test_paper_recipe_builds_sb3_defaults_with_a_linear_schedule():
     policy = as_dict(cfg.policy)
     paper_row = OmegaConf.to_container(cfg.ppo_recipes.paper.default, resolve=True)
     for key, value in paper_row.items():
-        # train_gym_ids: the task's, null above; train_seed_pool: the released maps (the text
-        # is silent on them; the paper protocol's DoorKey is the suite's recipe anyway)
-        if key not in ("eval_freq", "train_gym_ids", "train_seed_pool"):
+        # train_gym_ids: the task's, null above; train_seed_pool, eval_seeds: the released
+        # training and validation maps (the text is silent on them; the paper protocol's
+        # DoorKey is the suite's recipe anyway)
+        if key not in ("eval_freq", "train_gym_ids", "train_seed_pool", "eval_seeds"):
             assert policy[key] == value, key
     validate_policy(policy)
     task = make_task(cfg.env)
@@ -411,6 +412,10 @@ def test_bad_protocol_values_name_what_is_allowed():
         validate(compose("policy.recipe=papers"))
     with pytest.raises(ValueError, match="unknown key protocol.hint"):
         validate(compose("+protocol.hint=frontier"))
+    with pytest.raises(
+        ValueError, match=r"policy.eval_seeds='random' is invalid: allowed \['fixed', 'cycle'"
+    ):
+        validate(compose("policy.eval_seeds=random"))
 
 
 def test_docs_protocol_table_is_the_protocol_files():
@@ -627,3 +632,51 @@ def test_official_doorkey_trains_on_the_released_800_map_pool_in_order():
         assert all(stream.reset()[1]["reset_seed"] >= TRAIN_SEED_MIN for _ in range(3))
     with pytest.raises(ValueError, match=r"train_seed_pool=\[0, 100\] is invalid"):
         task.training_env(0, pool=[0, 100])
+
+
+def _validations(cfg, evaluations: int) -> list[list[int]]:
+    """The seeds of a job's first PPO validations, as its training plays them."""
+    from benchmark.seeds import Splits, validation_schedule
+
+    policy, splits = cfg.policy, Splits.from_config(cfg.get("splits"))
+    return [
+        validation_schedule(policy.eval_seeds, k, policy.eval_episodes, policy.seed, splits)
+        for k in range(evaluations)
+    ]
+
+
+def test_official_validation_plays_the_released_eval_seeds_per_env():
+    """protocol=official scores the threshold checkpoints (and `best`) where the released
+    trainers' eval envs do: DoorKey cycles validation maps 0-99 (SeededDoorKeyEnv(seeds=
+    VAL_SEEDS): evaluation k plays 51k .. 51k+49 mod 100); FourRooms and HigherLower play new
+    random maps (decks) at every evaluation, training seeds here, from the training seed. paper
+    and suite keep validation seeds 0..n-1 every time, and their checkpoint hashes (the key is
+    out of the hash at `fixed`)."""
+    from benchmark.policy.checkpoints import recipe_payload
+    from benchmark.seeds import TRAIN_SEED_MIN
+
+    doorkey = compose("env=doorkey8", "protocol=official")
+    assert doorkey.policy.eval_seeds == "cycle" and doorkey.policy.eval_episodes == 50
+    assert _validations(doorkey, 3) == [
+        list(range(0, 50)),
+        [*range(51, 100), 0],
+        [(102 + j) % 100 for j in range(50)],
+    ]
+    for env in ("fourrooms", "higherlower"):
+        cfg = compose(f"env={env}", "protocol=official")
+        assert cfg.policy.eval_seeds == "fresh", env
+        first, second = _validations(cfg, 2)
+        assert first != second and min(first + second) >= TRAIN_SEED_MIN, env
+        assert len(first) == cfg.policy.eval_episodes == 50
+        assert _validations(compose(f"env={env}", "protocol=official"), 2) == [first, second]
+        reseeded = compose(f"env={env}", "protocol=official", "policy.seed=1")
+        assert _validations(reseeded, 1)[0] != first, env
+        assert "eval_seeds" in recipe_payload(cfg)["policy"]
+    for env in ("fourrooms", "doorkey8", "higherlower"):
+        for protocol in ("paper", "suite"):
+            cfg = compose(f"env={env}", f"protocol={protocol}")
+            n = cfg.policy.eval_episodes
+            assert _validations(cfg, 3) == [list(range(n))] * 3, (env, protocol)
+            assert "eval_seeds" not in recipe_payload(cfg)["policy"]
+            fresh = compose(f"env={env}", f"protocol={protocol}", "policy.eval_seeds=fresh")
+            assert config_hash(fresh) != config_hash(cfg)

@@ -56,6 +56,7 @@ ADDED_POLICY_KEY_DEFAULTS = {
     "dropout_placement": "after_activation",
     "image_scale": None,
     "train_seed_pool": None,
+    "eval_seeds": "fixed",
 }
 
 

@@ -18,7 +18,7 @@ What it holds, and so what a resumed training restores exactly:
   Python; the training-seed stream is pickle-safe), so an episode running at the save goes on;
 - the torch (and CUDA), numpy and python RNG states;
 - the validation bookkeeping (best so far, thresholds not reached yet, next evaluation step,
-  elapsed wall time) and every file the training wrote so far (best, rNNN, their metas,
+  evaluations done, elapsed wall time) and every file the training wrote so far (best, rNNN, their metas,
   curve.csv).
 The resumed run's weights equal an uninterrupted run's bit for bit on the same machine and
 package versions (tests/policy/test_resume.py). Not restored: SB3's logger and progress bar (output
@@ -69,7 +69,15 @@ MODEL_ATTRS = (
     "ep_success_buffer",
 )
 # benchmark.policy.train.ThresholdCheckpoints' bookkeeping
-CALLBACK_ATTRS = ("best", "best_at", "next_eval", "pending", "last_row", "logged_at")
+CALLBACK_ATTRS = (
+    "best",
+    "best_at",
+    "next_eval",
+    "pending",
+    "last_row",
+    "logged_at",
+    "evaluations",  # which seeds the next validation plays (policy.eval_seeds cycle, fresh)
+)
 # files the checkpoint cache writes before training; the resumed run keeps its own
 NOT_RESTORED = ("config.json", "system.json")
 

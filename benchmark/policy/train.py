@@ -1,6 +1,7 @@
 """PPO training of the dropout policy with reward-threshold checkpoints (ASK+ Table 3 reuses them
-to test robustness to a weak policy). Validation is deterministic with dropout off on seeds
-0..eval_episodes-1; training envs reset only from benchmark.seeds.training_seeds."""
+to test robustness to a weak policy). Validation is deterministic with dropout off on the seeds
+`policy.eval_seeds` picks (benchmark.seeds.validation_schedule; by default validation seeds
+0..eval_episodes-1 every time); training envs reset only from benchmark.seeds.training_seeds."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from benchmark.policy.network import (
     policy_kwargs,
 )
 from benchmark.policy.vec_env import make_vec_env, resolve_workers
-from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.seeds import DEFAULT_SPLITS, EVAL_SEED_SCHEDULES, Splits, validation_schedule
 from benchmark.store import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,11 @@ def training_vec_env(
 
 
 class ThresholdCheckpoints(BaseCallback):
-    """Every `eval_freq` env steps: validate, write a curve row (and hand it to `log_fn`), save
-    `best.zip` on a new best and `rNNN.zip` + `rNNN.json` the first time the mean reward reaches
-    each threshold. A log line at most every LOG_EVERY of `total_timesteps`, and for each
-    threshold checkpoint and the last evaluation (`final`)."""
+    """Every `eval_freq` env steps: validate on `validation_seeds(k)` (k: the evaluations done
+    before this one), write a curve row (and hand it to `log_fn`), save `best.zip` on a new best
+    and `rNNN.zip` + `rNNN.json` the first time the mean reward reaches each threshold. A log
+    line at most every LOG_EVERY of `total_timesteps`, and for each threshold checkpoint and the
+    last evaluation (`final`)."""
 
     def __init__(
         self,
@@ -126,13 +128,14 @@ class ThresholdCheckpoints(BaseCallback):
         out_dir: Path,
         thresholds: list[float],
         eval_freq: int,
-        validation_seeds: list[int],
+        validation_seeds: Callable[[int], list[int]],
         log_fn: Callable[[dict[str, Any]], None] | None,
         total_timesteps: int = 0,
     ) -> None:
         super().__init__()
         self.task, self.out_dir, self.eval_freq = task, out_dir, eval_freq
         self.seeds = validation_seeds
+        self.evaluations = 0  # evaluations done: the next one plays self.seeds(self.evaluations)
         self.pending = sorted(float(t) for t in thresholds)
         self.log_fn = log_fn
         self.best = -np.inf
@@ -152,7 +155,8 @@ class ThresholdCheckpoints(BaseCallback):
         return True
 
     def evaluate_and_save(self, final: bool = False) -> dict[str, Any]:
-        result = evaluate(self.model, self.task, self.seeds)
+        result = evaluate(self.model, self.task, self.seeds(self.evaluations))
+        self.evaluations += 1
         row = {
             "timesteps": int(self.num_timesteps),
             "eval_reward": result["reward"],
@@ -227,6 +231,11 @@ def validate_policy(cfg: dict[str, Any]) -> None:
             "(seed, learning_rate, lr_schedule, net_arch, dropout, device) instead"
         )
     resume.every_steps(cfg)
+    schedule = cfg.get("eval_seeds", EVAL_SEED_SCHEDULES[0])
+    if schedule not in EVAL_SEED_SCHEDULES:
+        raise ValueError(
+            f"policy.eval_seeds={schedule!r} is invalid: allowed {list(EVAL_SEED_SCHEDULES)}"
+        )
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
     if algorithm(cfg) == "recurrent_ppo":
@@ -275,8 +284,10 @@ def train(
     resume_path: Path | None = None,
 ) -> Path:
     """Train PPO with the dropout policy on `task`; write checkpoints, metas and curve.csv into
-    `out_dir`. Returns the path of `final.zip`. `best` and the thresholds are judged on the first
-    `eval_episodes` seeds of `splits`' validation split. With `resume_path`, continue from the
+    `out_dir`. Returns the path of `final.zip`. `best` and the thresholds are judged on
+    `eval_episodes` seeds per evaluation, chosen by `policy.eval_seeds` (fixed: the first of
+    `splits`' validation split every time; cycle: that split in turn; fresh: new random training
+    seeds; benchmark.seeds.validation_schedule). With `resume_path`, continue from the
     training state saved there, if any, and save it there every `policy.resume_every_steps` and
     on SIGTERM (benchmark.policy.resume); without, nothing is saved."""
     cfg = as_dict(policy_cfg)
@@ -285,6 +296,12 @@ def train(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seed = int(cfg["seed"])
+    schedule, n_episodes = cfg.get("eval_seeds", EVAL_SEED_SCHEDULES[0]), int(cfg["eval_episodes"])
+
+    def validation_seeds(evaluation: int) -> list[int]:
+        return validation_schedule(schedule, evaluation, n_episodes, seed, splits)
+
+    validation_seeds(0)  # an eval_episodes the split cannot hold fails before training
     old_threads = torch.get_num_threads()
     torch.set_num_threads(int(cfg["torch_threads"]))
     try:
@@ -305,7 +322,7 @@ def train(
             out,
             list(cfg.get("thresholds") or []),
             int(cfg["eval_freq"]),
-            splits.seeds("validation", int(cfg["eval_episodes"])),
+            validation_seeds,
             log_fn,
             total_timesteps=int(cfg["total_timesteps"]),
         )

@@ -163,15 +163,21 @@ def test_load_refuses_corrupt_and_mismatched_checkpoints(task, tmp_path):
 
 
 class RecordingTask:
-    """Delegates to a real Task and records what SB3 passes to reset and which seeds were used."""
+    """Delegates to a real Task and records what SB3 passes to reset, which seeds were used,
+    and the seeds of the episodes validation played (`evaluated`)."""
 
     def __init__(self, task):
         self.task = task
         self.reset_kwargs: list[int | None] = []
         self.used: list[int] = []
+        self.evaluated: list[int] = []
 
     def __getattr__(self, name):
         return getattr(self.task, name)
+
+    def episode(self, seed: int):
+        self.evaluated.append(seed)
+        return self.task.episode(seed)
 
     def training_env(self, seed: int, index: int = 0, pool=None) -> gym.Env:
         outer = self
@@ -212,6 +218,39 @@ def test_train_writes_threshold_checkpoints_and_curve(task, tmp_path):
     # training never handed an evaluation seed to an env
     assert set(rec.reset_kwargs) == {None}
     assert min(rec.used) >= TRAIN_SEED_MIN and len(rec.used) >= 2
+
+
+@pytest.mark.parametrize("schedule", ["fixed", "cycle", "fresh"])
+def test_each_validation_plays_the_seeds_of_its_schedule(task, tmp_path, schedule):
+    """A real training validates 4 times (every 256 of 1024 steps) on 3 episodes each, on the
+    seeds policy.eval_seeds gives that evaluation: fixed 0-2 every time (the default); cycle
+    the validation split in turn (0-2, 4-6, 8-10, 12-14: one seed skipped after each, as the
+    released DoorKey eval env); fresh new training seeds every time. `best` is judged on the
+    same evaluation: its reward is its own evaluation's, re-played on that evaluation's seeds."""
+    from benchmark.seeds import validation_schedule
+
+    cfg = job_cfg(tmp_path, eval_freq=256, eval_seeds=schedule).policy
+    if schedule == "fixed":
+        del cfg["eval_seeds"]  # a policy config without the key (ppo_cnn, ppo_lstm) too
+    rec = RecordingTask(task)
+    rows: list[dict] = []
+    train(rec, cfg, tmp_path / "run", log_fn=rows.append)
+    assert [r["timesteps"] for r in rows] == [256, 512, 768, 1024]
+    played = [rec.evaluated[i : i + 3] for i in range(0, len(rec.evaluated), 3)]
+    expected = {
+        "fixed": [[0, 1, 2]] * 4,
+        "cycle": [[0, 1, 2], [4, 5, 6], [8, 9, 10], [12, 13, 14]],
+    }
+    if schedule == "fresh":
+        assert all(min(seeds) >= TRAIN_SEED_MIN and len(set(seeds)) == 3 for seeds in played)
+        assert all(a != b for a, b in zip(played, played[1:], strict=False))
+        assert played == [validation_schedule("fresh", k, 3, 0, DEFAULT_SPLITS) for k in range(4)]
+    else:
+        assert played == expected[schedule]
+    best = json.loads((tmp_path / "run" / "best.json").read_text())
+    k = best["timesteps"] // 256 - 1
+    again = evaluate(load(tmp_path / "run" / "best.zip", task=task), task, played[k])
+    assert again["reward"] == pytest.approx(best["eval_reward"])
 
 
 def test_validation_cadence_never_changes_the_weights(task, tmp_path):

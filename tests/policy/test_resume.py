@@ -123,9 +123,10 @@ def test_state_file_round_trip(task, tmp_path):
     assert np.array_equal(model.get_env().step(actions)[0], original.step(actions)[0])
     opt = model.policy.optimizer.state_dict()["state"]
     assert opt and all(int(s["step"]) == 2 * 4 for s in opt.values())  # 2 epochs x 4 batches
-    checkpoints = ThresholdCheckpoints(task, restored, [0.0], 512, [0], None)
+    checkpoints = ThresholdCheckpoints(task, restored, [0.0], 512, lambda k: [0], None)
     resume.restore_bookkeeping(saved, checkpoints)
     assert checkpoints.next_eval == 512 and checkpoints.pending == [0.99]  # r000 at 256
+    assert checkpoints.evaluations == 1  # the next validation plays policy.eval_seeds' second
     torch.manual_seed(123)
     np.random.seed(123)
     resume.restore_rng(saved)
