@@ -92,7 +92,7 @@ class Splits:
 DEFAULT_SPLITS = Splits()
 
 
-def training_seeds(seed: int) -> Iterator[int]:
+def training_seeds(seed: int | np.random.SeedSequence) -> Iterator[int]:
     """An endless stream of training reset seeds, all >= TRAIN_SEED_MIN, reproducible from `seed`."""
     rng = np.random.default_rng(seed)
     while True:
@@ -119,29 +119,34 @@ def validation_schedule(
         splits.seeds("validation", n_episodes)  # checks n_episodes against the split
         start = evaluation * (n_episodes + 1)
         return [split[(start + j) % len(split)] for j in range(n_episodes)]
-    if schedule == "fresh":
-        key = np.random.SeedSequence(int(seed), spawn_key=(FRESH_VALIDATION_KEY, int(evaluation)))
-        rng = np.random.default_rng(key)
-        out: list[int] = []
-        while len(out) < n_episodes:
-            s = int(TRAIN_SEED_MIN + rng.integers(0, 2**31 - 1 - TRAIN_SEED_MIN))
-            if s not in out:
-                out.append(s)
-        return out  # every split lies below TRAIN_SEED_MIN (Splits checks it)
-    raise ValueError(
-        f"policy.eval_seeds={schedule!r} is invalid: allowed {list(EVAL_SEED_SCHEDULES)}"
-    )
+    check_eval_seeds(schedule)
+    key = np.random.SeedSequence(int(seed), spawn_key=(FRESH_VALIDATION_KEY, int(evaluation)))
+    return first_distinct(training_seeds(key), n_episodes)  # every split lies below TRAIN_SEED_MIN
+
+
+def check_eval_seeds(schedule: str) -> None:
+    """Raise naming `policy.eval_seeds` when it is not one of EVAL_SEED_SCHEDULES."""
+    if schedule not in EVAL_SEED_SCHEDULES:
+        raise ValueError(
+            f"policy.eval_seeds={schedule!r} is invalid: allowed {list(EVAL_SEED_SCHEDULES)}"
+        )
+
+
+def first_distinct(stream: Iterator[int], n: int) -> list[int]:
+    """The first `n` distinct values of `stream`, in order."""
+    out: list[int] = []
+    for s in stream:
+        if len(out) == n:
+            break
+        if s not in out:
+            out.append(s)
+    return out
 
 
 def dataset_seeds(n_episodes: int, seed: int, splits: Splits) -> list[int]:
     """The first `n_episodes` distinct training seeds of the stream `training_seeds(seed)`; every
     one is checked against the evaluation splits."""
-    out: list[int] = []
-    for s in training_seeds(seed):
-        if s not in out:
-            out.append(s)
-        if len(out) == n_episodes:
-            break
+    out = first_distinct(training_seeds(seed), n_episodes)
     check_training_seeds(out, splits)
     return out
 

@@ -33,7 +33,13 @@ from benchmark.policy.network import (
     policy_kwargs,
 )
 from benchmark.policy.vec_env import make_vec_env, resolve_workers
-from benchmark.seeds import DEFAULT_SPLITS, EVAL_SEED_SCHEDULES, Splits, validation_schedule
+from benchmark.seeds import (
+    DEFAULT_SPLITS,
+    EVAL_SEED_SCHEDULES,
+    Splits,
+    check_eval_seeds,
+    validation_schedule,
+)
 from benchmark.store import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -231,11 +237,7 @@ def validate_policy(cfg: dict[str, Any]) -> None:
             "(seed, learning_rate, lr_schedule, net_arch, dropout, device) instead"
         )
     resume.every_steps(cfg)
-    schedule = cfg.get("eval_seeds", EVAL_SEED_SCHEDULES[0])
-    if schedule not in EVAL_SEED_SCHEDULES:
-        raise ValueError(
-            f"policy.eval_seeds={schedule!r} is invalid: allowed {list(EVAL_SEED_SCHEDULES)}"
-        )
+    check_eval_seeds(cfg.get("eval_seeds", EVAL_SEED_SCHEDULES[0]))
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
     if algorithm(cfg) == "recurrent_ppo":
