@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.consultants import backend_class
+from benchmark.envs.base import env_identity
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.redact import redact_data
@@ -166,6 +167,8 @@ class CellSpec:
             for k, v in self.config.items()
         }
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
+        if "env" in out:
+            out["env"] = env_identity(out["env"])
         if "prompt" in out:  # the family-dependent keys its texts do not read
             unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
             out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
@@ -175,6 +178,8 @@ class CellSpec:
             backend = out["slm"].get("backend", {})
             # the keys its backend declares execution settings (Consultant.execution_keys)
             backend = _drop(backend, backend_class(backend).execution_keys)
+            if "env" in backend:  # a backend trained on the env's states (slm=finetuned)
+                backend = {**backend, "env": env_identity(backend["env"])}
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}

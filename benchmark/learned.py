@@ -21,6 +21,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark.cell import digest
+from benchmark.envs.base import env_identity
 from benchmark.results import file_sha256, write_json
 from benchmark.store import Store, build_once
 
@@ -46,7 +47,7 @@ def classifier(cfg: DictConfig, task: Any, policy: Any, checkpoint: Path) -> tup
     key = {
         "version": CLASSIFIER_VERSION,
         "checkpoint_sha256": file_sha256(checkpoint),
-        "env": OmegaConf.to_container(cfg.env, resolve=True),
+        "env": env_identity(OmegaConf.to_container(cfg.env, resolve=True)),
         "features": features,
         "train_episodes": int(gate.train_episodes),
         "mc_samples": int(gate.mc_samples),

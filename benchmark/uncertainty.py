@@ -25,7 +25,13 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
-from benchmark.policy.network import action_mask, actor_input, initial_state, mask_logits
+from benchmark.policy.network import (
+    action_mask,
+    actor_input,
+    initial_state,
+    logits_head,
+    mask_logits,
+)
 
 LN2 = math.log(2.0)
 
@@ -224,8 +230,9 @@ def mc_dropout(pol, obs, x, b, n, masks, state, allowed):
             det = layer(det)
         else:
             det, mc = layer(det), layer(mc)
-    logits = mask_logits(pol.action_net(det), allowed)
-    return logits.argmax(-1), pol.action_net(mc), logits
+    head = logits_head(pol, obs)
+    logits = mask_logits(head(det), allowed)
+    return logits.argmax(-1), head(mc, n), logits
 
 
 def _per_sample(mask: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -240,6 +247,7 @@ def mc_dropout_sequential(pol, obs, x, b, n, masks, state, allowed):
     `policy.predict(deterministic=True)` (with the recurrent state, for a recurrent policy).
     Same masks as `mc_dropout` for the same generator."""
     layers = _dropout_modules(pol)
+    head = logits_head(pol, obs)
     logits = []
     for i in range(n):
         hooks = [
@@ -247,7 +255,7 @@ def mc_dropout_sequential(pol, obs, x, b, n, masks, state, allowed):
             for layer, mask in zip(layers, masks, strict=True)
         ]
         try:
-            logits.append(pol.action_net(pol.mlp_extractor.forward_actor(x)))
+            logits.append(head(pol.mlp_extractor.forward_actor(x)))
         finally:
             for h in hooks:
                 h.remove()
@@ -260,7 +268,7 @@ def mc_dropout_sequential(pol, obs, x, b, n, masks, state, allowed):
         as_numpy = None if state is None else tuple(s.detach().cpu().numpy() for s in state)
         action, _ = pol.predict(obs, state=as_numpy, deterministic=True)
         # the dropout-off distribution (eval mode: no dropout)
-        det = mask_logits(pol.action_net(pol.mlp_extractor.forward_actor(x)), allowed)
+        det = mask_logits(head(pol.mlp_extractor.forward_actor(x)), allowed)
     finally:
         pol.set_training_mode(was_training)
     return torch.as_tensor(np.asarray(action).reshape(b)), stacked, det

@@ -1,6 +1,8 @@
 """ASK in text games: PPO with MC dropout over the TextWorld task's fixed, masked command space.
 The mask (the observation's last slots) enters PPO's sampling, its greedy action and the gate's
-MC-dropout entropy, so only admissible commands count. Real games, real SB3 PPO."""
+MC-dropout entropy, so only admissible commands count. Each test runs with both actor heads: one
+logit per slot, and each command scored from its own words (policy.head=commands, on the
+player's input: room description and inventory too). Real games, real SB3 PPO."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import pytest
 import torch
 
 from benchmark.envs import make_task
-from benchmark.policy.network import MASKED_LOGIT, MaskedDropoutPolicy
+from benchmark.envs.textworld.task import PLAYER_COMMAND_DIM, TEXT_DIM, hashed_words
+from benchmark.policy.network import MASKED_LOGIT, CommandScoringPolicy, MaskedDropoutPolicy
 from benchmark.policy.train import build_model
 from benchmark.uncertainty import mc_dropout, mc_dropout_sequential
 
@@ -26,17 +29,30 @@ POLICY = {
 }
 
 
-@pytest.fixture(scope="module")
-def task():
-    task = make_task("tw_treasure")  # its games: the run's cache (tests/conftest.py)
-    task.train_games = 2  # the training pool: two games
-    return task
+@pytest.fixture(scope="module", params=["slots", "commands"])
+def head(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def model(task):
+def task(head):
+    env = make_task("tw_treasure") if head == "slots" else player_task()
+    env.train_games = 2  # the training pool: two games (the run's cache, tests/conftest.py)
+    return env
+
+
+def player_task():
+    from benchmark.envs import load_env_cfg
+
+    cfg = load_env_cfg("tw_treasure")
+    cfg.task.ppo_input = "player"
+    return make_task(cfg)
+
+
+@pytest.fixture(scope="module")
+def model(task, head):
     torch.manual_seed(0)
-    return build_model(task, POLICY)
+    return build_model(task, {**POLICY, "head": head})
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +68,25 @@ def episodes(task):
 
 
 def test_the_masked_policy_is_built_for_a_masking_task_and_kept_by_save_and_load(
-    task, model, tmp_path
+    task, model, head, episodes, tmp_path
 ):
-    assert isinstance(model.policy, MaskedDropoutPolicy)
+    want = CommandScoringPolicy if head == "commands" else MaskedDropoutPolicy
+    assert type(model.policy) is want
+    trained = build_model(task, {**POLICY, "head": head})
+    before = [p.detach().clone() for p in trained.policy.action_net.parameters()]
+    trained.learn(64)  # one rollout of 2 x 32 steps on real games, one epoch of updates
+    after = list(trained.policy.action_net.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     model.save(tmp_path / "m.zip")
     loaded = type(model).load(tmp_path / "m.zip", device="cpu")
-    assert isinstance(loaded.policy, MaskedDropoutPolicy)
+    assert type(loaded.policy) is want
+    obs = np.stack([o for o, _ in episodes])
+    for p in (model.policy, loaded.policy):
+        p.set_training_mode(False)
+    with torch.no_grad():
+        a = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.logits
+        b = loaded.policy.get_distribution(loaded.policy.obs_to_tensor(obs)[0]).distribution.logits
+    torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match="only policy.algorithm=ppo supports"):
         build_model(task, {**POLICY, "algorithm": "recurrent_ppo", "lstm_hidden_size": 8})
 
@@ -133,3 +162,50 @@ def test_normalised_entropy_is_over_log2_of_each_steps_admissible_commands(model
         n = len(b["commands"])
         assert 0.0 <= b["total"] <= 1.0 and 0.0 <= b["epistemic"] <= 1.0
         assert b["total"] == pytest.approx(a["total"] / math.log2(n) if n > 1 else 0.0, abs=1e-6)
+
+
+def test_the_command_scoring_head_gives_a_command_its_score_in_any_slot(
+    task, model, head, episodes
+):
+    """Swap two admissible commands' slots (their words and nothing else): with the command head
+    their logits swap with them, so a command means the same in every slot; the slot head scores
+    slots, and the swap changes what it gives each command."""
+    obs, n = next((o, n) for o, n in episodes if n >= 3)
+    k, c = task.max_commands, task.command_dim
+    swapped = obs.copy()
+    blocks = swapped[-(k + k * c) : -k].reshape(k, c)
+    blocks[[0, 2]] = blocks[[2, 0]]
+    with torch.no_grad():
+        pol = model.policy
+        pol.set_training_mode(False)
+        logits = [
+            pol.get_distribution(pol.obs_to_tensor(x[None])[0]).distribution.logits[0]
+            for x in (obs, swapped)
+        ]
+    moved = logits[1][[2, 1, 0, *range(3, k)]]
+    if head == "commands":
+        torch.testing.assert_close(moved[:n], logits[0][:n])
+        assert c == PLAYER_COMMAND_DIM and obs.shape == (3 * TEXT_DIM + k * (c + 1),)
+    else:
+        assert not torch.allclose(moved[:n], logits[0][:n])
+
+
+def test_the_player_input_holds_the_room_description_and_the_inventory(episodes, head, task):
+    """ppo_input=player: the description block changes when the player changes room; the
+    inventory block says what they carry (nothing, on a treasure hunt until the winning take)."""
+    if head == "slots":
+        with pytest.raises(ValueError, match="ppo_input='room': allowed"):
+            from benchmark.envs.textworld import TextWorldTask
+
+            TextWorldTask("x", "treasure", {"level": 5}, ppo_input="room")
+        with pytest.raises(ValueError, match="policy.head='commands' scores each command"):
+            build_model(make_task("fourrooms"), {**POLICY, "head": "commands"})
+        with pytest.raises(ValueError, match="policy.head='words': allowed"):
+            build_model(task, {**POLICY, "head": "words"})
+        return
+    rooms = [o[TEXT_DIM : 2 * TEXT_DIM] for o, _ in episodes]
+    held = [o[2 * TEXT_DIM : 3 * TEXT_DIM] for o, _ in episodes]
+    assert all(r.any() for r in rooms) and all(h.any() for h in held)
+    assert len({r.tobytes() for r in rooms}) > 1
+    nothing = hashed_words("nothing", TEXT_DIM)
+    assert all((h >= nothing).all() for h in held)

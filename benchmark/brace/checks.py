@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.envs.base import env_identity
+
 MODES = ("slm", "ask")
 # belief: the policy reads the belief model's belief; summary: the belief model writes a free-text
 # summary instead (prompt=mem1, the Summary-Belief ablation); history / react: the raw-history
@@ -114,7 +116,7 @@ class Settings:
         """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
         game included), the prompt they train on, the certainty scale and belief prompt where
         not the paper's, and the teacher's rule version."""
-        return {"env": self.env, **{k: self.values[k] for k in SFT_KEYS},
+        return {"env": env_identity(self.env), **{k: self.values[k] for k in SFT_KEYS},
                 "prompt": training_prompt(self.values["policy_input"]),
                 **self.added(SFT_ADDED), "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
@@ -130,7 +132,7 @@ class Settings:
         # are trained on: an RL model trained on other games is never reused (tested)
         keys["env_name"] = keys.pop("env")
         rules = {**RULES, **(HISTORY_RULE if self.raw_history else {})}
-        return {**keys, "env": self.env, "rl": self.rl.identity(), "ask_job": job,
+        return {**keys, "env": env_identity(self.env), "rl": self.rl.identity(), "ask_job": job,
                 "prompt": training_prompt(self.values["policy_input"]), "rules": rules}  # fmt: skip
 
 

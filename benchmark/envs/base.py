@@ -15,6 +15,24 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+# env.task keys added after tasks were cached and cells computed, at the value that builds what
+# every task before them built: at that value they stay out of the checkpoint and cell hashes
+ADDED_TASK_KEY_DEFAULTS = {"ppo_input": "answer"}
+
+
+def env_identity(env: Any) -> Any:
+    """An env config as every hash sees it (checkpoints, cells, fine-tuned and trained models):
+    the task's ADDED_TASK_KEY_DEFAULTS keys left out where they hold that value."""
+    task = env.get("task") if isinstance(env, dict) else None
+    if not isinstance(task, dict):
+        return env
+    kept = {
+        k: v
+        for k, v in task.items()
+        if not (k in ADDED_TASK_KEY_DEFAULTS and v == ADDED_TASK_KEY_DEFAULTS[k])
+    }
+    return {**env, "task": kept}
+
 
 @dataclass
 class NavView:
@@ -153,6 +171,9 @@ class Task(abc.ABC):
     # True: the valid actions change per step and the observation ends with their mask, one
     # entry per action (PPO then trains policy.network.MaskedDropoutPolicy)
     masks_actions: bool = False
+    # with masks_actions: the features of each action's command that the observation holds, in
+    # `action_space.n` blocks just before the mask (policy.head=commands scores them); None: none
+    command_dim: int | None = None
 
     @abc.abstractmethod
     def episode(self, seed: int) -> Episode:

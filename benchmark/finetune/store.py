@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark import config
 from benchmark.consultants.fingerprint import MARKER, marker_holds
+from benchmark.envs.base import env_identity
 from benchmark.finetune.dataset import (
     AUTOPILOT_MODES,
     Example,
@@ -216,7 +217,7 @@ class Recipe:
         return {
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
-            "env": self.env,
+            "env": env_identity(self.env),
             # how the model is asked (generate or choice scoring, whose sampling values) does
             # not change its training
             "prompt": _sans_mode(self.prompt),

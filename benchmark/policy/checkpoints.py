@@ -22,7 +22,7 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
-from benchmark.envs.base import Task
+from benchmark.envs.base import Task, env_identity
 from benchmark.policy import names, portable, resume, sb3zip
 from benchmark.policy.errors import CheckpointError
 from benchmark.policy.provenance import system_info
@@ -57,6 +57,7 @@ ADDED_POLICY_KEY_DEFAULTS = {
     "image_scale": None,
     "train_seed_pool": None,
     "eval_seeds": "fixed",
+    "head": "slots",
 }
 
 
@@ -69,9 +70,10 @@ def recipe_payload(cfg: DictConfig) -> dict[str, Any]:
         if k not in UNHASHED_POLICY_KEYS
         and not (k in ADDED_POLICY_KEY_DEFAULTS and v == ADDED_POLICY_KEY_DEFAULTS[k])
     }
+    task = env_identity({"task": OmegaConf.to_container(cfg.env.task, resolve=True)})["task"]
     return {
         "env": {
-            "task": OmegaConf.to_container(cfg.env.task, resolve=True),
+            "task": task,
             "net_arch": OmegaConf.to_container(cfg.env.net_arch, resolve=True),
             "thresholds": OmegaConf.to_container(cfg.env.thresholds, resolve=True),
         },

@@ -11,6 +11,8 @@ step share that step's recurrent state."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +31,10 @@ IMAGE_NORMALIZATIONS = ("sb3", "per_channel")
 # where the dropout of each hidden layer sits: after its activation (the suite's and the paper
 # protocol's) or between the Linear and its activation (the released code's DropoutMlpExtractor)
 DROPOUT_PLACEMENTS = ("after_activation", "before_activation")
+# the actor's last layer on a masked-command task: one logit per slot (a Linear over the latent,
+# so slot i means "the i-th sorted command", whatever it is now) or each command scored from its
+# own text (CommandScoringPolicy: a command keeps its meaning across steps)
+HEADS = ("slots", "commands")
 
 
 class RawImageScale(BaseFeaturesExtractor):
@@ -148,6 +154,16 @@ def algorithm(cfg: dict[str, Any]) -> str:
     return name
 
 
+def policy_head(cfg: dict[str, Any]) -> str:
+    """`slots` (a Linear over the latent, one logit per action) or `commands` (on a masked-command
+    task, CommandScoringPolicy); configs without the key are `slots`, so their checkpoint hashes
+    do not change."""
+    head = cfg.get("head", HEADS[0])
+    if head not in HEADS:
+        raise ValueError(f"policy.head={head!r}: allowed {HEADS}")
+    return head
+
+
 class DropoutMlpExtractor(nn.Module):
     """SB3's MlpExtractor with `nn.Dropout(p)` after each hidden activation.
 
@@ -258,25 +274,141 @@ class MaskedDropoutPolicy(DropoutActorCriticPolicy):
     way (`action_mask`), so the gate counts only the allowed actions."""
 
     # SB3 builds the action distribution from the latent alone: each entry point that builds
-    # one (rollouts, training's log-probs, predict) keeps its batch's mask for it first
+    # one (rollouts, training's log-probs, predict) keeps what its batch's head needs first
     def forward(self, obs, deterministic: bool = False):
-        self._mask = self._obs_mask(obs)
+        self._keep(obs)
         return super().forward(obs, deterministic)
 
     def evaluate_actions(self, obs, actions):
-        self._mask = self._obs_mask(obs)
+        self._keep(obs)
         return super().evaluate_actions(obs, actions)
 
     def get_distribution(self, obs):
-        self._mask = self._obs_mask(obs)
+        self._keep(obs)
         return super().get_distribution(obs)
+
+    def _keep(self, obs: torch.Tensor) -> None:
+        self._mask = self._obs_mask(obs)
 
     def _obs_mask(self, obs: torch.Tensor) -> torch.Tensor:
         return obs[..., -int(self.action_space.n) :] > 0.5
 
+    def _logits(self, latent_pi: torch.Tensor) -> torch.Tensor:
+        return self.action_net(latent_pi)
+
     def _get_action_dist_from_latent(self, latent_pi: torch.Tensor):
-        logits = mask_logits(self.action_net(latent_pi), self._mask)
+        logits = mask_logits(self._logits(latent_pi), self._mask)
         return self.action_dist.proba_distribution(action_logits=logits)
+
+
+class CommandScorer(nn.Module):
+    """Scores each command slot from the command's own features: logit_i = q(latent) . e(c_i)
+    + w . e(c_i), e a Linear + Tanh embedding shared by every slot. A command's score depends on
+    its text and the state, never on its slot, so it means the same at every step (the slot
+    head's Linear gives slot i one weight row whatever command lies there)."""
+
+    def __init__(self, latent_dim: int, command_dim: int, embed_dim: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(latent_dim, embed_dim)
+        self.embed = nn.Sequential(nn.Linear(command_dim, embed_dim), nn.Tanh())
+        self.prior = nn.Linear(embed_dim, 1, bias=False)  # a command's score whatever the state
+
+    def forward(self, latent: torch.Tensor, commands: torch.Tensor) -> torch.Tensor:
+        """(R, latent_dim) latents and (R, K, command_dim) commands -> (R, K) logits."""
+        e = self.embed(commands)
+        return torch.einsum("rkd,rd->rk", e, self.query(latent)) + self.prior(e).squeeze(-1)
+
+
+class CommandSetFeatures(BaseFeaturesExtractor):
+    """What the command-scoring policy's MLPs read: the observation before its command slots,
+    and the sum of the slots' command features (the mask is left out). A sum does not know which
+    command lies in which slot, so the state's latent, and with it each command's score, stays
+    the same when the commands change slots."""
+
+    def __init__(self, observation_space: gym.spaces.Box, n: int, command_dim: int) -> None:
+        self.head_dim = int(observation_space.shape[-1]) - n * (command_dim + 1)
+        super().__init__(observation_space, self.head_dim + command_dim)
+        self.n, self.command_dim = n, command_dim
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        x = observations.reshape(observations.shape[0], -1)
+        commands = x[:, self.head_dim : -self.n].reshape(-1, self.n, self.command_dim)
+        return torch.cat([x[:, : self.head_dim], commands.sum(1)], dim=1)
+
+
+class CommandScoringPolicy(MaskedDropoutPolicy):
+    """The masked dropout actor-critic with the command-scoring head (`policy.head=commands`):
+    before the action mask, the observation holds `action_space.n` blocks of `command_dim`
+    features, one per slot (a text game's hashed command words, envs.textworld.task); the actor
+    scores each with CommandScorer over a latent that does not depend on the slots' order
+    (CommandSetFeatures). The MC dropout sits where it always does, in the actor MLP before the
+    head, so the gate's entropies are computed as for the slot head."""
+
+    def __init__(self, *args: Any, command_dim: int, embed_dim: int = 64, **kwargs: Any) -> None:
+        for key, value in (("command_dim", command_dim), ("embed_dim", embed_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
+        if kwargs.get("features_extractor_class") not in (None, CommandSetFeatures):
+            raise ValueError(
+                "policy.head=commands reads the observation through its own features "
+                f"(CommandSetFeatures), not {kwargs['features_extractor_class'].__name__}"
+            )
+        self.command_dim, self.embed_dim = command_dim, embed_dim
+        action_space = args[1] if len(args) > 1 else kwargs["action_space"]
+        kwargs["features_extractor_class"] = CommandSetFeatures
+        kwargs["features_extractor_kwargs"] = {"n": int(action_space.n), "command_dim": command_dim}
+        super().__init__(*args, **kwargs)
+
+    def _build(self, lr_schedule) -> None:
+        super()._build(lr_schedule)
+        n = int(self.action_space.n)
+        if self.observation_space.shape[-1] < n * (self.command_dim + 1):
+            raise ValueError(
+                f"observation of {self.observation_space.shape[-1]} entries cannot hold "
+                f"{n} commands of {self.command_dim} features and their mask"
+            )
+        self.action_net = CommandScorer(
+            self.mlp_extractor.latent_dim_pi, self.command_dim, self.embed_dim
+        )
+        if self.ortho_init:  # as SB3 treats its action_net: a near-uniform first policy
+            self.action_net.embed.apply(partial(self.init_weights, gain=1.0))
+            self.action_net.query.apply(partial(self.init_weights, gain=0.01))
+            self.action_net.prior.apply(partial(self.init_weights, gain=0.01))
+        # SB3's _build made the optimizer over the slot head's parameters
+        self.optimizer = self.optimizer_class(
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+        )
+
+    def _keep(self, obs: torch.Tensor) -> None:
+        super()._keep(obs)
+        self._commands = self.obs_commands(obs)
+
+    def obs_commands(self, obs: torch.Tensor) -> torch.Tensor:
+        """(..., K, command_dim): each slot's command features, just before the mask."""
+        n, c = int(self.action_space.n), self.command_dim
+        block = obs[..., -(n + n * c) : -n]
+        return block.reshape(*obs.shape[:-1], n, c)
+
+    def _logits(self, latent_pi: torch.Tensor) -> torch.Tensor:
+        return self.action_net(latent_pi, self._commands)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        for key in ("features_extractor_class", "features_extractor_kwargs"):
+            data.pop(key, None)  # implied by the class (__init__ sets them)
+        data.update(command_dim=self.command_dim, embed_dim=self.embed_dim)
+        return data
+
+
+def logits_head(policy: ActorCriticPolicy, obs: np.ndarray) -> Callable[..., torch.Tensor]:
+    """The actor's last layer for a batch of observations, as `head(latent, n=1)`: latent rows,
+    `n` per observation (obs-major, MC dropout's layout) -> logits. The slot head reads the
+    latent alone; the command-scoring head scores each observation's own commands."""
+    if not isinstance(policy, CommandScoringPolicy):
+        return lambda latent, n=1: policy.action_net(latent)
+    obs_t, _ = policy.obs_to_tensor(obs)
+    commands = policy.obs_commands(obs_t)
+    return lambda latent, n=1: policy.action_net(latent, commands.repeat_interleave(n, dim=0))
 
 
 def action_mask(policy: ActorCriticPolicy, obs: np.ndarray) -> torch.Tensor | None:

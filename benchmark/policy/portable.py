@@ -40,6 +40,7 @@ from stable_baselines3 import PPO
 from benchmark.policy import sb3zip
 from benchmark.policy.errors import CheckpointError
 from benchmark.policy.network import (
+    CommandScoringPolicy,
     DropoutActorCriticPolicy,
     MaskedDropoutPolicy,
     MinigridFeaturesExtractor,
@@ -65,6 +66,7 @@ POLICY_CLASSES: dict[str, tuple[type, type]] = {
     for algo, policy in (
         (PPO, DropoutActorCriticPolicy),
         (PPO, MaskedDropoutPolicy),
+        (PPO, CommandScoringPolicy),
         (RecurrentPPO, RecurrentDropoutPolicy),
     )
 }

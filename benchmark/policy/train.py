@@ -26,10 +26,12 @@ from stable_baselines3.common.vec_env import VecEnv
 from benchmark.envs.base import Task
 from benchmark.policy import names, resume
 from benchmark.policy.network import (
+    CommandScoringPolicy,
     DropoutActorCriticPolicy,
     MaskedDropoutPolicy,
     RecurrentDropoutPolicy,
     algorithm,
+    policy_head,
     policy_kwargs,
 )
 from benchmark.policy.vec_env import make_vec_env, resolve_workers
@@ -238,6 +240,7 @@ def validate_policy(cfg: dict[str, Any]) -> None:
         )
     resume.every_steps(cfg)
     check_eval_seeds(cfg.get("eval_seeds", EVAL_SEED_SCHEDULES[0]))
+    policy_head(cfg)
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise ValueError(f"policy.lr_schedule={cfg['lr_schedule']!r}: allowed {LR_SCHEDULES}")
     if algorithm(cfg) == "recurrent_ppo":
@@ -264,11 +267,20 @@ def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
                 f"supports (MaskedDropoutPolicy), not {algorithm(cfg)!r}"
             )
         policy_class = MaskedDropoutPolicy
+    kwargs = policy_kwargs(cfg)
+    if policy_head(cfg) == "commands":
+        if not task.masks_actions or task.command_dim is None:
+            raise ValueError(
+                f"policy.head='commands' scores each command from its features, which task "
+                f"{task.name!r} does not give (a text game's does): allowed policy.head=slots"
+            )
+        policy_class = CommandScoringPolicy
+        kwargs["command_dim"] = int(task.command_dim)
     model = algo(
         policy_class,
         env,
         learning_rate=schedule,
-        policy_kwargs=policy_kwargs(cfg),
+        policy_kwargs=kwargs,
         device=cfg.get("device", "cpu"),
         verbose=0,
         **(cfg.get("ppo") or {}),

@@ -366,6 +366,14 @@ def test_hash_ignores_runtime_keys_only(tmp_path):
     other.env.task.step_limit = 50
     assert config_hash(other) != base
     assert config_hash(job_cfg(tmp_path, "ppo_cnn")) != base
+    # keys added later: out of the hash at the value every earlier checkpoint was trained with
+    assert config_hash(job_cfg(tmp_path, head="slots")) == base
+    assert config_hash(job_cfg(tmp_path, head="commands")) != base
+    other = job_cfg(tmp_path)
+    other.env.task.ppo_input = "answer"
+    assert config_hash(other) == base
+    other.env.task.ppo_input = "player"
+    assert config_hash(other) != base
 
 
 @pytest.mark.slow

@@ -40,7 +40,8 @@ def action_logits(policy, obs: np.ndarray, mc_seed: int | None = None) -> torch.
         torch.manual_seed(mc_seed)
     with torch.no_grad():
         features, _ = network.actor_input(policy, obs)
-        return policy.action_net(policy.mlp_extractor.forward_actor(features))
+        head = network.logits_head(policy, obs)
+        return head(policy.mlp_extractor.forward_actor(features))
 
 
 def assert_same_policy(a, b, obs: np.ndarray) -> None:
@@ -79,12 +80,15 @@ SUITE_KINDS = {  # the suite's other policy classes and class-valued kwargs
     "minigrid_cnn": (PPO, network.DropoutActorCriticPolicy, {"extractor": "minigrid_cnn"}),
     "image_scale": (PPO, network.DropoutActorCriticPolicy, {"image_scale": 10.0}),
     "masked": (PPO, network.MaskedDropoutPolicy, {}),
+    "commands": (PPO, network.CommandScoringPolicy, {}),
     "recurrent": (
         RecurrentPPO,
         network.RecurrentDropoutPolicy,
         {"algorithm": "recurrent_ppo", "lstm_hidden_size": 8},
     ),
 }
+# what build_model adds from the task (the command-scoring head: its commands' features)
+TASK_KWARGS = {"commands": {"command_dim": 8, "embed_dim": 16}}
 
 
 @pytest.mark.parametrize("kind", SUITE_KINDS)
@@ -93,6 +97,7 @@ def test_every_suite_policy_kind_round_trips(kind, tmp_path):
 
     algo, policy_class, extra = SUITE_KINDS[kind]
     kwargs = network.policy_kwargs({"net_arch": [16, 16], "dropout": 0.2, **extra})
+    kwargs.update(TASK_KWARGS.get(kind, {}))
     torch.manual_seed(0)
     made = algo(policy_class, Spaces(BOX, gym.spaces.Discrete(4)), policy_kwargs=kwargs)
     made.save(tmp_path / "final.zip")

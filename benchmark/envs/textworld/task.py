@@ -8,7 +8,9 @@ so an action index means the same to PPO, to the consultants and to the prompts.
 
 Observation (the policy's, no LM): hashed bags of words, all 0/1, concatenated:
   [TEXT_DIM: the game's last answer + the objective]
-  [max_commands x COMMAND_DIM: each slot's command]
+  (`ppo_input: player` adds [TEXT_DIM: the room's description] [TEXT_DIM: the inventory])
+  [max_commands x command_dim: each slot's command (COMMAND_DIM words; PLAYER_COMMAND_DIM under
+   `player`, fewer collisions for the command-scoring head, policy.head=commands)]
   [max_commands: the action mask, 1 = the slot holds an admissible command].
 The mask is the observation's last `max_commands` entries (policy.network.MaskedDropoutPolicy
 reads it there), so PPO never samples a masked slot and the gate's entropy counts only
@@ -39,6 +41,11 @@ from benchmark.seeds import TRAIN_SEED_MIN
 log = logging.getLogger(__name__)
 
 TEXT_DIM, COMMAND_DIM = 256, 16
+PLAYER_COMMAND_DIM = 64
+# what PPO's observation holds (above): `answer` the last answer and the objective; `player` also
+# the room's description and the inventory, what a player sees (TextWorld prints each with a
+# hidden command per step, so `player` steps slower)
+PPO_INPUTS = ("answer", "player")
 commands_of = games.commands_of  # the command set of a step (games.py checks it at generation)
 _WORD = re.compile(r"[a-z0-9]+")
 _TEXT_LINE = re.compile(r"[A-Za-z]{2}")
@@ -104,13 +111,15 @@ class TextGameEnv(gym.Env):
 
         self.task, self.expert = task, expert
         k = task.max_commands
-        size = TEXT_DIM + k * COMMAND_DIM + k
+        self.sees_room = task.ppo_input == "player"
+        size = TEXT_DIM * (3 if self.sees_room else 1) + k * task.command_dim + k
         self.observation_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
         self.action_space = gym.spaces.Discrete(k)
         self.infos = textworld.EnvInfos(
             admissible_commands=True,
-            description=expert,  # each costs TextWorld a hidden command per step: prompts only
-            inventory=expert,
+            # each costs TextWorld a hidden command per step: prompts and the player input only
+            description=expert or self.sees_room,
+            inventory=expert or self.sees_room,
             objective=True,
             max_score=True,
             won=True,
@@ -169,14 +178,17 @@ class TextGameEnv(gym.Env):
         return f"{self.state.feedback or ''} {self.state['objective'] or ''}"
 
     def observation(self) -> np.ndarray:
-        k = self.task.max_commands
-        slots = np.zeros((k, COMMAND_DIM), dtype=np.float32)
+        k, dim = self.task.max_commands, self.task.command_dim
+        slots = np.zeros((k, dim), dtype=np.float32)
         mask = np.zeros(k, dtype=np.float32)
         for i, command in enumerate(self.commands):
-            slots[i] = hashed_words(command, COMMAND_DIM)
+            slots[i] = hashed_words(command, dim)
             mask[i] = 1.0
-        text = hashed_words(self.text(), TEXT_DIM)
-        return np.concatenate([text, slots.ravel(), mask])
+        texts = [self.text()]
+        if self.sees_room:
+            texts += [self.state["description"] or "", self.state["inventory"] or ""]
+        blocks = [hashed_words(text, TEXT_DIM) for text in texts]
+        return np.concatenate([*blocks, slots.ravel(), mask])
 
     def step(self, action: int):
         """A masked slot sends no command and wastes the turn (the masked policy never picks
@@ -219,6 +231,7 @@ class TextWorldTask(Task):
         max_commands: int = 32,
         train_games: int = 100,
         games_dir: str | None = None,
+        ppo_input: str = PPO_INPUTS[0],
     ):
         """`game`: quest | treasure | cooking; `generation`: its parameters
         (games.PARAMETERS, defaults filled in), or a list of them: a mixture, cycled per game
@@ -227,7 +240,7 @@ class TextWorldTask(Task):
         dict: the parameters that differ from `generation`'s; a list: a mixture of its own;
         Agent-BRACE makes them harder); `train_games`: the size of the training pool;
         `games_dir`: the game cache (default: `textworld/` under the job's results root,
-        use_results_root)."""
+        use_results_root); `ppo_input`: what PPO's observation holds (PPO_INPUTS)."""
         self.mixture = [games.check_parameters(game, p) for p in _entries(generation)]
         if isinstance(evaluation_generation, (list, tuple)):
             self.eval_mixture = [
@@ -244,6 +257,10 @@ class TextWorldTask(Task):
                 raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
         if isinstance(train_games, bool) or not isinstance(train_games, int) or train_games < 1:
             raise ValueError(f"train_games={train_games!r} is invalid: allowed an integer >= 1")
+        if ppo_input not in PPO_INPUTS:
+            raise ValueError(f"ppo_input={ppo_input!r}: allowed {PPO_INPUTS}")
+        self.ppo_input = ppo_input
+        self.command_dim = PLAYER_COMMAND_DIM if ppo_input == "player" else COMMAND_DIM
         self.name, self.game = name, game
         self.max_steps, self.max_commands = max_steps, max_commands
         self.train_games = train_games
