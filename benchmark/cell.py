@@ -225,7 +225,9 @@ class CellSpec:
     def name(self) -> str:
         """env/gate[/slm/prompt(+r)][/checkpoint-sSEED or file@sha]: readable, not unique."""
         c = self.config
-        parts = [c["env"]["name"], self.gate.name + ("-normalised" if self.gate.normalise else "")]
+        ppo_input = (c["env"].get("task") or {}).get("ppo_input", "answer")
+        env = c["env"]["name"] + ("" if ppo_input == "answer" else f"+{ppo_input}")
+        parts = [env, self.gate.name + ("-normalised" if self.gate.normalise else "")]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
             read = family_prompt_keys(c)  # the family's keys away from their usual value
@@ -256,7 +258,8 @@ class CellSpec:
             name = path.stem if one_file else f"{path.name}/{policy['checkpoint']}"
             sha = self.inputs.get("checkpoint_sha256", "")[:8]
             return f"{name}@{sha}" if sha else name
-        return f"{policy['checkpoint']}-s{policy['seed']}"
+        head = "" if policy.get("head", "slots") == "slots" else f"+{policy['head']}"
+        return f"{policy['checkpoint']}-s{policy['seed']}{head}"
 
     def labels(self) -> dict[str, Any]:
         """The fields that say what the cell is (summary.json, report rows, W&B config)."""

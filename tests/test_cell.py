@@ -173,3 +173,19 @@ def test_gate_normalise_at_false_keeps_every_hash_and_true_is_another_cell():
     assert normalised.tuning_key() != plain.tuning_key()  # tau is in other units
     assert normalised.gate.normalise and not plain.gate.normalise
     assert normalised.name == plain.name.replace("/entropy/", "/entropy-normalised/")
+
+
+def test_a_text_games_ppo_input_and_head_are_in_the_cells_name_and_hash():
+    """The player input and the command-scoring head name their cells (tw_treasure+player,
+    ...+commands) and re-key them; at their defaults the name and hash are as before."""
+    base = ["env=tw_treasure", "gate=never", "protocol=suite"]
+    specs = {}
+    for extra in ([], ["env.task.ppo_input=player"], ["policy.head=commands"]):
+        cfg = compose([*base, *extra])
+        spec = CellSpec.from_config(cfg).with_inputs(policy_weights=config_hash(cfg))
+        specs[tuple(extra)] = spec
+    plain, player, commands = specs.values()
+    assert plain.name == "tw_treasure/never/best-s0"
+    assert player.name == "tw_treasure+player/never/best-s0"
+    assert commands.name == "tw_treasure/never/best-s0+commands"
+    assert len({s.hash for s in specs.values()}) == 3
