@@ -18,7 +18,7 @@ from benchmark.consultants.base import SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.gates import TAU_AUTO, Gate, NeverGate, available_gates
 from benchmark.policy import names
-from benchmark.policy.train import as_dict, validate_policy
+from benchmark.policy.train import as_dict, check_head, validate_policy
 from benchmark.protocol import FIELDS
 from benchmark.seeds import Splits
 from benchmark.tuning import Objective
@@ -93,6 +93,10 @@ def validate(cfg: DictConfig, task=None) -> Splits:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 0")
     validate_policy(as_dict(cfg.policy))
+    if cfg.policy.get("head", "slots") != "slots":
+        from benchmark.envs import make_task
+
+        check_head(task if task is not None else make_task(cfg.env), as_dict(cfg.policy))
     _check_released_network(cfg.policy)
     _check_tuning_scope(cfg)
     hint = OmegaConf.select(cfg, "prompt.planner_hint")

@@ -5,6 +5,25 @@ hand; tests/test_bad_inputs.py checks that it lists every case."""
 GOOD = ["gate=always", "slm=oracle", "prompt=basic", "env=empty5x5_random", "eval.n_episodes=2"]
 
 CASES = [
+    (
+        "unknown policy head",
+        ["policy.head=words"],
+        {},
+        "policy.head='words': allowed ('slots', 'commands')",
+    ),
+    (
+        "command head on a grid",
+        ["policy.head=commands"],
+        {},
+        "policy.head='commands' scores each command from its features, which task "
+        "'empty5x5_random' does not give",
+    ),
+    (
+        "unknown text-game PPO input",
+        ["env=tw_treasure", "env.task.ppo_input=room"],
+        {},
+        "ppo_input='room': allowed ('answer', 'player')",
+    ),
     ("unknown env", ["env=fourroom"], {}, "Could not find 'env/fourroom'"),
     ("unknown prompt", ["prompt=fancy"], {}, "Could not find 'prompt/fancy'"),
     ("unknown gate", ["gate=sometimes"], {}, "Could not find 'gate/sometimes'"),

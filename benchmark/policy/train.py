@@ -250,6 +250,17 @@ def validate_policy(cfg: dict[str, Any]) -> None:
                 raise ValueError(f"policy.{key}={value!r} is invalid: allowed an integer >= 1")
 
 
+def check_head(task: Task, cfg: dict[str, Any]) -> str:
+    """`policy.head` (network.HEADS), refused where `task` gives no command features to score."""
+    head = policy_head(cfg)
+    if head == "commands" and (not task.masks_actions or task.command_dim is None):
+        raise ValueError(
+            f"policy.head='commands' scores each command from its features, which task "
+            f"{task.name!r} does not give (a text game's does): allowed policy.head=slots"
+        )
+    return head
+
+
 def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     """The untrained PPO of a validated policy config on its training envs: SB3's defaults but
     for what the config sets (policy.ppo, the LR and its schedule, the network)."""
@@ -268,12 +279,7 @@ def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
             )
         policy_class = MaskedDropoutPolicy
     kwargs = policy_kwargs(cfg)
-    if policy_head(cfg) == "commands":
-        if not task.masks_actions or task.command_dim is None:
-            raise ValueError(
-                f"policy.head='commands' scores each command from its features, which task "
-                f"{task.name!r} does not give (a text game's does): allowed policy.head=slots"
-            )
+    if check_head(task, cfg) == "commands":
         policy_class = CommandScoringPolicy
         kwargs["command_dim"] = int(task.command_dim)
     model = algo(
