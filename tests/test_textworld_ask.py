@@ -124,6 +124,25 @@ def test_the_gate_entropy_counts_only_the_admissible_commands(model, episodes):
     np.testing.assert_array_equal(unc.action, ref.action)
 
 
+def test_batched_mc_dropout_scores_each_observations_own_commands(model, head, episodes):
+    """A sharp head (its last layer x 50: far from uniform, unlike an untrained one): the
+    batched MC passes (B x N rows, obs-major) give the sequential passes' entropies, so each
+    row is scored with its own observation's commands."""
+    import copy
+
+    sharp = copy.deepcopy(model)
+    last = sharp.policy.action_net.query if head == "commands" else sharp.policy.action_net
+    with torch.no_grad():
+        last.weight.mul_(50.0)
+    obs = np.stack([o for o, _ in episodes])
+    unc = mc_dropout(sharp, obs, 8, generator=torch.Generator().manual_seed(1))
+    ref = mc_dropout_sequential(sharp, obs, 8, generator=torch.Generator().manual_seed(1))
+    assert unc.total.std() > 0.05  # the rows differ: a mixed-up layout would show
+    np.testing.assert_allclose(unc.total, ref.total, atol=1e-4)
+    np.testing.assert_allclose(unc.epistemic, ref.epistemic, atol=1e-4)
+    np.testing.assert_array_equal(unc.action, ref.action)
+
+
 def test_one_admissible_command_means_no_uncertainty(model, episodes):
     obs = episodes[0][0].copy()
     k = model.action_space.n

@@ -49,6 +49,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.envs.base import env_identity
 from benchmark.policy import portable
 from benchmark.policy.card import model_card
 from benchmark.policy.checkpoints import (
@@ -436,12 +437,16 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
     verify(policy_dir)  # every file but the weights (first format: none); resolve checks those
     wanted = read_json(policy_dir / "config.json") or {}
     trained_on = (wanted.get("env") or {}).get("task")
-    if trained_on is not None and trained_on != OmegaConf.to_container(cfg.env.task, resolve=True):
+    task = OmegaConf.to_container(cfg.env.task, resolve=True)
+    # a key added since the bundle was made, at the value it was trained with, is no difference
+    if trained_on is not None and env_identity({"task": trained_on}) != env_identity(
+        {"task": task}
+    ):
         log.warning(
             "%s was trained on env.task %s; this job's env.task differs (%s)",
             policy_dir.name,
             trained_on,
-            OmegaConf.to_container(cfg.env.task, resolve=True),
+            task,
         )
     source = cfg.policy.get("source")  # a bundle is downloaded or exported, never trained here
     revision = f" --revision {cfg.policy.revision}" if cfg.policy.get("revision") else ""

@@ -313,10 +313,14 @@ class CommandScorer(nn.Module):
         self.embed = nn.Sequential(nn.Linear(command_dim, embed_dim), nn.Tanh())
         self.prior = nn.Linear(embed_dim, 1, bias=False)  # a command's score whatever the state
 
-    def forward(self, latent: torch.Tensor, commands: torch.Tensor) -> torch.Tensor:
-        """(R, latent_dim) latents and (R, K, command_dim) commands -> (R, K) logits."""
-        e = self.embed(commands)
-        return torch.einsum("rkd,rd->rk", e, self.query(latent)) + self.prior(e).squeeze(-1)
+    def forward(self, latent: torch.Tensor, commands: torch.Tensor, n: int = 1) -> torch.Tensor:
+        """(B * n, latent_dim) latents, `n` per observation (obs-major: MC dropout's rows), and
+        the (B, K, command_dim) commands of the B observations -> (B * n, K) logits. Each
+        observation's commands are embedded once, whatever n."""
+        e = self.embed(commands)  # (B, K, d)
+        q = self.query(latent).view(e.shape[0], n, -1)  # (B, n, d)
+        logits = torch.einsum("bkd,bnd->bnk", e, q) + self.prior(e).transpose(1, 2)
+        return logits.reshape(e.shape[0] * n, -1)
 
 
 class CommandSetFeatures(BaseFeaturesExtractor):
@@ -408,7 +412,7 @@ def logits_head(policy: ActorCriticPolicy, obs: np.ndarray) -> Callable[..., tor
         return lambda latent, n=1: policy.action_net(latent)
     obs_t, _ = policy.obs_to_tensor(obs)
     commands = policy.obs_commands(obs_t)
-    return lambda latent, n=1: policy.action_net(latent, commands.repeat_interleave(n, dim=0))
+    return lambda latent, n=1: policy.action_net(latent, commands, n)
 
 
 def action_mask(policy: ActorCriticPolicy, obs: np.ndarray) -> torch.Tensor | None:
