@@ -278,7 +278,21 @@ class CellSpec:
             "policy_seed": int(c["policy"]["seed"]) if policy else None,
             "mc_samples": self.gate.mc_samples,
             "split": c["eval"]["split"],
+            "variant": self.variant,
         }
+
+    @property
+    def variant(self) -> str | None:
+        """What PPO reads and how it scores, where not the default (a text game's player input,
+        the command-scoring head): part of the method's name, so report rows, W&B runs and the
+        dashboard tell the variants apart; None at the defaults."""
+        if not self.uses_policy:
+            return None
+        ppo_input = (self.config["env"].get("task") or {}).get("ppo_input", "answer")
+        parts = [f"{ppo_input} input"] if ppo_input != "answer" else []
+        head = self.config["policy"].get("head", "slots")
+        parts += [f"{head} head"] if head != "slots" else []
+        return ", ".join(parts) or None
 
 
 def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:

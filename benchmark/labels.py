@@ -20,7 +20,12 @@ def prompt_label(prompt: str | None, rationale: bool | None) -> str:
 
 def method_label(c: Any) -> str:
     """The papers' names of a cell with labels `gate`, `slm`, `prompt`, `rationale` and the random
-    gate's `p` (a report Cell, or `of_spec`'s)."""
+    gate's `p` (a report Cell, or `of_spec`'s), and its PPO `variant` in brackets where set."""
+    variant = getattr(c, "variant", None)
+    return _method_name(c) + (f" [{variant}]" if variant else "")
+
+
+def _method_name(c: Any) -> str:
     if c.gate == "never":
         return "PPO"
     if c.gate == "always":

@@ -189,3 +189,11 @@ def test_a_text_games_ppo_input_and_head_are_in_the_cells_name_and_hash():
     assert player.name == "tw_treasure+player/never/best-s0"
     assert commands.name == "tw_treasure/never/best-s0+commands"
     assert len({s.hash for s in specs.values()}) == 3
+    # the method's name says the variant, so report rows and W&B runs tell them apart
+    from benchmark.labels import method_label, of_spec
+
+    assert [method_label(of_spec(s)) for s in specs.values()] == [
+        "PPO",
+        "PPO [player input]",
+        "PPO [commands head]",
+    ]

@@ -15,7 +15,7 @@ TABLE = "aggregate"
 
 
 def _method(c: Cell) -> tuple:
-    return (c.gate, c.slm, c.prompt, bool(c.rationale), str(c.tau_setting), c.checkpoint)
+    return (c.gate, c.slm, c.prompt, bool(c.rationale), str(c.tau_setting), c.checkpoint, c.variant)
 
 
 def score_matrices(sweep: Sweep) -> dict[tuple, tuple[str, list[int], list[str], np.ndarray]]:

@@ -43,6 +43,7 @@ LABELS = (
     "checkpoint",
     "policy_seed",
     "mc_samples",
+    "variant",
 )
 
 
@@ -69,6 +70,7 @@ class Cell:
     tau_setting: Any = None  # as configured: a number, "auto", or None (no threshold)
     tau: float | None = None  # as used (the tuned value for auto)
     mc_samples: int | None = None
+    variant: str | None = None  # PPO's input and head where not the defaults (CellSpec.variant)
     p: Any = None  # random gate's query probability as configured (number or "match")
     name: str | None = None  # CellSpec.name
     summary: dict | None = None
