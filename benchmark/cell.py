@@ -169,6 +169,9 @@ class CellSpec:
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "env" in out:
             out["env"] = env_identity(out["env"])
+            task = out["env"].get("task")
+            if not self.uses_policy and isinstance(task, dict):  # what PPO reads: no PPO here
+                out["env"] = {**out["env"], "task": _drop(task, ("ppo_input",))}
         if "prompt" in out:  # the family-dependent keys its texts do not read
             unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
             out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
@@ -226,7 +229,8 @@ class CellSpec:
         """env/gate[/slm/prompt(+r)][/checkpoint-sSEED or file@sha]: readable, not unique."""
         c = self.config
         ppo_input = (c["env"].get("task") or {}).get("ppo_input", "answer")
-        env = c["env"]["name"] + ("" if ppo_input == "answer" else f"+{ppo_input}")
+        shown = ppo_input != "answer" and self.uses_policy
+        env = c["env"]["name"] + (f"+{ppo_input}" if shown else "")
         parts = [env, self.gate.name + ("-normalised" if self.gate.normalise else "")]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""

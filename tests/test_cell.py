@@ -197,3 +197,10 @@ def test_a_text_games_ppo_input_and_head_are_in_the_cells_name_and_hash():
         "PPO [player input]",
         "PPO [commands head]",
     ]
+    # a cell without PPO (SLM-only) plays the same episodes whatever PPO would read
+    slm_only = ["env=tw_treasure", "gate=always", "slm=oracle", "protocol=suite"]
+    a, b = (
+        CellSpec.from_config(compose([*slm_only, *extra])).with_inputs(model=None)
+        for extra in ([], ["env.task.ppo_input=player"])
+    )
+    assert a.hash == b.hash and a.name == b.name
