@@ -56,7 +56,8 @@ def aggregate_table(sweep: Sweep) -> Table | None:
     )
     for key, (label, seeds, envs, scores) in sorted(found.items(), key=lambda kv: str(kv[0])):
         m, lo, hi = iqm_ci(scores)
-        ppo_key = ("never", None, None, False, "None", key[-1])
+        checkpoint, variant = key[-2:]
+        ppo_key = ("never", None, None, False, "None", checkpoint, variant)
         ppo = found.get(ppo_key)
         better = DASH
         if key != ppo_key and ppo is not None and ppo[1] == seeds and ppo[2] == envs:
@@ -64,7 +65,7 @@ def aggregate_table(sweep: Sweep) -> Table | None:
             better = f"{p:.2f} [{plo:.2f}, {phi:.2f}]"
         table.rows.append(
             (
-                [label, str(key[-1] or DASH)],
+                [label, str(checkpoint or DASH)],
                 [str(len(envs)), str(len(seeds)), f"{m:.3f} [{lo:.3f}, {hi:.3f}]", better],
             )
         )
