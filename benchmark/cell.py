@@ -26,8 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.config import without_defaults
 from benchmark.consultants import backend_class
-from benchmark.envs.base import env_identity
+from benchmark.envs.base import ADDED_TASK_KEY_DEFAULTS, env_identity
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.redact import redact_data
@@ -228,9 +229,8 @@ class CellSpec:
     def name(self) -> str:
         """env/gate[/slm/prompt(+r)][/checkpoint-sSEED or file@sha]: readable, not unique."""
         c = self.config
-        ppo_input = (c["env"].get("task") or {}).get("ppo_input", "answer")
-        shown = ppo_input != "answer" and self.uses_policy
-        env = c["env"]["name"] + (f"+{ppo_input}" if shown else "")
+        ppo_input, _ = self._ppo_variant
+        env = c["env"]["name"] + (f"+{ppo_input}" if ppo_input else "")
         parts = [env, self.gate.name + ("-normalised" if self.gate.normalise else "")]
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
@@ -262,8 +262,8 @@ class CellSpec:
             name = path.stem if one_file else f"{path.name}/{policy['checkpoint']}"
             sha = self.inputs.get("checkpoint_sha256", "")[:8]
             return f"{name}@{sha}" if sha else name
-        head = "" if policy.get("head", "slots") == "slots" else f"+{policy['head']}"
-        return f"{policy['checkpoint']}-s{policy['seed']}{head}"
+        _, head = self._ppo_variant
+        return f"{policy['checkpoint']}-s{policy['seed']}" + (f"+{head}" if head else "")
 
     def labels(self) -> dict[str, Any]:
         """The fields that say what the cell is (summary.json, report rows, W&B config)."""
@@ -290,13 +290,20 @@ class CellSpec:
         """What PPO reads and how it scores, where not the default (a text game's player input,
         the command-scoring head): part of the method's name, so report rows, W&B runs and the
         dashboard tell the variants apart; None at the defaults."""
-        if not self.uses_policy:
-            return None
-        ppo_input = (self.config["env"].get("task") or {}).get("ppo_input", "answer")
-        parts = [f"{ppo_input} input"] if ppo_input != "answer" else []
-        head = self.config["policy"].get("head", "slots")
-        parts += [f"{head} head"] if head != "slots" else []
+        ppo_input, head = self._ppo_variant
+        parts = [f"{ppo_input} input"] * bool(ppo_input) + [f"{head} head"] * bool(head)
         return ", ".join(parts) or None
+
+    @property
+    def _ppo_variant(self) -> tuple[str | None, str | None]:
+        """(PPO's input, its head) where the cell runs PPO and they are not the defaults that
+        every cell before them ran (the answer input, the slot head)."""
+        if not self.uses_policy:
+            return None, None
+        task, policy = self.config["env"].get("task") or {}, self.config["policy"]
+        ppo_input = without_defaults(task, ADDED_TASK_KEY_DEFAULTS).get("ppo_input")
+        head = policy.get("head", "slots")
+        return ppo_input, None if head == "slots" else head
 
 
 def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
@@ -310,10 +317,7 @@ def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
 
 def _drop_added_defaults(node: str, value: Any) -> Any:
     """`value` (the config node `node`) without the ADDED_KEY_DEFAULTS keys at that value."""
-    defaults = ADDED_KEY_DEFAULTS.get(node)
-    if not defaults or not isinstance(value, dict):
-        return value
-    return {k: v for k, v in value.items() if not (k in defaults and v == defaults[k])}
+    return without_defaults(value, ADDED_KEY_DEFAULTS.get(node, {}))
 
 
 # decoding keys added after the cells they would re-key, at the value those cells used
@@ -324,9 +328,7 @@ def without_default_decoding(decoding: Any) -> Any:
     """A decoding mapping (slm.decoding, prompt.sampling) without `mode`, `source` and
     `repetition_penalty` where they hold their defaults, "generate", "config" and 1.0 (what every
     cell before those keys existed did); anything else as it is."""
-    if not isinstance(decoding, dict):
-        return decoding
-    return {k: v for k, v in decoding.items() if not DECODING_DEFAULTS.get(k, object()) == v}
+    return without_defaults(decoding, DECODING_DEFAULTS)
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from benchmark.config import without_defaults
+
 # env.task keys added after tasks were cached and cells computed, at the value that builds what
 # every task before them built: at that value they stay out of the checkpoint and cell hashes
 ADDED_TASK_KEY_DEFAULTS = {"ppo_input": "answer"}
@@ -26,12 +28,7 @@ def env_identity(env: Any) -> Any:
     task = env.get("task") if isinstance(env, dict) else None
     if not isinstance(task, dict):
         return env
-    kept = {
-        k: v
-        for k, v in task.items()
-        if not (k in ADDED_TASK_KEY_DEFAULTS and v == ADDED_TASK_KEY_DEFAULTS[k])
-    }
-    return {**env, "task": kept}
+    return {**env, "task": without_defaults(task, ADDED_TASK_KEY_DEFAULTS)}
 
 
 @dataclass

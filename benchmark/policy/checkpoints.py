@@ -22,6 +22,7 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
+from benchmark.config import without_defaults
 from benchmark.envs.base import Task, env_identity
 from benchmark.policy import names, portable, resume, sb3zip
 from benchmark.policy.errors import CheckpointError
@@ -64,12 +65,8 @@ ADDED_POLICY_KEY_DEFAULTS = {
 def recipe_payload(cfg: DictConfig) -> dict[str, Any]:
     """What of the env and policy configs shapes the trained weights (a key added later stays out
     at the value that trains what every checkpoint before it trained)."""
-    policy = {
-        k: v
-        for k, v in as_dict(cfg.policy).items()
-        if k not in UNHASHED_POLICY_KEYS
-        and not (k in ADDED_POLICY_KEY_DEFAULTS and v == ADDED_POLICY_KEY_DEFAULTS[k])
-    }
+    hashed = {k: v for k, v in as_dict(cfg.policy).items() if k not in UNHASHED_POLICY_KEYS}
+    policy = without_defaults(hashed, ADDED_POLICY_KEY_DEFAULTS)
     task = env_identity({"task": OmegaConf.to_container(cfg.env.task, resolve=True)})["task"]
     return {
         "env": {
