@@ -408,8 +408,22 @@ def test_context_per_step_is_the_longest_prompt_of_a_step():
             StepLog(201, 0, None, [], [], [], [turn(7)]),
             StepLog(200, 1, None, [], [], [], [turn(12)])]  # fmt: skip
     assert context.per_step(logs) == {0: 8.0, 1: 12.0}
+    assert context.running(logs) == {0: 2, 1: 1}  # seed 201 ended after step 0
     assert context.summary({0: 8.0, 1: 12.0}) == {"steps": 2, "first": 8.0, "last": 12.0,
                                                   "max": 12.0, "mean": 10.0}  # fmt: skip
+    assert context.summary({0: 8.0, 1: 12.0}, {0: 2, 1: 1})["running_last"] == 1
+
+
+def test_context_games_paper_takes_the_released_hard_evaluation_games():
+    from benchmark.brace.context import with_games
+
+    cfg = with_games("tw_quest", "paper")
+    assert cfg.task.evaluation_generation[-1] == {"nb_rooms": 8, "nb_objects": 12,
+                                                  "quest_length": 13}  # fmt: skip
+    assert cfg.task.max_commands == 128
+    assert with_games("tw_quest", "suite").task.evaluation_generation.nb_rooms == 4
+    with pytest.raises(SystemExit, match="no Agent-BRACE games for empty5x5_random"):
+        with_games("empty5x5_random", "paper")
 
 
 @pytest.mark.slow
