@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", type=int, nargs="+", default=[200, 201])
     ap.add_argument("--train-games", type=int, default=0)
     ap.add_argument("--games", default="suite", choices=("suite", "paper", "official"),
-                    help="evaluation games: the env's own (suite) or the protocol's Agent-BRACE "
+                    help="the games of validation and test seeds (0-199; training seeds play "
+                    "the training games): the env's own (suite) or the protocol's Agent-BRACE "
                     "games (paper: the released hard evaluation mixtures)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the curves here (json)")
     a = ap.parse_args(argv)
