@@ -103,6 +103,7 @@ def summary(curve: dict[int, float], alive: dict[int, int] | None = None) -> dic
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from benchmark.brace.train import task_for
     from benchmark.finetune import lm
+    from benchmark.protocol import PROTOCOLS
 
     ap = argparse.ArgumentParser(
         prog="python -m benchmark.brace.context", description=__doc__.split("\n\n")[0]
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=100, help="episode length (the env's cap)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[200, 201])
     ap.add_argument("--train-games", type=int, default=0)
-    ap.add_argument("--games", default="suite", choices=("suite", "paper", "official"),
+    ap.add_argument("--games", default="suite", choices=PROTOCOLS,
                     help="the games of validation and test seeds (0-199; training seeds play "
                     "the training games): the env's own (suite) or the protocol's Agent-BRACE "
                     "games (paper: the released hard evaluation mixtures)")  # fmt: skip
