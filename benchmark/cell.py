@@ -184,10 +184,12 @@ class CellSpec:
             backend = _drop(backend, backend_class(backend).execution_keys)
             if "env" in backend:  # a backend trained on the env's states (slm=finetuned)
                 backend = {**backend, "env": env_identity(backend["env"])}
+            if isinstance(backend.get("prompt"), dict):  # slm=finetuned's copy of the prompt
+                backend = {**backend, "prompt": _sans_choice_score(backend["prompt"])}
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
-            # slm.decoding.mode, .source and .repetition_penalty (and their copies in the prompt's sampling) at their
+            # slm.decoding.mode, .source, .repetition_penalty and .choice_score (and their copies in the prompt's sampling) at their
             # defaults are left out: cells made before the keys existed keep their hash
             for part, key in (("slm", "decoding"), ("prompt", "sampling")):
                 if isinstance(out.get(part), dict) and key in out[part]:
@@ -248,10 +250,13 @@ class CellSpec:
     @property
     def slm_label(self) -> str:
         """The consultant's name, `+choices` added when it answers by choice scoring
-        (slm.decoding.mode=choices), so report rows and cell names tell the two apart."""
-        slm = self.config["slm"]
-        mode = (slm.get("decoding") or {}).get("mode", "generate")
-        return str(slm["name"]) + ("+choices" if mode == "choices" else "")
+        (slm.decoding.mode=choices; `+choices-mean` with the per-token score), so report rows and
+        cell names tell them apart."""
+        decoding = self.config["slm"].get("decoding") or {}
+        if decoding.get("mode", "generate") != "choices":
+            return str(self.config["slm"]["name"])
+        mean = decoding.get("choice_score", "sum") == "mean"
+        return f"{self.config['slm']['name']}+choices" + ("-mean" if mean else "")
 
     @property
     def policy_label(self) -> str:
@@ -321,14 +326,28 @@ def _drop_added_defaults(node: str, value: Any) -> Any:
 
 
 # decoding keys added after the cells they would re-key, at the value those cells used
-DECODING_DEFAULTS = {"mode": "generate", "source": "config", "repetition_penalty": 1.0}
+DECODING_DEFAULTS = {
+    "mode": "generate",
+    "source": "config",
+    "repetition_penalty": 1.0,
+    "choice_score": "sum",
+}
 
 
 def without_default_decoding(decoding: Any) -> Any:
-    """A decoding mapping (slm.decoding, prompt.sampling) without `mode`, `source` and
-    `repetition_penalty` where they hold their defaults, "generate", "config" and 1.0 (what every
-    cell before those keys existed did); anything else as it is."""
+    """A decoding mapping (slm.decoding, prompt.sampling) without `mode`, `source`,
+    `repetition_penalty` and `choice_score` where they hold their defaults, "generate", "config",
+    1.0 and "sum" (what every cell before those keys existed did); anything else as it is."""
     return without_defaults(decoding, DECODING_DEFAULTS)
+
+
+def _sans_choice_score(prompt: dict[str, Any]) -> dict[str, Any]:
+    """A prompt config whose sampling leaves out `choice_score` at its default "sum" (the key
+    came after the fine-tuned consultant's cells, whose backend holds a copy of the prompt)."""
+    sampling = prompt.get("sampling")
+    if not isinstance(sampling, dict):
+        return prompt
+    return {**prompt, "sampling": without_defaults(sampling, {"choice_score": "sum"})}
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

@@ -14,7 +14,7 @@ from benchmark import workers
 from benchmark.analysis.steps import RERUN
 from benchmark.config import option_file, options, root_keys
 from benchmark.consultants import ConsultantError, backend_class
-from benchmark.consultants.base import SOURCES
+from benchmark.consultants.base import CHOICE_SCORES, SOURCES
 from benchmark.envs.navfeatures import PLANNER_HINTS
 from benchmark.gates import TAU_AUTO, Gate, NeverGate, available_gates
 from benchmark.policy import names
@@ -184,6 +184,18 @@ def _check_decoding_mode(cfg: DictConfig) -> None:
 
 def _check_mode(cfg: DictConfig, backend: type, source: str | None) -> None:
     mode = OmegaConf.select(cfg, "slm.decoding.mode")
+    score = OmegaConf.select(cfg, "slm.decoding.choice_score")
+    if score is not None and score not in CHOICE_SCORES:
+        raise ValueError(
+            f"slm.decoding.choice_score={score!r} is invalid: allowed {list(CHOICE_SCORES)} "
+            "(docs/choices.md)"
+        )
+    if score not in (None, "sum") and mode != "choices":
+        raise ValueError(
+            f"slm.decoding.choice_score={score!r} ranks the valid actions of "
+            f"slm.decoding.mode=choices; with mode={mode or 'generate'!r} it changes nothing: "
+            "set slm.decoding.mode=choices or leave choice_score at sum"
+        )
     if mode is None or mode == "generate":
         return
     if mode == "choices" and source == "model":

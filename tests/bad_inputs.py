@@ -250,4 +250,10 @@ CASES = [
         "slm.decoding.mode=choices cannot score any answer of prompt=stateful with "
         "prompt.rationale=true",
     ),
+    (
+        "an unknown choice score",
+        ["slm=tiny", "slm.decoding.mode=choices", "slm.decoding.choice_score=max"],
+        {},
+        "slm.decoding.choice_score='max' is invalid: allowed ['sum', 'mean']",
+    ),
 ]

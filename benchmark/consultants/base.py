@@ -19,8 +19,9 @@ from benchmark.consultants.errors import ConsultantError
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
 # what `slm.decoding` may set
-DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source", "repetition_penalty")
+DECODING_FIELDS = (*SAMPLING_FIELDS, "mode", "source", "repetition_penalty", "choice_score")
 MODES = ("generate", "choices")  # Decoding.mode
+CHOICE_SCORES = ("sum", "mean")  # Decoding.choice_score
 SOURCES = ("config", "model")  # Decoding.source
 ANSWER_TEXTS = ("suite", "released")  # Decoding.answer_text
 
@@ -47,6 +48,10 @@ class Decoding:
     # action as a continuation of the prompt (backends that can; docs/protocol.md, "Choice
     # scoring"); other queries (rationale, belief updates, plans) still generate
     mode: str = "generate"
+    # what "choices" ranks the actions by: "sum", the log-likelihood of the whole continuation
+    # (its tokens and the end of the reply), or "mean", that sum over its token count (a long
+    # command is not penalised for its length; lm-evaluation-harness's length-normalised score)
+    choice_score: str = "sum"
     # where temperature, top_p and top_k come from: "config" (the fields above, from
     # slm.decoding) or "model" (the model's own generation_config.json, as `generate` reads it
     # given no sampling argument: `Consultant.resolve_decoding` replaces them before anything else
@@ -72,6 +77,11 @@ class Decoding:
             )
         if self.mode not in MODES:
             raise ValueError(f"slm.decoding.mode={self.mode!r} is not one of {list(MODES)}")
+        if self.choice_score not in CHOICE_SCORES:
+            raise ValueError(
+                f"slm.decoding.choice_score={self.choice_score!r} is not one of "
+                f"{list(CHOICE_SCORES)}"
+            )
         if self.answer_text not in ANSWER_TEXTS:
             raise ValueError(f"answer_text={self.answer_text!r} is not one of {list(ANSWER_TEXTS)}")
         if self.source not in SOURCES:
@@ -105,7 +115,7 @@ class Decoding:
 
 def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     """The `slm.decoding` fields of a `Decoding` from a config mapping (temperature, top_p,
-    top_k, seed, mode, source, repetition_penalty; missing ones keep their defaults, null = default). Unknown keys fail."""
+    top_k, seed, mode, source, repetition_penalty, choice_score; missing ones keep their defaults, null = default). Unknown keys fail."""
     if sampling is None:
         return {}
     items = dict(sampling.items())
@@ -118,8 +128,8 @@ def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in items.items():
         if value is None:
             continue
-        if key in ("mode", "source"):
-            allowed = MODES if key == "mode" else SOURCES
+        if key in ("mode", "source", "choice_score"):
+            allowed = {"mode": MODES, "source": SOURCES, "choice_score": CHOICE_SCORES}[key]
             if value not in allowed:
                 raise ValueError(f"slm.decoding.{key}={value!r} is not one of {list(allowed)}")
             out[key] = str(value)

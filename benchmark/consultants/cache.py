@@ -44,6 +44,7 @@ def decoding_key(decoding: Decoding) -> dict:
     data = dataclasses.asdict(decoding)
     defaults = (
         ("mode", "generate"),
+        ("choice_score", "sum"),
         ("source", "config"),
         ("repetition_penalty", 1.0),
         ("answer_text", "suite"),

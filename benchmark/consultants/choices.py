@@ -4,7 +4,8 @@ unpadded on a copy of the stored prefix: `PrefixReuse.prefill_groups`) and scori
 action's continuation (`choice_ids`: its tokens and the token that ends the reply): on CPU with
 attention layers only, as branches after the prompt in the prefill's own forward
 (`PrefixReuse.extend`'s branches, attention.branched_attention); otherwise in one batched forward on that cache. The most likely
-action is the answer, every action's probability goes in `Answer.choices`. With a repetition
+action is the answer (`slm.decoding.choice_score`: by the sum of its continuation's token
+log-probabilities, or by their mean), every action's probability goes in `Answer.choices`. With a repetition
 penalty (`slm.decoding.repetition_penalty` != 1), each action token's log-probability is taken
 from the logits as `generate` would penalize them at that point: over the prompt for the first
 token, over the prompt and the action's earlier tokens for the later ones."""
@@ -24,17 +25,31 @@ from benchmark.consultants.turns import local_end_of_reply
 
 
 def choice_answer(
-    actions: tuple[str, ...], logp: list[float], prompt_tokens: int, seconds: float = 0.0
+    actions: tuple[str, ...],
+    logp: list[float],
+    prompt_tokens: int,
+    seconds: float = 0.0,
+    tokens: list[int] | None = None,
 ) -> Answer:
     """The most likely action (ties: the first) as the answer, every action's probability (its
     continuation's likelihood, normalized over the valid actions) in `Answer.choices`; every
-    backend that scores choices answers through this."""
+    backend that scores choices answers through this. With `tokens` (each continuation's token
+    count: choice_score "mean"), an action's score is its log-likelihood per token, and the
+    probabilities are those scores normalized over the valid actions."""
+    if tokens is not None:
+        logp = [v / n for v, n in zip(logp, tokens, strict=True)]
     best = max(range(len(actions)), key=lambda k: (logp[k], -k))
     top = max(logp)
     weights = [math.exp(v - top) for v in logp]
     total = sum(weights)
     probs = {a: w / total for a, w in zip(actions, weights, strict=True)}
     return Answer(actions[best], prompt_tokens, 0, seconds, choices=probs)
+
+
+def token_counts(decoding: Any, conts: list[list[int]]) -> list[int] | None:
+    """`choice_answer`'s `tokens` for a query's decoding: each continuation's length when it
+    ranks by the mean (choice_score "mean"), None when by the sum."""
+    return [len(c) for c in conts] if decoding.choice_score == "mean" else None
 
 
 class ChoiceScorer:

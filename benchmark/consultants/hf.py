@@ -43,7 +43,7 @@ from benchmark.consultants.base import (
     query_seed,
     scores_choices,
 )
-from benchmark.consultants.choices import ChoiceScorer, choice_answer
+from benchmark.consultants.choices import ChoiceScorer, choice_answer, token_counts
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.fingerprint import offline_hint, resolve_source
 from benchmark.consultants.finite import finite_watch, raise_nonfinite
@@ -364,7 +364,13 @@ class HFConsultant(Consultant):
         """Each query answered with its most likely valid action (benchmark.consultants.choices);
         `Answer.choices` holds every action's probability over the valid set."""
         return [
-            choice_answer(q.actions, logp, n, seconds)
+            choice_answer(
+                q.actions,
+                logp,
+                n,
+                seconds,
+                token_counts(q.decoding, [self.scorer.choice_ids(a) for a in q.actions]),
+            )
             for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True)
         ]
 

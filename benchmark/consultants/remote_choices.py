@@ -31,7 +31,7 @@ import threading
 from typing import Any
 
 from benchmark.consultants.base import Answer, Query
-from benchmark.consultants.choices import choice_answer
+from benchmark.consultants.choices import choice_answer, token_counts
 from benchmark.consultants.errors import ConsultantError
 from benchmark.consultants.turns import reply_turn, token_after
 
@@ -117,7 +117,7 @@ class RemoteChoiceScoring:
                 self.choice_logprobs = "prompt_logprobs"
         if logp is None:
             logp = self._by_prompt_logprobs(q, prompt, conts)
-        return choice_answer(q.actions, logp, len(prompt))
+        return choice_answer(q.actions, logp, len(prompt), tokens=token_counts(q.decoding, conts))
 
     def _one_token_body(self, q: Query, prompts: list[list[int]], ids: list[int]) -> dict:
         return {

@@ -501,10 +501,11 @@ def read_info(model_dir: str | Path) -> dict[str, Any] | None:
 
 
 def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:
-    """The prompt config without how its sampling asks the model (slm.decoding.mode and
-    .source), which does not change what the model is trained on."""
+    """The prompt config without how its sampling asks the model (slm.decoding.mode, .source
+    and .choice_score), which does not change what the model is trained on."""
+    asking = ("mode", "source", "choice_score")
     sampling = prompt.get("sampling")
-    if isinstance(sampling, dict) and {"mode", "source"} & set(sampling):
-        kept = {k: v for k, v in sampling.items() if k not in ("mode", "source")}
+    if isinstance(sampling, dict) and set(asking) & set(sampling):
+        kept = {k: v for k, v in sampling.items() if k not in asking}
         return {**prompt, "sampling": kept}
     return prompt

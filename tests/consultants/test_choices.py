@@ -64,6 +64,33 @@ def test_scores_are_plain_forward_log_likelihoods_of_whole_actions(models, tmp_p
             assert logp == pytest.approx(want, abs=1e-4)
 
 
+def test_the_mean_score_ranks_by_log_likelihood_per_token(models, tmp_path):
+    """choice_score=mean: an action's score is its continuation's log-likelihood over its token
+    count; the answer and the probabilities over the valid set follow that score."""
+    on, _ = models
+    queries = [
+        dataclasses.replace(q, decoding=dataclasses.replace(q.decoding, choice_score="mean"))
+        for q in choice_queries(tmp_path, n=3)
+    ]
+    for q, answer in zip(queries, on.score_choices(queries), strict=True):
+        per = [forward_logprob(on, q, a) / len(on.choice_ids(a)) for a in q.actions]
+        weights = [math.exp(v - max(per)) for v in per]
+        want = {a: w / sum(weights) for a, w in zip(q.actions, weights, strict=True)}
+        assert answer.choices == pytest.approx(want, abs=1e-4)
+        assert answer.text == q.actions[per.index(max(per))]
+
+
+def test_the_mean_score_can_take_the_long_action_the_sum_passes_over():
+    from benchmark.consultants.choices import choice_answer
+
+    actions = ("go east", "take red potato from counter")
+    logp = [-2.0, -3.0]  # the whole continuations: 2 and 6 tokens
+    assert choice_answer(actions, logp, 10).text == "go east"
+    mean = choice_answer(actions, logp, 10, tokens=[2, 6])  # -1.0 against -0.5 per token
+    assert mean.text == "take red potato from counter"
+    assert mean.choices[actions[1]] == pytest.approx(1 / (1 + math.exp(-0.5)))
+
+
 def test_answers_do_not_depend_on_batching_or_prefix_reuse(models, tmp_path):
     on, off = models
     queries = choice_queries(tmp_path) + choice_queries(tmp_path, "fourrooms", n=2)[::-1]
@@ -128,6 +155,8 @@ def test_bad_mode_and_sampled_choices_fail_clearly():
         Decoding(mode="vote")
     with pytest.raises(ValueError, match="temperature=0"):
         Decoding(mode="choices", temperature=0.7)
+    with pytest.raises(ValueError, match="choice_score='max'.*sum"):
+        Decoding(mode="choices", choice_score="max")
 
 
 @pytest.mark.parametrize(
@@ -138,6 +167,11 @@ def test_bad_mode_and_sampled_choices_fail_clearly():
             "prompt_logprobs=true",
         ),
         (("slm=tiny", "slm.decoding.mode=vote"), "mode='vote' is invalid"),
+        (
+            ("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.choice_score=max"),
+            r"choice_score='max' is invalid: allowed \['sum', 'mean'\]",
+        ),
+        (("slm=tiny", "slm.decoding.choice_score=mean"), "with mode='generate' it changes nothing"),
         (("slm=tiny", "slm.decoding.mode=choices", "slm.decoding.temperature=0.5"), "temperature"),
         (  # a Reason line: choice scoring would silently fall back to generation
             ("slm=tiny", "slm.decoding.mode=choices", "prompt.rationale=true"),
@@ -191,6 +225,15 @@ def test_mode_generate_leaves_identity_and_cache_keys_as_they_were(tmp_path):
     assert identity("slm.backend.lean_max_new_tokens=0") == plain  # an execution setting
     assert "mode" not in decoding_key(Decoding())
     assert decoding_key(Decoding(mode="choices"))["mode"] == "choices"
+    # the per-token score: a cell of its own, the sum (the default) left out as mode is
+    mean = identity("slm.decoding.mode=choices", "slm.decoding.choice_score=mean")
+    assert "choice_score" not in choices["slm"]["decoding"]
+    assert "choice_score" not in plain["slm"]["decoding"]
+    assert mean["slm"]["decoding"]["choice_score"] == "mean" and mean != choices
+    cfg.slm.decoding.choice_score = "mean"
+    assert CellSpec.from_config(cfg).labels()["slm"] == "tiny+choices-mean"
+    assert "choice_score" not in decoding_key(Decoding(mode="choices"))
+    assert decoding_key(Decoding(mode="choices", choice_score="mean"))["choice_score"] == "mean"
 
 
 def test_step_records_carry_the_choice_probabilities_only_when_scored(tmp_path):

@@ -138,6 +138,7 @@ def test_feedback_preset_samples_like_ollama(tmp_path, protocol):
         "top_k": 40,
         "seed": 0,
         "mode": "generate",
+        "choice_score": "sum",
         "source": "config",
         "repetition_penalty": 1.0,
     }

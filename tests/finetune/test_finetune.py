@@ -280,6 +280,10 @@ def test_cell_identity_and_cache_key_never_hold_a_location(tmp_path):
     assert other.key("w", "sha") != ra.key("w", "sha")
     assert ra.key("w", "sha2") != ra.key("w", "sha")  # another PPO checkpoint
     assert ra.key("w2", "sha") != ra.key("w", "sha")  # another base model
+    # how the model is asked does not change what it is trained on: one model for every mode
+    asked = {**backend["prompt"]["sampling"], "mode": "choices", "choice_score": "mean"}
+    scored = Recipe.from_backend(**{**backend, "prompt": {**backend["prompt"], "sampling": asked}})
+    assert scored.key("w", "sha") == ra.key("w", "sha")
     assert ra.models_dir() == tmp_path / "a" / "models" / "finetuned"
 
 
