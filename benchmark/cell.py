@@ -347,7 +347,8 @@ def _sans_choice_score(prompt: dict[str, Any]) -> dict[str, Any]:
     sampling = prompt.get("sampling")
     if not isinstance(sampling, dict):
         return prompt
-    return {**prompt, "sampling": without_defaults(sampling, {"choice_score": "sum"})}
+    default = {"choice_score": DECODING_DEFAULTS["choice_score"]}
+    return {**prompt, "sampling": without_defaults(sampling, default)}
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

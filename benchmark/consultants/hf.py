@@ -351,27 +351,27 @@ class HFConsultant(Consultant):
         """An action's continuation tokens (benchmark.consultants.choices.ChoiceScorer)."""
         return self.scorer.choice_ids(action)
 
-    def choice_logprobs(self, queries: list[Query]) -> list[tuple[list[float], int, float]]:
-        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`) after
-        its prompt, the prompt's length and the query's share of its batch's seconds
-        (`ChoiceScorer.logprobs`, in batches of `max_batch_size`)."""
+    def choice_logprobs(
+        self, queries: list[Query], conts: list[list[list[int]]] | None = None
+    ) -> list[tuple[list[float], int, float]]:
+        """Per query: the log-likelihood of each valid action's continuation (`choice_ids`; given
+        as `conts` where the caller has them) after its prompt, the prompt's length and the
+        query's share of its batch's seconds (`ChoiceScorer.logprobs`, in batches of
+        `max_batch_size`)."""
         prompts = [self.prompt(q) for q in queries]
-        conts = [[self.scorer.choice_ids(a) for a in q.actions] for q in queries]
+        if conts is None:
+            conts = [[self.scorer.choice_ids(a) for a in q.actions] for q in queries]
         penalties = [q.decoding.repetition_penalty for q in queries]
         return self.scorer.logprobs(prompts, conts, penalties, self.max_batch_size)
 
     def score_choices(self, queries: list[Query]) -> list[Answer]:
         """Each query answered with its most likely valid action (benchmark.consultants.choices);
         `Answer.choices` holds every action's probability over the valid set."""
+        conts = [[self.scorer.choice_ids(a) for a in q.actions] for q in queries]
+        scored = self.choice_logprobs(queries, conts)
         return [
-            choice_answer(
-                q.actions,
-                logp,
-                n,
-                seconds,
-                token_counts(q.decoding, [self.scorer.choice_ids(a) for a in q.actions]),
-            )
-            for q, (logp, n, seconds) in zip(queries, self.choice_logprobs(queries), strict=True)
+            choice_answer(q.actions, logp, n, seconds, token_counts(q.decoding, c))
+            for q, c, (logp, n, seconds) in zip(queries, conts, scored, strict=True)
         ]
 
     def greedy_config(self, **changes: Any) -> Any:
