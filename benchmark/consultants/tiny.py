@@ -14,6 +14,7 @@ from typing import Any
 
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
 from benchmark.consultants.hf import HFConsultant
+from benchmark.vocabulary import LABELS
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 THINK_TOKENS = ("<think>", "</think>")  # added, not special: decoding keeps them, as Qwen3 does
@@ -210,6 +211,26 @@ def family_vocabularies() -> str:
 # command is a few tokens instead of a spelling, so prompts are shorter and answers easier to learn
 SIZES["text"] = {**SIZES["small"], "corpus": (_CORPUS, _CORPUS_SMALL, family_vocabularies)}
 SIZES["text"]["vocab_size"] = 4096
+
+
+def family_words() -> str:
+    """The families' words as a prompt shows them: after a space (the byte-level tokenizer's
+    `Ġword`; `text`'s corpus, one phrase per line, taught mostly the line-initial form, so it
+    spells ` kitchenette` in four pieces) and capitalised (a room's title: `-= Spare Room =-`),
+    and each certainty label as a belief claim ends it (`[almost certain]`)."""
+    lines = []
+    for line in family_vocabularies().splitlines():
+        title = " ".join(word[:1].upper() + word[1:] for word in line.split())
+        lines += [" " + line, " " + title]
+    lines += [f"- the score of the game [{label}]" for label in LABELS]
+    return "\n".join([*lines, "<belief_state>", "</belief_state>"])
+
+
+# the small shape whose tokenizer holds each game word whole, as sentences, titles and belief
+# claims write it (about 5,000 tokens): the toy demo's belief examples are 13% fewer tokens than
+# with `text`'s tokenizer, their answers 31% fewer
+SIZES["words"] = {**SIZES["small"], "corpus": (_CORPUS, _CORPUS_SMALL, family_words)}
+SIZES["words"]["vocab_size"] = 8192  # a cap: the corpus' merges end below it
 
 
 def train_tokenizer(corpus: tuple = (_CORPUS,), vocab_size: int = 600) -> Any:

@@ -43,7 +43,7 @@ TOY = ["env=empty5x5_random", "brace.teacher_episodes=2", "brace.sft_examples=4"
         ("+brace.nope=1", "brace.nope: unknown key; allowed algorithm, base"),
         ("+brace.rl.nope=1", "brace.rl ['nope']: unknown; allowed"),
         ("brace.base=/no/such/model", "brace.base='/no/such/model': not a model directory"),
-        ("brace.tiny_size=huge", "brace.tiny_size='huge': allowed tiny, small, text"),
+        ("brace.tiny_size=huge", "brace.tiny_size='huge': allowed tiny, small, text, words"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_its_key(tmp_path, override, message):
