@@ -43,12 +43,8 @@ BELIEF = (
 )
 
 
-def _tokenizer(size: str):
-    return train_tokenizer(SIZES[size]["corpus"], SIZES[size]["vocab_size"])
-
-
-def test_the_words_size_holds_every_game_word_whole():
-    words = _tokenizer("words")
+def test_the_words_size_holds_every_game_word_whole(tiny_model):
+    words = train_tokenizer(SIZES["words"]["corpus"], SIZES["words"]["vocab_size"])
     single = sorted({w for line in get_family("textworld").vocabulary().splitlines()
                      for w in line.split() if w.isalpha() and w.islower()})  # fmt: skip
     assert len(single) > 1000
@@ -57,7 +53,7 @@ def test_the_words_size_holds_every_game_word_whole():
         assert len(words.tokenize(" " + word.capitalize())) == 1, word
     for label in LABELS:  # a claim's label: the bracket, the label's words, the bracket
         assert len(words.tokenize(f" [{label}]")) == 2 + len(label.split()), label
-    text = _tokenizer("text")
+    text = AutoTokenizer.from_pretrained(tiny_model("text"))  # the built model's, shared
     for sample in (GAME_TEXT, BELIEF):
         assert words.decode(words(sample).input_ids) == sample  # byte-level: lossless
         assert len(words(sample).input_ids) < 0.8 * len(text(sample).input_ids), sample
