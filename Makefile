@@ -63,9 +63,10 @@ demo-brace: $(VENV_STAMP) ## Agent-BRACE learns at toy scale (TextWorld Quest, ~
 	$(PY) -m benchmark.brace.table $$sweep --check > /dev/null && echo "brace demo: learned (table above, $$sweep/brace_table.md)" \
 	|| { echo "brace demo: nothing learned ($$sweep/brace_table.json)"; exit 1; }
 
-# pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything
+# pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything;
+# --durations: the slowest tests, so a CI log shows which run near their timeouts
 test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs); SLURM tests skip without SLURM unless BENCHMARK_REQUIRE_SLURM=1
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -m "slow or not slow" --durations=40
 
 test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow), on every core: the same as a plain `pytest`
 	$(PY) -m pytest -q -m "not slow"
