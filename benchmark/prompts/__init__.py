@@ -14,7 +14,7 @@ from benchmark.prompts.parse import (
 
 # Part of the identity of every cell that asks a consultant: bump it with any change to the text
 # a variant sends (tests/golden/ pins it: test_prompt_version_follows_the_golden_files).
-PROMPT_VERSION = 2
+PROMPT_VERSION = 3
 
 __all__ = [
     "PARSER_VERSION",

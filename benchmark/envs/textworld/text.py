@@ -1,7 +1,9 @@
 """The TextWorld family's prompt blocks (ASK/ASK+ levels), belief-state lines and reasons.
 
-Block (iv), cumulative over the levels: basic = the game's last answer and the objective;
-enriched adds the room's description, the inventory and the score; stateful_min adds the
+Block (iv), cumulative over the levels: basic = the game's last answer, the inventory and the
+objective (what the authors of Agent-BRACE show a TextWorld player each turn; the `inventory`
+command is not offered, so the view must hold it); enriched adds the room's description and the
+score; stateful_min adds the
 episodic memory (the last commands with the first line of their answers, the rooms entered);
 stateful adds the known map (the exits walked, room -> command -> room)."""
 
@@ -84,14 +86,17 @@ class TextWorldFamily(Family):
         planner_hint="frontier",
     ):
         """Block (iv) at `level` (cumulative)."""
-        lines = [f"OBSERVATION: {view.observation or '(nothing)'}", f"OBJECTIVE: {view.objective}"]
+        lines = [
+            f"OBSERVATION: {view.observation or '(nothing)'}",
+            f"INVENTORY: {view.inventory}",
+            f"OBJECTIVE: {view.objective}",
+        ]
         if autopilot is not None:
             lines.append(f"Autopilot: {autopilot}")
         if level == "basic":
             return "\n".join(lines)
         lines += [
             f"ROOM ({view.room}): {view.description}",
-            f"INVENTORY: {view.inventory}",
             f"Score {view.score}/{view.max_score}   Moves {view.moves}/{view.max_steps}",
         ]
         if level == "enriched":

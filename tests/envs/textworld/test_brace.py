@@ -286,3 +286,29 @@ def test_object_claims_on_a_generated_game(env):
         assert count["unseen"], count
     if env != "tw_treasure":  # Treasure's toy size has no container or door
         assert count["state"], count
+
+
+@pytest.mark.parametrize("env", ["tw_quest", "tw_treasure"])
+def test_what_the_teacher_says_is_carried_is_in_the_view_its_update_reads(env):
+    """The teacher's inventory claims (the belief's SFT targets) are observable: at every step
+    of a test game played by the expert, each object it says the agent carries or holds is
+    named in the CURRENT VIEW of the belief update's message (TextWorld's basic view holds the
+    inventory; without it the first update's inventory was a guess)."""
+    from benchmark.brace.pipeline import brace_prompt
+
+    ep = make_task(env).episode(100)
+    prompt, held = brace_prompt(), 0
+    while True:
+        teacher = snapshot(ep).brace.brace_teacher(snapshot(ep))
+        user = prompt.session(ep, False).update_messages()[1]["content"]
+        view = user.split("CURRENT VIEW:", 1)[1].lower()
+        carried = [c for c in teacher if c.startswith("- the agent carries")]
+        objects = items(carried[0].split(":", 1)[1].rsplit("[", 1)[0]) if carried else []
+        objects += [o for o, rel, _ in _object_claims(teacher) if rel == "held"]
+        for obj in objects:
+            held += 1
+            assert obj.lower() in view, (ep.steps, obj, view)
+        if ep.done:
+            break
+        ep.step(ep.expert_action())
+    assert held > 0
