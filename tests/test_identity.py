@@ -88,6 +88,9 @@ V2_HASHES = {
     ],
 }
 V2_STUDY = {"3452738671bc": "3d9211c17202"}
+# stale since PROMPT_VERSION 3 (TextWorld's basic view holds the inventory; the version is the
+# prompt code's, one for every family): a v2 cell that asked a consultant is no longer found
+V2_STALE = {"ab544a084136", "3452738671bc", "1c03fd3bbea8"}
 
 
 @pytest.mark.parametrize("old_hash", sorted(V2_HASHES))
@@ -112,10 +115,14 @@ def test_v2_identity_of_a_cell_is_the_one_v2_computed(old_hash):
     spec = spec.with_inputs(**inputs)
     model = "hf-local:old" if spec.uses_consultant else None  # its v2 fingerprint
     study = tuning_key(v2_identity(spec, model, None)) if spec.tunes_tau else None
-    assert study == V2_STUDY.get(old_hash)
     identity = v2_identity(spec, model, study)
-    assert identity["identity_version"] == 2 and digest(identity) == old_hash
-    assert spec.hash != old_hash
+    assert identity["identity_version"] == 2 and spec.hash != old_hash
+    if old_hash in V2_STALE:  # the prompt code changed since: never taken for this cell
+        assert spec.uses_consultant and identity["code"]["prompts"] > 2
+        assert digest(identity) != old_hash
+        return
+    assert study == V2_STUDY.get(old_hash)
+    assert digest(identity) == old_hash
 
 
 def test_digest_is_cached_by_path_size_mtime_and_inode(tmp_path):
