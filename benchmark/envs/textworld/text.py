@@ -3,9 +3,9 @@
 Block (iv), cumulative over the levels: basic = the game's last answer, the inventory and the
 objective (what the authors of Agent-BRACE show a TextWorld player each turn; the `inventory`
 command is not offered, so the view must hold it); enriched adds the room's description and the
-score; stateful_min adds the
-episodic memory (the last commands with the first line of their answers, the rooms entered);
-stateful adds the known map (the exits walked, room -> command -> room)."""
+score; stateful_min adds the episodic memory (the last commands with the first line of their
+answers, the rooms entered); stateful adds the known map (the exits walked, room -> command ->
+room)."""
 
 from __future__ import annotations
 

@@ -299,7 +299,8 @@ def test_what_the_teacher_says_is_carried_is_in_the_view_its_update_reads(env):
     ep = make_task(env).episode(100)
     prompt, held = brace_prompt(), 0
     while True:
-        teacher = snapshot(ep).brace.brace_teacher(snapshot(ep))
+        t = snapshot(ep)
+        teacher = t.brace.brace_teacher(t)
         user = prompt.session(ep, False).update_messages()[1]["content"]
         view = user.split("CURRENT VIEW:", 1)[1].lower()
         carried = [c for c in teacher if c.startswith("- the agent carries")]
