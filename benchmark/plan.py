@@ -311,7 +311,7 @@ IDENTITY_PARTS = {
 
 def changed_since(spec: Any, stored: list[Stored]) -> tuple[str, str] | None:
     """(old hash, note) when a cell of the same config is stored under another hash: its inputs
-    (or the code) changed since, so the job computes it anew (issue 12, item 9)."""
+    (or the code) changed since, so the job computes it anew."""
     same = [s for s in stored if s.hash != spec.hash and s.config == spec.config]
     if not same:
         return None

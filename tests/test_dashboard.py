@@ -142,7 +142,7 @@ def test_dashboard_follows_the_preset_sweep(preset, tmp_path):
     ],
 )
 def test_paper_tables_bars_per_env_by_method_with_ppo_reference(preset, grouping, tmp_path):
-    """Issue 17: per env, bar panels of reward, success or accuracy, IR, OR and invalid rate,
+    """Per env, bar panels of reward, success or accuracy, IR, OR and invalid rate,
     grouped by method (and SLM: the label carries it; table2: the prompt variant is the method;
     table3: by checkpoint), PPO-only in grey; and a report."""
     d = design(preset, [f"paths.root={tmp_path}"])

@@ -1,4 +1,4 @@
-"""Identity by the weights themselves (issue 25, items 1-2) and the one migration of results
+"""Identity by the weights themselves and the one migration of results
 roots written with the previous identity (v2): a local model is named by every byte of its
 weights (the digest cached by path, size, mtime and inode), a policy by its tensors and loading
 settings, not by the zip's bytes."""

@@ -152,7 +152,7 @@ def black_hole():
 
 @pytest.mark.slow  # waits out a deadline (~2 s)
 def test_wait_timeout_is_a_deadline_against_a_server_that_never_answers(black_hole) -> None:
-    """Issue 25.6: each probe waited up to 10 s whatever the deadline (wait_timeout=5: ~16 s)."""
+    """Each probe waited up to 10 s whatever the deadline (wait_timeout=5: ~16 s)."""
     t0 = time.monotonic()
     with pytest.raises(ConsultantError) as err:
         OpenAIConsultant(base_url=black_hole, wait_timeout=2)
@@ -178,7 +178,7 @@ def test_serve_start_timeout_is_a_deadline_too(black_hole) -> None:
 
 @pytest.mark.parametrize("offline", ["0", "1"])
 def test_serve_fails_fast_on_a_model_neither_local_nor_cached(tmp_path, offline) -> None:
-    """Issue 25.6: with no network the server retried the hub for minutes (unless offline)."""
+    """With no network the server retried the hub for minutes (unless offline)."""
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env |= {"HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": offline}
     t0 = time.monotonic()

@@ -186,7 +186,7 @@ def test_untrained_policy_and_invalid_values(tmp_path):
 
 
 def test_a_checkpoint_that_fails_its_manifest_is_changed_or_corrupt(trained_root, tmp_path):
-    """Issue 25.8: a zip that no longer matches COMPLETE was shown as "policy not trained"."""
+    """A zip that no longer matches COMPLETE was shown as "policy not trained"."""
     import shutil
 
     from benchmark.policy.checkpoints import checkpoint_dir
@@ -275,7 +275,7 @@ def test_bench_time_left_comes_from_the_last_run_of_the_same_size(tmp_path):
 
 
 def test_plan_builds_no_model_and_trains_nothing(tmp_path):
-    """Computing a cell's identity has no side effect (issue 24): on a fresh root, the plan of
+    """Computing a cell's identity has no side effect: on a fresh root, the plan of
     SLM-only and ASK cells with the tiny model and a fine-tuned one (whose recipe needs the tiny
     base and a PPO policy) builds no model, trains no policy and writes nothing; the cells are
     pending with "model not built yet" (or "policy not trained")."""

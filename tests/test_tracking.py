@@ -1,6 +1,6 @@
 """W&B tracking (benchmark.tracking): the run config carries the report's method label, and an
-online run without a reachable server falls back to offline within a bounded time and still logs
-(issue 12, item 6). The servers here are local sockets (a closed port, a port that accepts and
+online run without a reachable server falls back to offline within a bounded time and still logs.
+The servers here are local sockets (a closed port, a port that accepts and
 never answers): nothing outside 127.0.0.1 is contacted. The offline runs are read back from their
 transaction log (`run-*.wandb`), so what the dashboards need is checked in a real run."""
 
@@ -227,7 +227,7 @@ def test_online_with_a_silent_server_waits_init_timeout_then_goes_offline(tmp_pa
 
 @pytest.mark.slow  # two W&B runs (~3 s)
 def test_a_reused_cell_logs_a_light_run_in_the_new_experiment(tmp_path):
-    """Issue 17 item 3: a complete cell skipped by a later sweep still shows in its dashboard."""
+    """A complete cell skipped by a later sweep still shows in its dashboard."""
     from benchmark.job import run_job
     from tests.conftest import compose_cfg
 

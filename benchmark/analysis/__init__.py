@@ -1,4 +1,4 @@
-"""Why ASK works or not (issue 16): per-step records judged by the environment's expert, gate
+"""Why ASK works or not: per-step records judged by the environment's expert, gate
 quality (precision, recall, entropy AUROC, consultant help and harm rates) and where queries
 land. The report draws them (benchmark.report.analysis); docs/analysis.md says how to read
 them.

@@ -1,4 +1,4 @@
-"""Per-step context length and belief quality (Agent-BRACE, issue 29): the step-record fields
+"""Per-step context length and belief quality (Agent-BRACE): the step-record fields
 of a queried step and the summary fields of a cell computed from its step records.
 
 Step-record fields (benchmark.analysis.steps.step_record):

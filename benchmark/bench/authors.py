@@ -1,6 +1,6 @@
 """The authors' evaluation loop (github jrzmnt/ask-pomdp, `eval_ppo_slm.py` with
 `src/ask/slm/model.py`), rebuilt from its description on the suite's parts so that `make bench`
-can time it side by side with the suite's paths on the same model, prompts and episodes (issue 30).
+can time it side by side with the suite's paths on the same model, prompts and episodes.
 
 What it does per decision, as the released code does: one episode at a time; the gate's
 uncertainty from N separate dropout passes (`mc_dropout_sequential`, the reference the suite's

@@ -19,7 +19,7 @@ TARGETS = {
     "training_workers": 1.7,  # PPO training steps/s, env stepping in 2 processes vs 1
     "env_share": 0.5,  # IR-0 decisions/s vs the env's own steps/s
 }
-IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (issue 14: 4 x 500)
+IR1_PAPER_MAX_STEPS = 500  # the fourrooms step cap of the paper setting (the paper's 4 x 500)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Joint RL's training curves (issue 29): what the sampled rollouts of each iteration scored,
+"""Joint RL's training curves: what the sampled rollouts of each iteration scored,
 so a run shows whether its rewards moved, not only the before/after measurement."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Joint RL of Agent-BRACE's belief and policy models (issue 29): a small GRPO loop around the
+"""Joint RL of Agent-BRACE's belief and policy models: a small GRPO loop around the
 suite's own Evaluator (benchmark.brace.rollout), on TRAINING seeds only.
 
 Each iteration draws `seeds_per_step` training seeds and plays each `group` times with both

@@ -1,4 +1,4 @@
-"""Agent-BRACE's two models (issue 29): a belief model b(t+1) = f(G, b(t), o(t+1)) and a policy
+"""Agent-BRACE's two models: a belief model b(t+1) = f(G, b(t), o(t+1)) and a policy
 model pi(G, b(t+1), o(t+1)), both from the same base, as ONE consultant of a cell
 (conf/slm/brace_roles.yaml). The belief prompts mark their update round `Query.role="belief"`;
 those queries go to the belief model, every other one to the policy model. The other option, one

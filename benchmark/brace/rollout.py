@@ -1,4 +1,4 @@
-"""Episodes through the suite's own Evaluator with every consultation logged (issue 29): the
+"""Episodes through the suite's own Evaluator with every consultation logged: the
 teacher trajectories of the SFT stage and the rollouts of the RL stage are the same loop, only
 the consultant differs (the ground-truth teacher, or the models being trained, sampling).
 

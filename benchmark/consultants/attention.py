@@ -1,4 +1,4 @@
-"""Prefill on a cached prefix at the cost of the suffix (issue 30, item 4).
+"""Prefill on a cached prefix at the cost of the suffix.
 
 With a cached prefix of P tokens, a suffix of S tokens attends to P + S keys under a
 bottom-right causal mask. transformers then builds that mask explicitly and PyTorch's CPU

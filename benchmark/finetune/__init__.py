@@ -1,4 +1,4 @@
-"""Fine-tuning a consultant on expert-labelled states of a PPO policy (issue 15).
+"""Fine-tuning a consultant on expert-labelled states of a PPO policy.
 
 dataset     PPO rollouts on training seeds -> (the evaluator's messages, the expert's answer in
             the prompt variant's output format); held-out validation states for measuring

@@ -6,9 +6,9 @@ model    Cell, Sweep; names, order; the row layout tables and figures share
 render   Table -> Markdown, LaTeX, CSV; number formats
 tables   the table builders
 figures  the plots (matplotlib)
-analysis gate quality and where queries land (cells with step records, issue 16)
+analysis gate quality and where queries land (cells with step records)
 frontier, objectives
-         the reward-IR frontier of each gate; tuned gates by objective (issue 28)
+         the reward-IR frontier of each gate; tuned gates by objective
 belief, aggregate
          context length and belief quality; IQM over envs and training seeds"""
 

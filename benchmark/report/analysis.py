@@ -1,4 +1,4 @@
-"""The report's gate-quality section (issue 16), for the cells run with eval.step_records=true:
+"""The report's gate-quality section, for the cells run with eval.step_records=true:
 a table of precision, recall, entropy AUROC, help and harm rates per cell (the decomposition of
 an ASK gain: fixed - broken steps), ROC curves of the entropies per env, and where queries land
 (a heatmap by grid position for navigation envs, rates by card rank and decision index for

@@ -1,4 +1,4 @@
-"""The report's context-length and belief section (Agent-BRACE, issue 29), for the cells run with
+"""The report's context-length and belief section (Agent-BRACE), for the cells run with
 eval.step_records=true: a table of the context length per queried step, the belief correctness
 against the true state and the calibration of the certainty labels (share of claims true per
 label), and a plot of the mean context length per step, one line per cell (belief prompts stay

@@ -1,4 +1,4 @@
-"""Tuned gates by objective (issue 28, docs/gates.md): per env, every cell whose threshold was
+"""Tuned gates by objective (docs/gates.md): per env, every cell whose threshold was
 tuned on validation seeds (`tau=auto`, any `tuning.objective`) with its test-seed reward, IR
 and missed-mistake rate (PPO mistakes the gate did not ask about; 1 - the gate's recall), each
 with its 95% CI; for the risk objective, also whether its guarantee held on the test seeds:

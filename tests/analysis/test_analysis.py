@@ -1,4 +1,4 @@
-"""Issue 16: per-step records judged by the expert, gate quality and where queries land.
+"""Per-step records judged by the expert, gate quality and where queries land.
 
 Gate-quality numbers against hand computations on hand-built episodes; the expert's optimal
 action sets on hand-checked Empty-5x5 states and HigherLower decks; the records of real

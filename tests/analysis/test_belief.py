@@ -1,4 +1,4 @@
-"""Per-step context length and belief quality (issue 29, benchmark.analysis.belief): the step
+"""Per-step context length and belief quality (benchmark.analysis.belief): the step
 records of hand-built consultations (a correct, a partly wrong and a kept belief), the cell's
 summary fields (belief correctness, calibration per label, context first -> last), the episodes
 still running per step, and the report's table and plots on hand-built records; a belief cell

@@ -1,4 +1,4 @@
-"""Agent-BRACE's training side (issue 29, benchmark.brace): the rewards computed by program
+"""Agent-BRACE's training side (benchmark.brace): the rewards computed by program
 against the true state on hand-built beliefs (correct, partly correct, wrong, malformed), the
 teacher's beliefs score fully and spread their labels, and the SFT data comes from training
 seeds only."""

@@ -1,4 +1,4 @@
-"""Agent-BRACE's teacher rollouts and joint RL (issue 29, benchmark.brace.rollout/joint/train):
+"""Agent-BRACE's teacher rollouts and joint RL (benchmark.brace.rollout/joint/train):
 teacher trajectories through the Evaluator give each role's SFT examples, GRPO's group-relative
 advantages on hand-built rollouts, and one real RL iteration of the tiny model on TRAINING seeds
 only (a validation seed is refused; every episode the loop plays is a training seed)."""

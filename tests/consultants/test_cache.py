@@ -518,7 +518,7 @@ def test_newer_index_format_is_left_alone(tmp_path) -> None:
 
 # ---------------------------------------------------------------------- the cap and the counts
 def test_a_capped_job_never_evicts_a_default_jobs_entries(tmp_path, caplog) -> None:
-    """Issue 25.7: one job's slm.cache_max_entries=20 compacted the shared cache of the results
+    """One job's slm.cache_max_entries=20 compacted the shared cache of the results
     root down to 18 entries, evicting every other job's. The cap is the cache's own setting
     (<cache>/responses/settings.json): a job's key never evicts others' entries."""
     cache = tmp_path / "cache"
@@ -559,7 +559,7 @@ def test_the_caches_own_cap_applies_to_every_job(tmp_path) -> None:
 
 
 def test_in_batch_duplicates_count_as_hits_like_the_episodes_do(tmp_path) -> None:
-    """Issue 25.7: the result line said "cache hits 0%" while episode_costs.jsonl counted 81
+    """The result line said "cache hits 0%" while episode_costs.jsonl counted 81
     in-batch duplicates as hits. Everywhere a hit is an answer the backend did not give
     (`Answer.cached`): from the store, or a copy of the same query earlier in its batch."""
     from benchmark.metrics import cache_hit_share, summarize

@@ -1,5 +1,5 @@
 """Choice scoring (slm.decoding.mode=choices), the lean greedy decode loop and the prefix-causal
-attention of the hf backend (issue 30), on the tiny model and the tiny Qwen3.5 hybrid: scores are
+attention of the hf backend, on the tiny model and the tiny Qwen3.5 hybrid: scores are
 a plain forward pass's log-likelihoods, multi-token actions are scored whole, answers do not
 depend on batching or on prefix reuse, the lean loop gives generate's tokens, and which queries
 take choice scoring."""

@@ -1,4 +1,4 @@
-"""Consultant fine-tuning (benchmark.finetune, issue 15): the dataset never touches a validation or
+"""Consultant fine-tuning (benchmark.finetune): the dataset never touches a validation or
 test seed, the examples are the evaluator's own messages with the expert's answer, the loss is on
 the answer tokens only, the cache key follows the recipe and never a location, and (slow) the
 fine-tuned tiny model answers validly and agrees with the expert on held-out validation states,
@@ -373,7 +373,7 @@ def test_finetuned_tiny_model_is_valid_and_agrees_with_the_expert_then_is_reused
     finally:
         store.fine_tune = saved
     assert (model_dir / store.MARKER).stat().st_mtime_ns == marker
-    # its record is not its identity (issue 25: timings in finetune.json); damaged weights are
+    # its record is not its identity (timings in finetune.json); damaged weights are
     (model_dir / "finetune.json").write_text("{}")
     assert store.intact(model_dir)
     weights = model_dir / "model.safetensors"

@@ -213,7 +213,7 @@ def _load_best(out: Path, tmp_path: Path) -> Path:
 
 
 def test_manifests_cover_every_file_of_a_bundle(bundle, tmp_path):
-    """Issue 25.5: each policy's COMPLETE lists every file of its directory, and the bundle's
+    """Each policy's COMPLETE lists every file of its directory, and the bundle's
     COMPLETE lists bundle.json, the model card and each policy's COMPLETE; an edited file of
     either fails the load, naming it (before, an edited results.json passed)."""
     out = tmp_path / "b"

@@ -1,5 +1,5 @@
 """Checkpoint names (final, best, rNNN, tK) are parsed by one function, and every checkpoint
-name, tau and tau range is checked against the env before any work (issue 25.3, 24.4)."""
+name, tau and tau range is checked against the env before any work."""
 
 from __future__ import annotations
 

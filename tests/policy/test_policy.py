@@ -519,7 +519,7 @@ def test_ppo_cnn_reaches_the_papers_rl_row_on_empty_5x5(tmp_path):
     assert result["success"] == 1.0 and result["reward"] > 0.9
 
 
-# -- what reproduces (issue 19) and training logs at a sane rate (issue 20) ---------------------
+# -- what reproduces and training logs at a sane rate -------------------------------------------
 
 
 def test_training_code_matches_its_recorded_version():
