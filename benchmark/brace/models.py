@@ -54,10 +54,12 @@ def check_reusable(
 
 def build_model(
     directory: Path, make: Callable[[Path], Any], args: dict[str, Any], digests: Path | None = None
-) -> None:
+) -> bool:
     """Make a model folder once, whole: built in a private work folder, its completion record
     (every file's SHA-256 and the settings) written last, then renamed into place
-    (benchmark.store.build_once: a kill leaves no folder that looks complete)."""
+    (benchmark.store.build_once: a kill leaves no folder that looks complete). Returns whether
+    this call made it: False when another job (a requeued copy of this one) finished it first,
+    while this one waited for the lock, and `make` never ran."""
     from benchmark.store import build_once, file_sha256, write_json_atomic
 
     def make_whole(work: Path) -> None:
@@ -66,4 +68,4 @@ def build_model(
         record = {str(p.relative_to(work)): file_sha256(p) for p in files}
         write_json_atomic(work / COMPLETE, {"files": record, "trained_with": args})
 
-    build_once(Path(directory), make_whole, lambda d: model_complete(d, digests))
+    return build_once(Path(directory), make_whole, lambda d: model_complete(d, digests))

@@ -205,7 +205,8 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
         def make(work: Path, ex: list = ex, role: str = role) -> None:
             report["sft"][role] = fine_tune(base, ex, work, settings, seed=s.seed)
 
-        build_model(sft[role], make, s.sft_identity(), digests)
+        if not build_model(sft[role], make, s.sft_identity(), digests):  # finished by another
+            report["sft"][role] = _earlier(s.out).get("sft", {}).get(role, "reused")
         log(f"{role} SFT {report['sft'][role]}")
     held_states: list = []
     if s.policy_input == "belief":  # the belief model's held-out states (validation seeds)
@@ -241,7 +242,10 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
                 policy=policy, seed=s.seed, log=lambda row: log(f"rl {row}"), weights=weights,
             )  # fmt: skip
 
-        build_model(rl[s.roles[0]].parent, make_rl, s.rl_identity(job), digests)
+        if not build_model(rl[s.roles[0]].parent, make_rl, s.rl_identity(job), digests):
+            # another job (a requeued copy beside this one) finished it while this one waited
+            report["rl"] = {**(_earlier(s.out).get("rl") or {}), "reused": True}
+            log(f"rl: reusing {rl[s.roles[0]].parent}, finished by another job")
     report["train_reward"]["rl"] = measure.training_reward(
         rl_task, prompt, rl, reward_seeds, splits, gate, policy, weights
     )

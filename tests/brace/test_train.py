@@ -149,6 +149,52 @@ def test_the_trainer_job_trains_reports_and_a_rerun_does_nothing_again(tmp_path)
     assert (out / "sft" / "belief" / COMPLETE).read_bytes() == before
 
 
+@pytest.mark.slow
+def test_a_second_job_on_one_output_reuses_the_models_the_first_finished(
+    tmp_path, monkeypatch, capsys
+):
+    """Two jobs on one brace.out (a requeued job beside the original): the second found the
+    models incomplete at its start and waited on their locks while the first finished them; it
+    then reuses the first's complete models (SFT and RL), never trains them again, and reports."""
+    import shutil
+
+    from benchmark.brace import pipeline, rollout
+    from benchmark.brace.train import run_job
+
+    first = run_job(_toy(tmp_path), tmp_path / "job1", [], multirun=False)
+    out = Path(_toy(tmp_path).brace.out)
+    aside = tmp_path / "first-job"  # what the first job publishes while the second waits
+    aside.mkdir()
+    for name in ("sft", "rl-always", pipeline.REPORT):
+        (out / name).rename(aside / name)
+    stamps = {p: p.stat().st_mtime_ns for p in aside.rglob(COMPLETE)}
+    real_examples, real_made_with = rollout.teacher_examples, pipeline.made_with
+
+    def examples_then_first_finishes_sft(*args, **kwargs):
+        found = real_examples(*args, **kwargs)  # the second job's SFT data, before its lock
+        (aside / "sft").rename(out / "sft")
+        shutil.copy2(aside / pipeline.REPORT, out / pipeline.REPORT)
+        return found
+
+    def checked_then_first_finishes_rl(directory, digests=None):
+        made = real_made_with(directory, digests)  # not complete yet: the second goes to build
+        if Path(directory) == out / "rl-always" and (aside / "rl-always").exists():
+            (aside / "rl-always").rename(out / "rl-always")
+        return made
+
+    monkeypatch.setattr(rollout, "teacher_examples", examples_then_first_finishes_sft)
+    monkeypatch.setattr(pipeline, "made_with", checked_then_first_finishes_rl)
+    second = run_job(_toy(tmp_path), tmp_path / "job2", [], multirun=False)
+    assert second["complete"] and not (tmp_path / "job2" / "error.json").exists()
+    assert second["sft"] == json.loads(json.dumps(first["sft"], default=str))  # the first's
+    assert second["rl"]["reused"] is True
+    assert "finished by another job" in capsys.readouterr().out  # RL's lock, entered too late
+    # the folders in place are the first job's, untouched: nothing was trained again
+    assert {p.relative_to(out): p.stat().st_mtime_ns for p in out.rglob(COMPLETE)} == {
+        p.relative_to(aside): t for p, t in stamps.items()
+    }
+
+
 # the trainer in a subprocess whose model saves write their files, then wait to be killed
 KILLABLE = """
 import sys, time
