@@ -69,6 +69,9 @@ def load_sweep(root: str | Path) -> Sweep:
     for c in cells:  # the checkpoint file actually used (r030 for the alias t2)
         if c.checkpoint_path:
             c.checkpoint_name = Path(c.checkpoint_path).stem
+            record = results.read_json(Path(c.checkpoint_path).with_suffix(".json"))
+            if isinstance(record, dict) and is_number(record.get("eval_success")):
+                c.checkpoint_success = float(record["eval_success"])
         elif c.checkpoint is not None:
             c.checkpoint_name = str(c.checkpoint)
     experiment = None
@@ -195,6 +198,8 @@ def _label_from_config(cell: Cell, cfg: DictConfig) -> None:
         }
         args = {"tau": _select(cfg, "gate.tau"), "p": _select(cfg, "gate.p")}
     cell.set_labels(labels, args)
+    target = _select(cfg, "policy.match_success")
+    cell.match_success = float(target) if is_number(target) else None
 
 
 def _protocol_from_config(cell: Cell, cfg: DictConfig, used: set[str] | None) -> None:

@@ -65,6 +65,9 @@ class Cell:
     checkpoint: str | None = None  # as configured (final, best, rNNN, tK)
     checkpoint_name: str | None = None  # the file actually used (r030 for t2), when known
     checkpoint_path: str | None = None
+    # the validation success training recorded beside that file (<name>.json), when known
+    checkpoint_success: float | None = None
+    match_success: float | None = None  # policy.match_success, the target of checkpoint=match
     policy_seed: int | None = None
     uses_policy: bool | None = None  # CellSpec.uses_policy; None when the config was unreadable
     tau_setting: Any = None  # as configured: a number, "auto", or None (no threshold)
@@ -400,6 +403,23 @@ def ppo_reference(c: Cell, sweep: Sweep) -> Cell | None:
         key=lambda p: (
             -checkpoint_order(p.checkpoint)[0],
             p.policy_seed or 0,
+            int(p.job) if p.job.isdigit() else 0,
+        )
+    )
+    return cands[0] if cands else None
+
+
+def slm_reference(c: Cell, sweep: Sweep) -> Cell | None:
+    """SLM-only of the same env and consultant: what a gated cell becomes when it asks at every
+    step. The same prompt (and rationale) first; else the consultant's first SLM-only prompt, so
+    Table 1's ASK (basic prompt) still meets the SLM-only row (stateful + rationale)."""
+    cands = [p for p in sweep.ok if p.gate == "always" and p.env == c.env and p.slm == c.slm]
+    cands.sort(
+        key=lambda p: (
+            (p.prompt, bool(p.rationale)) != (c.prompt, bool(c.rationale)),
+            PROMPT_ORDER.index(p.prompt) if p.prompt in PROMPT_ORDER else len(PROMPT_ORDER),
+            str(p.prompt),
+            bool(p.rationale),
             int(p.job) if p.job.isdigit() else 0,
         )
     )

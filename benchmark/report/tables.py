@@ -38,6 +38,7 @@ from benchmark.report.model import (
     method_order,
     ppo_reference,
     row_label,
+    slm_reference,
     threshold_of,
 )
 from benchmark.report.render import DASH, Table, fmt, fmt_diff
@@ -104,7 +105,7 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
     if aliases:
         table.notes.append("Checkpoints used: " + "; ".join(aliases) + ".")
     if any(c.checkpoint == "match" for c in sweep.cells):
-        table.notes.append(MATCH_NOTE)
+        table.notes.append(MATCH_NOTE + _match_picks(sweep))
     degenerate = [
         f"{c.name} τ={c.tau_setting} ({c.summary['gate_degenerate']})"
         for c in sweep.ok
@@ -116,14 +117,70 @@ def main_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table:
             + "; ".join(degenerate)
             + "."
         )
+    table.notes += alone_notes(sweep, rows)
     return table
+
+
+def gated(c: Cell) -> bool:
+    """Whether a gate decides when `c` asks (ASK, ASK+ and their variants): neither PPO-only
+    (`never`) nor SLM-only (`always`)."""
+    return c.gate not in (None, "never", "always")
+
+
+# what a gated row is when its IR's CI reaches an end: the CI includes IR 1 (0)
+ALONE = {
+    1.0: "asks at every step: the consultant alone",
+    0.0: "never asks: the policy alone",
+}
+
+
+def alone(c: Cell) -> str | None:
+    """ALONE's note for a gated cell whose IR CI reaches 1 (or 0): its gain over PPO-only is
+    then the consultant's (or none), not the gate's."""
+    ir = c.value(MAIN_FIGURE["ir"]) if c.ok and gated(c) else None
+    if ir is None:
+        return None
+    if ir[2] >= 1.0 - 1e-9:
+        return ALONE[1.0]
+    if ir[1] <= 1e-9:
+        return ALONE[0.0]
+    return None
+
+
+def alone_notes(sweep: Sweep, rows: list[Row]) -> list[str]:
+    """One note per ALONE case naming the gated rows (and envs) it holds for, with their IR."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        for env in sweep.envs():
+            c = row.cells.get(env)
+            if c is not None and (note := alone(c)) is not None:
+                ir = fmt(c.value(MAIN_FIGURE["ir"]))
+                found[note].append(f"{' '.join(row.index)} on {env_label(env)} (IR {ir})")
+    return [
+        f"{note.upper()} (IR's CI reaches {int(end)}): " + "; ".join(found[note]) + "."
+        for end, note in ALONE.items()
+        if found[note]
+    ]
 
 
 MATCH_NOTE = (
     "match: the saved PPO checkpoint whose validation success is nearest policy.match_success "
-    "(Table 1: the paper's PPO row of the env), so PPO and ASK are also shown at the paper's PPO "
-    "strength; the other checkpoint is the recipe's own."
+    "(Table 1: the paper's PPO row of the env); the other checkpoint is the recipe's own."
 )
+
+
+def _match_picks(sweep: Sweep) -> str:
+    """What `match` picked per env: the file, its validation success and the target, so a reader
+    sees how near the paper's strength the matched rows are (nearest is not equal)."""
+    picks = set()
+    for c in sweep.ok:
+        if c.checkpoint == "match" and c.checkpoint_name:
+            got = DASH if c.checkpoint_success is None else f"{c.checkpoint_success:.2f}"
+            want = DASH if c.match_success is None else f"{c.match_success:.2f}"
+            picks.add(
+                f"{env_label(c.env)}: {c.checkpoint_name}, validation success {got} (target {want})"
+            )
+    return (" Picked: " + "; ".join(sorted(picks)) + ".") if picks else ""
 
 
 def _checkpoint_aliases(sweep: Sweep) -> list[str]:
@@ -150,28 +207,39 @@ def paired(c: Cell, ref: Cell, key: str) -> dict | None:
 
 
 def paired_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table | None:
+    """Each method against PPO-only on the same seeds; where the sweep has SLM-only cells, the
+    gated rows also against SLM-only of the same consultant (a gain over PPO-only that SLM-only
+    has too is the consultant's, not the gate's)."""
     if not any(c.gate == "never" for c in sweep.ok):
         return None
-    groups = [
-        (env_label(env), ["Δ reward", f"Δ {sweep.metric_of(env)}", "n"]) for env in sweep.envs()
-    ]
+    vs_slm = any(c.gate == "always" for c in sweep.ok) and any(gated(c) for c in sweep.ok)
+    groups = []
+    for env in sweep.envs():
+        metric = sweep.metric_of(env)
+        cols = ["Δ reward", f"Δ {metric}", "n"]
+        if vs_slm:
+            cols += ["Δ reward vs SLM-only", f"Δ {metric} vs SLM-only"]
+        groups.append((env_label(env), cols))
     table = Table(
         "paired",
-        "Paired difference vs PPO-only on the same seeds (method − PPO, mean [95% bootstrap CI])",
+        "Paired difference vs PPO-only on the same seeds (method − PPO, mean [95% bootstrap CI])"
+        + ("; gated rows also vs SLM-only (method − SLM-only)" if vs_slm else ""),
         lay.index_names(),
         groups,
     )
+    other_prompt = False
     for row in rows:
         if all(c.gate == "never" for c in row.cells.values()):
             continue
         vals: list[str] = []
         for env in sweep.envs():
             c = row.cells.get(env)
+            extra = [DASH, DASH] if vs_slm else []
             if c is None:
-                vals += ["", "", ""]
+                vals += ["", "", ""] + [""] * len(extra)
                 continue
             if not c.ok:
-                vals += [status_mark(c), DASH, DASH]
+                vals += [status_mark(c), DASH, DASH, *extra]
                 continue
             ref = ppo_reference(c, sweep)
             dr = paired(c, ref, "reward") if ref else None
@@ -180,11 +248,30 @@ def paired_table(sweep: Sweep, rows: list[Row], lay: Layout) -> Table | None:
                 vals += ["no PPO reference" if ref is None else "no common seeds", DASH, DASH]
             else:
                 vals += [fmt_diff(dr), fmt_diff(dm), str(dr["n"])]
+            slm = slm_reference(c, sweep) if vs_slm and gated(c) else None
+            if slm is not None and (sr := paired(c, slm, "reward")) is not None:
+                mark = ""
+                if (slm.prompt, bool(slm.rationale)) != (c.prompt, bool(c.rationale)):
+                    mark, other_prompt = " †", True
+                extra = [
+                    fmt_diff(sr) + mark,
+                    fmt_diff(paired(c, slm, sweep.metric_of(env))) + mark,
+                ]
+            elif vs_slm and gated(c):
+                extra = ["no SLM-only reference" if slm is None else "no common seeds", DASH]
+            vals += extra
         table.rows.append((row.index, vals))
     table.notes.append(
         "Episodes matched by seed; PPO of the same env, checkpoint and policy seed "
         "(SLM-only: PPO's strongest checkpoint). * = the CI excludes 0."
     )
+    if vs_slm:
+        table.notes.append(
+            "vs SLM-only: SLM-only of the same env and consultant, with the same prompt"
+            + (" († where the sweep has none: its first SLM-only prompt)" if other_prompt else "")
+            + "."
+        )
+    table.notes += alone_notes(sweep, rows)
     return table if table.rows else None
 
 
