@@ -389,7 +389,66 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
     other = compose_cfg(tmp_path, *base, "gate.train_episodes=1")
     _, info_other = classifier(other, task, policy, checkpoint)
     assert len(seen) == 1 and info_other["training_seeds"][2] == 1
-    assert len(list((tmp_path / "gates").glob("*/classifier.pkl"))) == 2
+    assert len(list((tmp_path / "gates").glob("*/classifier.json"))) == 2
+    assert not list((tmp_path / "gates").rglob("*.pkl"))  # stored as data, never pickled
+
+
+class Payload:
+    """A pickle whose loading writes `marker`: what a planted classifier.pkl could run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_pickled_classifier_in_the_results_root_is_refused_never_loaded(untrained, tmp_path):
+    """A gate dir holding `classifier.pkl` (an earlier release's, or planted): the ordinary
+    gate=learned load refuses it in one line naming the file and what to do, and never
+    unpickles it (its payload's marker file never appears)."""
+    import pickle
+
+    from benchmark.learned import classifier
+
+    task, policy, checkpoint = untrained
+    cfg = compose_cfg(tmp_path, "env=empty5x5_random", "gate=learned", "gate.mc_samples=2",
+                      "gate.train_episodes=1")  # fmt: skip
+    classifier(cfg, task, policy, checkpoint)
+    (gate_dir,) = (tmp_path / "gates").glob("*/")
+    for saved in ("classifier.json", "classifier.safetensors"):  # the earlier release's layout
+        (gate_dir / saved).unlink(missing_ok=True)
+    marker = tmp_path / "payload-ran"
+    (gate_dir / "classifier.pkl").write_bytes(pickle.dumps(Payload(marker)))
+    with pytest.raises(ValueError) as refused:
+        classifier(cfg, task, policy, checkpoint)
+    assert not marker.exists()
+    message = str(refused.value)
+    assert "\n" not in message and f"refused to read {gate_dir / 'classifier.pkl'}" in message
+    assert f"delete {gate_dir} and rerun" in message
+
+
+def test_the_saved_classifier_scores_as_the_fitted_one(tmp_path):
+    """The classifier read back from JSON and safetensors gives the fitted estimator's
+    probabilities bit for bit, missing feature values included; a constant one too."""
+    from benchmark.learned import fit, load_classifier, save_classifier
+
+    rng = np.random.default_rng(0)
+    x = rng.random((300, 3))
+    x[rng.random(x.shape) < 0.05] = np.nan
+    y = (np.nan_to_num(x[:, 0]) + 0.3 * rng.random(300) > 0.6).astype(int)
+    probe = rng.random((1000, 3))
+    probe[rng.random(probe.shape) < 0.1] = np.nan
+    for labels in (y, np.zeros(300, int)):
+        model, _ = fit(x, labels)
+        saved = tmp_path / f"c{labels.sum()}"
+        saved.mkdir()
+        save_classifier(model, saved)
+        rebuilt = load_classifier(saved)
+        assert rebuilt.classes_.tolist() == model.classes_.tolist()
+        np.testing.assert_array_equal(rebuilt.predict_proba(probe), model.predict_proba(probe))
 
 
 def test_a_cached_classifier_is_judged_again_when_read_and_warned_about(
