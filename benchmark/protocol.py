@@ -104,12 +104,60 @@ PROMPT_FIELDS = {
         f"{_RECIPE}, belief_lm_max_gen_tokens",
     ),
 }
+# the protocol fields whose value is the suite's own (the released code has no such value)
+SUITE_OWN_FIELDS = ("brace_tw_max_commands", "brace_tw_eval_seed")
+# Agent-BRACE's values the released recipes fix that no protocol field holds: config key of a
+# `paper` +experiment=brace_tw_train job -> (the released value, where it comes from); "all":
+# every example, no cap. differences() compares them, and every protocol field above (with
+# `official`'s value: the released recipes'), with what the presets compose to under `paper`
+_SFT = "released recipes/finetune_belief_qwen25_3b.sh"
+BRACE_RELEASED = {
+    "brace.base": ("Qwen/Qwen3-4B-Instruct-2507", f"{_RECIPE}, base_model (and {_SFT}'s MODEL)"),
+    "brace.algorithm": ("ppo", f"{_RECIPE}, adv_estimator=gae (PPO with a critic)"),
+    "brace.teacher_episodes": (
+        1000,
+        "released generate_belief_state_dataset.py: belief SFT data from every training game",
+    ),
+    "brace.sft_random_trajectories": (3, "the released SFT data: gold + 3 random per game"),
+    "brace.sft_examples": ("all", f"{_SFT}: every belief state of that data"),
+    "brace.sft_roles": (["belief"], f"{_SFT}: the belief model; the policy starts from the base"),
+    "brace.sft_epochs": (5, f"{_SFT}, --num_train_epochs"),
+    "brace.sft_batch": (
+        32,
+        f"{_SFT}, --per_device_train_batch_size 4 x --gradient_accumulation_steps 8",
+    ),
+    "brace.sft_lr": (2.0e-5, f"{_SFT}, --learning_rate"),
+    # the RL episode cap actually played: brace.rl_max_steps, or at 0 the game's env.task.max_steps
+    "brace.rl_max_steps": (100, f"{_RECIPE}, max_iter (RL episodes play the game's length)"),
+    "brace.rl.policy_iterations": (
+        0,
+        f"{_RECIPE}: the belief model updated after every batch from the first "
+        "(belief_lm_n_update_steps=1), no policy-only stage",
+    ),
+    "brace.rl.seeds_per_step": (16, f"{_RECIPE}, train_batch_size (games per batch)"),
+    "brace.rl.group": (1, f"{_RECIPE}, rollout.n (episodes per game per batch)"),
+    "brace.rl.ppo_epochs": (1, f"{_RECIPE}: none set, verl's actor ppo_epochs 1"),
+    "brace.rl.minibatch": (16, f"{_RECIPE}, ppo_mini_batch_size"),
+    "brace.rl.clip": (0.2, f"{_RECIPE}, clip_ratio"),
+    "brace.rl.gamma": (1.0, f"{_RECIPE}, gamma"),
+    "brace.rl.lam": (1.0, f"{_RECIPE}: none set, verl's algorithm.lam 1.0"),
+    "brace.rl.max_grad_norm": (1.0, f"{_RECIPE}: none set, verl's actor grad_clip 1.0"),
+    "brace.rl.lora_rank": (0, f"{_RECIPE}: no LoRA, full fine-tuning"),
+}
+# the same for the evaluation presets' jobs (BRACE_TW_EVAL, method=brace_agent)
+BRACE_RELEASED_EVAL = {
+    "eval.n_episodes": (200, "released generate_textworld_*_tasks.sh, test count"),
+}
 # the envs the released code trains and evaluates (its recipes and per-env values)
 RELEASED_ENVS = ("fourrooms", "doorkey8", "higherlower")
 # conf/protocol/paper.yaml's list of the places where `paper` differs from the released code
 # (`official`): one row each of the generated departures table; not a config key
 DEPARTURES = "departures"
-DEPARTURE_KINDS = ("text", "departure", "decision")
+# text: the paper's text decides; departure: the text is silent, `paper` keeps another value on
+# purpose; code: the code computes differently where no config key holds a value (covers
+# none); decision: a measured PPO row outside the paper's (covers none)
+DEPARTURE_KINDS = ("text", "departure", "code", "decision")
+UNCOVERING_KINDS = ("code", "decision")  # the kinds whose rows cover no config value
 # the keys a protocol file may hold
 FIELDS = frozenset(
     {"name", DEPARTURES, *KEYS, *PRESET_TUNING.values(), *BRACE_TW_FIELDS, *PROMPT_FIELDS}
@@ -216,11 +264,14 @@ def differences(
     paper: DictConfig | None = None,
     official: DictConfig | None = None,
     recipes: DictConfig | None = None,
+    brace_overrides: tuple[str, ...] = (),
 ) -> dict[str, tuple[Any, Any]]:
     """Every value on which `paper` and `official` (the released code) differ: "<config key>" or
     "<config key> (<env>)" -> (paper's value, official's value). The protocol fields by their
-    config keys (per-env fields and each recipe value per env in RELEASED_ENVS); the protocol
-    files and conf/ppo_recipes unless given (a test passes a changed copy)."""
+    config keys (per-env fields and each recipe value per env in RELEASED_ENVS), and what a
+    `paper` Agent-BRACE job runs with (`brace_differences`); the protocol files and
+    conf/ppo_recipes unless given (a test passes a changed copy, or `brace_overrides` for the
+    Agent-BRACE jobs)."""
     from benchmark.config import CONF
     from benchmark.recipes import RECIPES_FILE, recipe_value
 
@@ -260,6 +311,61 @@ def differences(
                 values[paper.policy_recipe][k],
                 values[official.policy_recipe][k],
             )
+    out.update(brace_differences(paper, official, brace_overrides))
+    return out
+
+
+def brace_differences(
+    paper: DictConfig, official: DictConfig, overrides: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, Any]]:
+    """What a `paper` Agent-BRACE job runs with against the released recipes: "<config key>
+    (<preset>)" (env.task.*: "(<preset>, <env>)", each env the preset sweeps) -> (the job's
+    value, the released). Each preset of BRACE_TW_PRESETS is composed as a job runs it (the
+    evaluation presets with method=brace_agent; `overrides` on top) with `paper` as its protocol;
+    its protocol fields (but the suite's own) compare with `official`'s values, its other keys
+    with BRACE_RELEASED (the trainer) or BRACE_RELEASED_EVAL, and the trainer's belief length
+    with the prompt file's value outside a job (the trainer builds its prompt without the job's
+    protocol: benchmark.brace.pipeline.prompt_of)."""
+    from benchmark.config import CONF, option_file, session
+
+    out: dict[str, tuple[Any, Any]] = {}
+
+    def add(item: str, have: Any, want: Any) -> None:
+        if _plain(have) != _plain(want):
+            out[item] = (_plain(have), _plain(want))
+
+    with session() as compose:
+        for preset in BRACE_TW_PRESETS:
+            sweep = OmegaConf.load(CONF / "experiment" / f"{preset}.yaml")
+            envs = str(OmegaConf.select(sweep, "hydra.sweeper.params.env", default="tw_quest"))
+            method = () if preset in BRACE_TW_TRAIN else ("method=brace_agent",)
+            for env in envs.split(","):
+                cfg = compose([f"+experiment={preset}", f"env={env}", *method, *overrides])
+                cfg.protocol = paper  # the keys read ${protocol.*}: a changed copy reaches them
+                fields = {f: (k, p) for f, (k, p, _) in BRACE_TW_FIELDS.items()}
+                fields.update({f: (k, BRACE_TW_PRESETS) for f, (k, _, _) in PROMPT_FIELDS.items()})
+                for field, (key, presets) in fields.items():
+                    if preset not in presets or field in SUITE_OWN_FIELDS:
+                        continue
+                    want = official.get(field)
+                    if isinstance(want, DictConfig):  # one value per env
+                        want = want.get(env)
+                    where = f"{preset}, {env}" if key.startswith("env.") else preset
+                    add(f"{key} ({where})", OmegaConf.select(cfg, key), want)
+                released = BRACE_RELEASED if preset in BRACE_TW_TRAIN else BRACE_RELEASED_EVAL
+                for key, (want, _) in released.items():
+                    have = OmegaConf.select(cfg, key)
+                    if key == "brace.rl_max_steps":  # 0: the game's own length
+                        have = have or OmegaConf.select(cfg, "env.task.max_steps")
+                    add(f"{key} ({preset})", have, want)
+                if preset not in BRACE_TW_TRAIN:
+                    continue
+                trainer_prompt = OmegaConf.load(option_file("prompt", "brace"))
+                add(
+                    f"prompt.belief_max_new_tokens ({preset})",
+                    trainer_prompt.belief_max_new_tokens,
+                    official.get("brace_belief_max_new_tokens"),
+                )
     return out
 
 
@@ -267,14 +373,14 @@ def undocumented(
     diffs: dict[str, tuple[Any, Any]], departures: list | ListConfig
 ) -> tuple[list[str], list[str]]:
     """(the differences no departure row covers, the rows that cover no difference and are not
-    a `decision`): both empty when the table and the protocol files agree. A row's `covers` are
-    fnmatch patterns over the keys of `differences()`."""
+    a `code` or `decision` row): both empty when the table and the protocol files agree. A row's
+    `covers` are fnmatch patterns over the keys of `differences()`."""
     rows = [_plain(r) for r in departures]
     bare = [d for d in diffs if not any(_covers(r, d) for r in rows)]
     idle = [
         str(r.get("covers") or r.get("what"))
         for r in rows
-        if r.get("kind") != "decision" and not any(_covers(r, d) for d in diffs)
+        if r.get("kind") not in UNCOVERING_KINDS and not any(_covers(r, d) for d in diffs)
     ]
     return bare, idle
 
@@ -286,8 +392,8 @@ def _covers(row: dict, item: str) -> bool:
 def departures_table() -> str:
     """The markdown table of conf/protocol/paper.yaml's departures: every place where `paper`
     differs from the released code, with the values (computed: differences()), the kind (the
-    text says so; a departure kept on purpose; a decision on a measured PPO row), why and its
-    measured effect. docs/protocol.md holds it between markers; tests/test_protocol.py fails
+    text says so; a departure kept on purpose; code that computes differently where no config
+    key holds a value; a decision on a measured PPO row), why and its measured effect. docs/protocol.md holds it between markers; tests/test_protocol.py fails
     when a difference has no row."""
     from benchmark.config import CONF
 
@@ -303,6 +409,11 @@ def departures_table() -> str:
         if row.get("kind") not in DEPARTURE_KINDS:
             raise ValueError(
                 f"departure {row.get('what')!r}: kind={row.get('kind')!r}, allowed {DEPARTURE_KINDS}"
+            )
+        if row.get("kind") in UNCOVERING_KINDS and row.get("covers"):
+            raise ValueError(
+                f"departure {row.get('what')!r}: kind={row['kind']} covers {row['covers']}; "
+                "a code or decision row covers no value (covers: [])"
             )
         shown = [d for d in diffs if _covers(row, d)]
         values = "; ".join(f"`{d}`: {_inline(diffs[d][0])} / {_inline(diffs[d][1])}" for d in shown)

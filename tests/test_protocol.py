@@ -598,6 +598,62 @@ def test_every_paper_difference_from_the_released_code_has_a_departure_row():
     assert "one allowed exception" not in (REPO / "docs" / "protocol.md").read_text()
 
 
+def test_every_paper_agent_brace_value_the_released_recipe_fixes_has_a_departure_row():
+    """A `paper` Agent-BRACE job, each brace_tw preset composed as it runs, against the released
+    recipes: the RL episode cap (12, the released 100) and the belief SFT data (100 of the 1,000
+    games, 128 examples) are rows. A value the released recipe fixes changed away from it, in
+    the protocol file (step cap, KL coefficient, training games, belief length) or in the job's
+    config, without a row fails, naming it and where."""
+    from benchmark.protocol import differences, undocumented
+
+    paper = OmegaConf.load(REPO / "conf" / "protocol" / "paper.yaml")
+    diffs = differences(paper)
+    assert diffs["brace.rl_max_steps (brace_tw_train)"] == (12, 100)
+    assert diffs["brace.teacher_episodes (brace_tw_train)"] == (100, 1000)
+    assert diffs["brace.sft_examples (brace_tw_train)"] == (128, "all")
+    for same in ("env.task.max_steps (brace_tw, tw_cooking)", "brace.rl.kl_coef (brace_tw_train)"):
+        assert same not in diffs  # the released values
+    changed = paper.copy()
+    changed.brace_tw_max_steps = 50
+    changed.brace_kl_coef = 0.02
+    changed.brace_tw_train_games = 100
+    changed.brace_belief_max_new_tokens = 512
+    bare, idle = undocumented(differences(changed), paper.departures)
+    envs = ("tw_quest", "tw_treasure", "tw_cooking")
+    want = {
+        *(f"env.task.{k} (brace_tw, {e})" for k in ("max_steps", "train_games") for e in envs),
+        "env.task.max_steps (brace_tw_train, tw_quest)",  # brace_tw_long: its own 100
+        *(f"env.task.train_games ({p}, tw_quest)" for p in ("brace_tw_long", "brace_tw_train")),
+        "brace.rl.kl_coef (brace_tw_train)",
+        "prompt.belief_max_new_tokens (brace_tw)",
+        "prompt.belief_max_new_tokens (brace_tw_long)",
+    }
+    assert set(bare) == want and idle == []
+    # a trainer value the released recipe fixes (clip_ratio=0.2), changed in the job
+    bare, _ = undocumented(
+        differences(paper, brace_overrides=("brace.rl.clip=0.3",)), paper.departures
+    )
+    assert bare == ["brace.rl.clip (brace_tw_train)"]
+    # brace.rl_max_steps=0 plays the game's own 100 steps: the cap's row then covers nothing
+    zero = differences(paper, brace_overrides=("brace.rl_max_steps=0",))
+    assert "brace.rl_max_steps (brace_tw_train)" not in zero
+    assert undocumented(zero, paper.departures) == ([], ["['brace.rl_max_steps (brace_tw_train)']"])
+
+
+def test_code_rows_cover_no_value_and_are_listed():
+    """A `code` row (the code computes differently, no config key holds a value) covers nothing
+    and is never flagged idle; the pooled invalid rate against the released zero-filled mean is
+    one, shown in the generated table."""
+    from benchmark.protocol import DEPARTURE_KINDS, departures_table, undocumented
+
+    paper = OmegaConf.load(REPO / "conf" / "protocol" / "paper.yaml")
+    code = [r for r in paper.departures if r.kind == "code"]
+    assert "code" in DEPARTURE_KINDS and all(list(r.covers) == [] for r in code)
+    assert any("invalid_rate_pooled" in r.why and "zero-filled" in r.why for r in code)
+    assert undocumented({}, code) == ([], [])
+    assert "| The invalid-answer rate of the main tables (code) | — | code |" in departures_table()
+
+
 def test_official_doorkey_trains_on_the_released_800_map_pool_in_order():
     """protocol=official, DoorKey-8x8: the training episodes' maps are seeds 200, 201, ... in
     order (door_key/env.py TRAIN_SEEDS = range(200, 1000), cycled by SeededDoorKeyEnv), every
