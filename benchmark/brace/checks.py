@@ -43,8 +43,11 @@ SFT_ADDED = ("labels", "belief_prompt")
 # keeps them): the SFT targets (the teachers' beliefs) and, for RL, the reward and the sampler
 RULES = {
     "teacher": "textworld-objects-capped-20",  # TextWorld's teacher: objects seen, <= 20 bullets
-    "format_score": "authors-continuous",  # rewards.format_score (was a binary gate)
-    "claims": "textworld-objects-checked",  # object claims checked against TextWorld's facts
+    # rewards.format_score (was a binary gate); its count term counts only claims judged correct
+    "format_score": "authors-continuous-count-checked",
+    # claims naming what the game does not contain are incorrect, unseen ones judged by the facts;
+    # R_belief's diversity takes the claims judged correct only
+    "claims": "invented-incorrect-pay-checked",
     "sampler": "neutral-generation-config",  # samples softmax(logits / T), what PPO scores
 }
 # the raw-history prompt (conf/prompt/history.yaml) a Direct-Action RL policy trains on, named by

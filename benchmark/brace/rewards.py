@@ -4,16 +4,21 @@ LLM judge (the suite knows the true grid, inventory, doors and card history exac
 R_env (policy model)  = 1 on success, 0 on failure.
 R_belief (belief model) = format score x (w_c correctness + w_t tracking + w_d diversity
                                          + w_s gamma^t x success)
-- format score (the multiplier; `format_score`: the authors' released code, continuous): bullets
-  / 8 capped at 1 x share of labelled bullets x de-duplication x a length penalty above 20;
+R_belief pays only for checked claims: a claim no rule checks (unverifiable) earns nothing, and
+the terms that count bullets count only the claims judged correct, so an invented or unchecked
+claim never raises it.
+- format score (the multiplier; `format_score`: the authors' released code, continuous): count
+  (claims judged correct, distinct, / 8, capped at 1) x share of labelled bullets x
+  de-duplication x a length penalty above 20;
 - correctness: each (subject, predicate, certainty) claim is verified against the true state:
   correct (1), partially correct (0.5: the fact is right but its certainty label is miscalibrated),
-  incorrect (0) or unverifiable (left out); the mean over verifiable claims (0 if none);
+  incorrect (0: a false fact, or a name the game does not contain) or unverifiable (no rule
+  checks it: left out); the mean over verifiable claims (0 if none);
 - tracking: of the facts the new observation changed (the teacher's claims at t that b(t-1) did
-  not already hold), the fraction b(t) captures correctly, less the fraction of b(t)'s claims that
-  are stale (carried over from b(t-1) unchanged and now false);
-- diversity: normalized Shannon entropy of the certainty labels over the scale's levels (7;
-  2 on the binary scale);
+  not already hold), the fraction b(t) captures correctly, less the fraction of b(t)'s checked
+  claims that are stale (carried over from b(t-1) unchanged and now false);
+- diversity: normalized Shannon entropy of the certainty labels of the claims judged correct over
+  the scale's levels (7; 2 on the binary scale);
 - gamma^t x success: the episode's success, discounted by the step of the update.
 
 The paper's appendix ablations are settings of `BeliefWeights`: a weight of 0 drops a term,
@@ -47,9 +52,10 @@ MAX_BULLETS = BELIEF_MAX_BULLETS  # bullets before the length penalty
 MAX_CLAIMS = 40  # claims parsed for the other terms (beyond MAX_BULLETS the penalty acts)
 
 
-def format_score(text: str | None) -> float:
+def format_score(text: str | None, checked: int | None = None) -> float:
     """The format multiplier of R_belief as the authors' released code computes it, in [0, 1]:
-    count (bullets / 8, capped at 1) x labelled share (bullets that are valid claims of the
+    count (bullets / 8, capped at 1; `checked` given: that many claims judged correct / 8, so
+    R_belief's count credit goes to checked, true claims only) x labelled share (bullets that are valid claims of the
     suite's belief format: a label of the 7-level scale) x de-duplication (distinct bullets,
     case-folded, / bullets) x length penalty (1 up to 20 bullets, else 20 / bullets). Bullets
     are the `-` lines of the <belief_state> block; no closed block, no bullet: 0. Where this
@@ -66,7 +72,7 @@ def format_score(text: str | None) -> float:
     bullets = [ln.strip() for ln in m.group(1).splitlines() if ln.strip().startswith("-")]
     if not bullets:
         return 0.0
-    count = min(1.0, len(bullets) / MIN_BULLETS)
+    count = min(1.0, (len(bullets) if checked is None else checked) / MIN_BULLETS)
     labelled = sum(len(parse_belief(b, 1)) == 1 for b in bullets) / len(bullets)
     dedup = len({b.lower() for b in bullets}) / len(bullets)
     length = 1.0 if len(bullets) <= MAX_BULLETS else MAX_BULLETS / len(bullets)
@@ -108,7 +114,8 @@ def tracking(
 ) -> float:
     """How well b(t) takes in what the new observation changed: of the teacher's claims at t
     that b(t-1) did not hold, the fraction whose subject b(t) states correctly; minus the
-    fraction of b(t)'s claims carried over unchanged from b(t-1) and now false (stale)."""
+    fraction of b(t)'s checked claims carried over unchanged from b(t-1) and now false (stale:
+    unverifiable claims do not dilute it)."""
     prev = {c.strip() for c in previous}
     new_subjects = {verify(c, truth).subject for c in teacher if c.strip() not in prev} - {""}
     verdicts = [verify(c, truth) for c in claims]
@@ -118,7 +125,8 @@ def tracking(
         c.strip() in prev and v.verdict == "incorrect"
         for c, v in zip(claims, verdicts, strict=True)
     )
-    return max(0.0, captured - stale / max(1, len(claims)))
+    checked = sum(v.verdict != "unverifiable" for v in verdicts)
+    return max(0.0, captured - stale / max(1, checked))
 
 
 TERMS = ("correctness", "tracking", "diversity", "success")  # R_belief's weighted terms
@@ -181,25 +189,30 @@ def belief_reward(
     """R_belief of one update `text` (the model's raw answer) at the state `truth`, given the
     previous belief b(t-1), the teacher's claims at t and the episode's success (0/1); `gate`
     is the format score (`format_score`), the multiplier unless `weights.format_gate` is off
-    (then the claims are scored whatever the format, and the sum is R_belief)."""
+    (then the claims are scored whatever the format, and the sum is R_belief). Only claims
+    judged correct earn the format's count and the diversity term: an unchecked or invented
+    claim never raises R_belief."""
     gate = format_score(text)
     scale = weights.labels
     claims = (
         on_scale(parse_belief(text, max_claims), scale) if gate or not weights.format_gate else []
     )
+    verdicts = [verify(c, truth) for c in claims]
+    right = [c for c, v in zip(claims, verdicts, strict=True) if v.verdict == "correct"]
+    if gate:
+        gate = format_score(text, checked=len({c.lower() for c in right}))
     if scale != "seven":
         previous, teacher = on_scale(previous, scale), on_scale(teacher, scale)
     levels = len(BINARY_LABELS) if scale == "binary" else len(LABELS)
     terms = {
         "correctness": correctness(claims, truth) if claims else 0.0,
         "tracking": tracking(previous, claims, truth, teacher) if claims else 0.0,
-        "diversity": diversity(claims, levels) if claims else 0.0,
+        "diversity": diversity(right, levels),
         "success": weights.gamma**truth.step * float(success),
     }
     total = (gate if weights.format_gate else 1.0) * sum(
         getattr(weights, k) * v for k, v in terms.items()
     )
-    verdicts = [verify(c, truth) for c in claims]
     return BeliefReward(total, gate, verdicts=verdicts, **terms)
 
 

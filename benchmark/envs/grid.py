@@ -428,11 +428,13 @@ def brace_teacher(truth: Any) -> list[str]:
 
 @functools.cache
 def brace_rules() -> list[Any]:
-    """Claim rules of the navigation belief (pose, cell ahead, goal, map, inventory, key, door)."""
+    """Claim rules of the navigation belief (pose, cell ahead, goal, map, inventory, key, door);
+    a key, door or carried object the game does not contain is incorrect, whatever its label."""
     from benchmark.vocabulary import POS, fact_verdict
 
-    def pos(m, t, lb):
-        return fact_verdict((int(m[1]), int(m[2])) == tuple(t.view.pos), lb)
+    def pos(m, t, lb):  # the pose: the position and, where the claim states it, the facing
+        true = (int(m[1]), int(m[2])) == tuple(t.view.pos)
+        return fact_verdict(true and m[3] in (None, t.view.facing.lower()), lb)
 
     def facing(m, t, lb):
         return fact_verdict(m[1].upper() == t.view.facing, lb)
@@ -454,13 +456,22 @@ def brace_rules() -> list[Any]:
     def seen_cells(m, t, lb):
         return fact_verdict(int(m[1]) == len(t.memory.known_map), lb)
 
+    def present(t) -> set[str]:
+        """The objects the game contains: on its grid, or carried."""
+        chars = {ch for row in t.view.full_grid for ch in row}
+        return {str(nf.CELL_WORDS.get(ch, ch)) for ch in chars} | {t.view.carrying or "nothing"}
+
     def carry(m, t, lb):
         said = m[1].strip().lower()
         said = "nothing" if said in ("nothing", "none", "no object") else said
+        if said not in present(t):
+            return "incorrect"  # an object the game does not contain
         return fact_verdict(said == (t.view.carrying or "nothing"), lb)
 
     def key_at(m, t, lb):
         where = (int(m[1]), int(m[2]))
+        if "key" not in present(t):
+            return "incorrect"  # a key in a game without one
         seen = any(ch == "k" for ch in t.memory.known_map.values()) or bool(t.view.keys)
         return fact_verdict(where in true_cells(t.view, "k"), lb, observable=seen)
 
@@ -476,10 +487,16 @@ def brace_rules() -> list[Any]:
                 ch for row in t.view.ego for ch in row
             }
             return fact_verdict(not (known & set("LDo")), lb)
+        if true_state == "unseen":
+            return "incorrect"  # a door in a game without one
         return fact_verdict(said == true_state, lb)
 
     return [
-        ("position", re.compile(r"\bi am at " + POS), pos),
+        (
+            "position",
+            re.compile(r"\bi am at " + POS + r"(?: facing (north|east|south|west)\b)?"),
+            pos,
+        ),
         ("facing", re.compile(r"\bfacing (north|east|south|west)\b"), facing),
         ("cell ahead", re.compile(r"\bthe cell ahead is ([a-z ]+)$"), ahead),
         ("goal", re.compile(r"\bgoal is at " + POS), goal_at),

@@ -12,11 +12,13 @@ seen), the number of rooms entered (confirmed) and the rest of the map (unknown 
 room is seen); cut by relevance to at most BELIEF_MAX_BULLETS.
 
 Each claim is verified against the episode's true state: the room from TextWorld's facts, the
-inventory and score from the game, the exits against the exits walked, the objects against
-TextWorld's facts at that step (facts.World). An exit never walked, an object never seen (or
-no object of the game) and a state its object does not have in its game are unverifiable:
-nothing was observed to check them against; so is the unexplored rest. No claim scores
-without being checked.
+inventory and score from the game, the exits against the exits walked and then the game's map,
+the objects against TextWorld's facts at that step (facts.World). A claim naming a room or
+object the game does not contain is incorrect, whatever its label (an invented claim never
+pays); a real room, exit or object not yet seen is judged by the facts like any other, its
+label included; a state its object does not have in its game is false (a towel is not open).
+What no fact decides (the place of a door, the unexplored rest) is unverifiable and never
+scores.
 
 The object claim grammar (case-insensitive, one claim per line):
   the <object> is held
@@ -106,6 +108,17 @@ def brace_teacher(truth: Any) -> list[str]:
     return claims + middle[: BELIEF_MAX_BULLETS - len(claims) - len(tail)] + tail
 
 
+def game(truth: Any) -> tuple[World, set[str], dict[str, str]]:
+    """The facts at `truth`, the game's rooms (case-folded) and its objects (case-folded ->
+    the facts' spelling): those the facts name, and those the episode saw (a state built
+    without the game's facts names only these)."""
+    world, mem = World(truth.view.facts), truth.memory
+    rooms = {r.lower() for r in (*world.rooms, *mem.rooms, truth.view.room)}
+    rooms |= {r.lower() for room, ex in mem.exits.items() for r in (room, *ex.values())}
+    objects = {o.lower(): o for o in (*world.objects, *mem.seen, *items(truth.view.inventory))}
+    return world, rooms, objects
+
+
 @functools.cache
 def brace_rules() -> list[Any]:
     """The claim rules of the TextWorld belief (room, inventory, score, exits, rooms entered,
@@ -115,9 +128,13 @@ def brace_rules() -> list[Any]:
     from benchmark.vocabulary import fact_verdict
 
     def room(m, t, lb):
+        if m[1].strip() not in game(t)[1]:
+            return "incorrect"  # no room of the game
         return fact_verdict(m[1].strip() == t.view.room.lower(), lb)
 
     def carries(m, t, lb):
+        if not set(items(m[1])) <= set(game(t)[2]):
+            return "incorrect"  # an object the game does not contain
         return fact_verdict(items(m[1]) == items(t.view.inventory), lb)
 
     def score(m, t, lb):
@@ -126,29 +143,37 @@ def brace_rules() -> list[Any]:
     def exit_to(m, t, lb):
         walked = {(r.lower(), c.lower()): to.lower() for r, ex in t.memory.exits.items()
                   for c, to in ex.items()}  # fmt: skip
+        world, rooms, _ = game(t)
+        if not {m[2].strip(), m[3].strip()} <= rooms:
+            return "incorrect"  # no room of the game
         known = walked.get((m[2].strip(), m[1].strip()))
-        if known is None:
-            return None  # never walked: nothing observed to verify it against
+        if known is None:  # never walked: the game's map decides
+            if not world.exits:
+                return None  # a state without the game's facts: nothing to check
+            game_map = {(r.lower(), c): to.lower() for (r, c), to in world.exits.items()}
+            known = game_map.get((m[2].strip(), m[1].strip()))
         return fact_verdict(known == m[3].strip(), lb)
 
     def entered(m, t, lb):
         return fact_verdict(int(m[1]) == len(t.memory.rooms), lb)
 
-    def seen(m, t):
-        """The object a claim names among those seen (its facts' spelling), else None."""
-        return {o.lower(): o for o in t.memory.seen}.get(m[1].strip())
-
     def object_state(m, t, lb):
-        obj = seen(m, t)
+        world, _, objects = game(t)
+        obj = objects.get(m[1].strip())
         if obj is None:
-            return None  # never seen, or no object of the game: nothing observed to check
-        world = World(t.view.facts)
-        true = world.lies(obj, "held") if m[2] == "held" else world.holds(obj, m[2])
+            return "incorrect"  # an object the game does not contain
+        if m[2] == "held":
+            true = world.lies(obj, "held")
+        else:
+            true = bool(world.holds(obj, m[2]))  # a state it does not have: false
         return None if true is None else fact_verdict(true, lb)
 
     def object_place(m, t, lb):
-        obj = seen(m, t)
-        true = None if obj is None else World(t.view.facts).lies(obj, m[2], m[3].strip())
+        world, rooms, objects = game(t)
+        obj, place = objects.get(m[1].strip()), m[3].strip()
+        if obj is None or (place not in rooms and place not in objects):
+            return "incorrect"  # an object or place the game does not contain
+        true = world.lies(obj, m[2], place)
         return None if true is None else fact_verdict(true, lb)
 
     return [

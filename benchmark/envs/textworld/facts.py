@@ -55,7 +55,12 @@ class World:
         self.placed: dict[str, tuple[str, str]] = {}  # object -> (at | in | on, place)
         self.room = "?"
         self.rooms: set[str] = set()  # every room the facts name
+        self.names: set[str] = set()  # every room and object the facts name
+        self.exits: dict[tuple[str, str], str] = {}  # (room, "go <direction>") -> room
         for pred, *args in self.facts:
+            self.names.update(a for a in args if a not in (PLAYER, INVENTORY))
+            if pred in MAP[:4] and len(args) == 2:  # north_of(a, b): going north from b leads to a
+                self.exits[(args[1], f"go {pred[: -len('_of')]}")] = args[0]
             if len(args) == 1:
                 self.unary[args[0]].add(pred)
             elif pred == "at" and args[0] == PLAYER:
@@ -66,6 +71,11 @@ class World:
                 self.rooms.add(args[1])
             elif pred in MAP:  # room, [door,] room
                 self.rooms.update((args[0], args[-1]))
+
+    @property
+    def objects(self) -> set[str]:
+        """Every object the facts name (containers, supporters, doors, food...), not rooms."""
+        return self.names - self.rooms
 
     def has(self, obj: str, predicate: str) -> bool:
         return predicate in self.unary.get(obj, ())

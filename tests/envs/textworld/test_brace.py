@@ -1,7 +1,8 @@
 """Agent-BRACE's teacher and claim rules on TextWorld (benchmark.envs.textworld.brace): the
 teacher's claims are all correct at the true state they came from, a wrong room, inventory,
-score, exit or object claim is incorrect, an exit never walked, an object never seen and a state
-its object does not have are unverifiable, a miscalibrated label is partial; R_belief of the
+score, exit or object claim is incorrect, so is one naming a room or object the game does not
+contain (whatever its label) and a state its object does not have; an exit never walked and an
+object never seen are judged by the game's facts; a miscalibrated label is partial; R_belief of the
 teacher's belief beats a wrong one (hand-built states), and object claims are checked against
 the facts of real generated games."""
 
@@ -71,7 +72,12 @@ def test_the_teacher_caps_its_exits_so_its_belief_keeps_a_full_format_score():
         ("- the agent carries: a cookie and a bug [confirmed]", "correct"),
         ("- score 0 of 2 [confirmed]", "incorrect"),
         ("- go north from the sauna leads to the shower [confirmed]", "incorrect"),
-        ("- go east from the sauna leads to the shower [confirmed]", "unverifiable"),
+        ("- go east from the sauna leads to the shower [confirmed]", "incorrect"),  # no such room
+        ("- go east from the sauna leads to the shower [doubtful]", "incorrect"),
+        # never walked, and a state without the game's facts has no map to check it against
+        ("- go east from the sauna leads to the cookery [confirmed]", "unverifiable"),
+        ("- the agent is in the shower [doubtful]", "incorrect"),  # no room of the game
+        ("- the agent carries: a unicorn [doubtful]", "incorrect"),  # no object of the game
         ("- the agent is in the cookery [probable]", "partial"),  # right fact, label too weak
         ("- 2 rooms entered so far [confirmed]", "correct"),
         ("- the rooms not yet entered [unknown]", "unverifiable"),  # states no checked fact
@@ -143,14 +149,21 @@ def kitchen() -> Truth:
         ("- the apple is eaten [confirmed]", "incorrect"),
         ("- the meal is held [confirmed]", "incorrect"),  # eaten: it lies nowhere
         ("- the meal is in the kitchen [confirmed]", "incorrect"),
-        # not checkable: no such state in its game, no place, never seen, no such object
-        ("- the fridge is eaten [confirmed]", "unverifiable"),
-        ("- the knife is open [confirmed]", "unverifiable"),
-        ("- the knife is raw [confirmed]", "unverifiable"),
+        # a state its object does not have in its game is false
+        ("- the fridge is eaten [confirmed]", "incorrect"),
+        ("- the knife is open [confirmed]", "incorrect"),
+        ("- the knife is raw [confirmed]", "incorrect"),
+        ("- the knife is raw [doubtful]", "correct"),
+        # never seen: judged by the facts like any other
+        ("- the key is in the cellar [confirmed]", "correct"),
+        ("- the key is held [confirmed]", "incorrect"),
+        ("- the key is in the cellar [possible]", "partial"),
+        # no such object or place in the game: incorrect whatever the label
+        ("- the golden key is in the kitchen [confirmed]", "incorrect"),
+        ("- the golden key is held [doubtful]", "incorrect"),
+        ("- the apple is in the attic [doubtful]", "incorrect"),
+        # nothing decides it: a door has no place
         ("- the door is in the kitchen [confirmed]", "unverifiable"),
-        ("- the key is in the cellar [confirmed]", "unverifiable"),  # true, but never seen
-        ("- the golden key is in the kitchen [confirmed]", "unverifiable"),
-        ("- the golden key is held [doubtful]", "unverifiable"),
     ],
 )
 def test_object_claims_are_checked_against_the_facts(claim, verdict):
@@ -235,8 +248,8 @@ def test_object_claims_on_a_generated_game(env):
     object the teacher names is where TextWorld's facts put it, open/closed/locked as they say,
     and every teacher claim but the unexplored line checks correct; for each object seen, its
     true place checks correct and a false one (held when it is not, held elsewhere when it is,
-    the opposite of its open state) incorrect; an object of the game not yet seen and one the
-    game does not have are unverifiable. Every object counted as in view is named in the
+    the opposite of its open state) incorrect; an object of the game not yet seen is judged by
+    the facts (its true place correct) and one the game does not have is incorrect. Every object counted as in view is named in the
     game's text (the room's description, the inventory, the last answer)."""
     ep = make_task(env).episode(100)
     count: Counter = Counter()
@@ -275,9 +288,11 @@ def test_object_claims_on_a_generated_game(env):
             if obj not in t.memory.seen and place not in ("RECIPE",):
                 relation = world.place(obj)
                 text = "held" if relation[0] == "held" else f"{relation[0]} the {place}"
-                assert verify(f"- the {obj} is {text} [confirmed]", t).verdict == "unverifiable"
+                assert verify(f"- the {obj} is {text} [confirmed]", t).verdict == "correct"
                 count["unseen"] += 1
-        assert verify("- the golden unicorn is held [confirmed]", t).verdict == "unverifiable"
+        for label in ("confirmed", "doubtful", "unknown"):
+            claim = f"- the golden unicorn is held [{label}]"
+            assert verify(claim, t).verdict == "incorrect", claim
         if ep.done:
             break
         ep.step(ep.expert_action())
