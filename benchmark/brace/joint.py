@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ import numpy as np
 from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
 from benchmark.brace.rollout import StepLog, run
-from benchmark.consultants import Answer, Consultant, Query
+from benchmark.consultants import Answer, Consultant, Query, attention
+from benchmark.consultants.finite import finite_watch, raise_nonfinite
 from benchmark.consultants.hf import neutral_generation_config, prompt_ids, stop_ids
 from benchmark.consultants.lean import plain_greedy
 from benchmark.finetune import lm
@@ -49,8 +51,12 @@ class Sampler(Consultant):
         """`belief_samples` > 1: each belief update is sampled that many times from the same
         state; the episode goes on with the first, and all of them (`extra["siblings"]`) are
         scored as one GRPO group of that state (R_belief is known at once from the truth).
-        `seed`: the stream of the rows' sampling seeds (a run repeats)."""
+        `seed`: the stream of the rows' sampling seeds (a run repeats). The models get the hf
+        backend's attention (`attention.install`: fully masked rows of a left-padded batch
+        zeroed, where some GPU kernels return NaN) and every batch its finite check."""
         self.models = models  # role -> (model, tokenizer)
+        for model, _ in models.values():
+            attention.install(model)
         self.temperature = float(temperature)
         self.max_batch = int(max_batch)
         self.belief_samples = int(belief_samples)
@@ -92,6 +98,7 @@ class Sampler(Consultant):
         its tokens were sampled with (`extra["sample_logp"]`): PPO's first ratio is 1 against
         it (tested)."""
         import torch
+        from transformers import LogitsProcessorList
 
         model, tok = self.models[role]
         ids = [prompt_ids(tok, q.messages, enable_thinking=False) for q in queries]
@@ -108,10 +115,16 @@ class Sampler(Consultant):
                              "logits processor (repetition / n-gram / length rules...); PPO "
                              "would score another distribution than the one sampled")  # fmt: skip
         recorder = _Recorder(self.temperature, len(ids), width, self.rng)
+        watch = finite_watch(len(ids), model.device)  # first: it sees the model's own logits
         model.eval()
         with torch.no_grad():
             gen = model.generate(input_ids=batch, attention_mask=mask, generation_config=gc,
-                                 logits_processor=recorder.processors())  # fmt: skip
+                                 logits_processor=LogitsProcessorList([watch, *recorder.processors()]))  # fmt: skip
+        # a row sampled from NaN logits would still give an answer: raise as the hf backend does
+        runtime = SimpleNamespace(model=model, device=model.device,
+                                  identity=f"brace RL sampler ({role} model)")  # fmt: skip
+        bad = [r for r, b in enumerate(watch.bad.tolist()) if b]
+        raise_nonfinite(runtime, "left-padded", "RL sampling", bad, ids)
         answers = []
         sampled = recorder.logp()
         for r, (x, row) in enumerate(zip(ids, gen[:, width:].tolist(), strict=True)):

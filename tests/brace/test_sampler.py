@@ -99,3 +99,25 @@ def test_the_first_ppo_ratio_is_one(penalised):
     traj = ppo.Trajectory("policy", pairs, 1.0, [a.extra["sample_logp"] for a in answers])
     learner.score([traj])
     assert ppo.sampling_gap([traj]) < 1e-4
+
+
+def test_a_non_finite_logit_raises_instead_of_sampling(tiny_model):
+    """A model whose logits hold a NaN (its LM head poisoned in memory: what a GPU attention
+    kernel's NaN in a left-padded row leads to) fails the batch with the hf backend's error,
+    naming the sampler and the rows, instead of sampling garbage; the models get the hf
+    backend's attention, which zeroes fully masked rows."""
+    import torch
+
+    from benchmark.consultants.attention import MASKED, NAME
+    from benchmark.consultants.errors import ConsultantError
+
+    model, tok = lm.load(tiny_model("small"))
+    sampler = Sampler({"belief": (model, tok), "policy": (model, tok)}, temperature=1.0)
+    assert model.config._attn_implementation in (NAME, MASKED)
+    assert all(a.text is not None for a in sampler.answer(_queries(2, 3)))  # finite: it samples
+    with torch.no_grad():
+        model.lm_head.weight[7, 0] = float("nan")
+    for temperature in (1.0, 0.0):  # sampled and greedy (the held-out rollouts)
+        sampler.temperature = temperature
+        with pytest.raises(ConsultantError, match=r"brace RL sampler \(policy model\): non-finite"):
+            sampler.answer(_queries(2, 3))
