@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu lock test-latest demo demo-brace test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu lock test-latest demo demo-brace base test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -62,6 +62,11 @@ demo-brace: $(VENV_STAMP) ## Agent-BRACE learns at toy scale (TextWorld Quest, ~
 	@sweep=$$(ls -dt outputs/sweeps/brace_demo/* | head -1); \
 	$(PY) -m benchmark.brace.table $$sweep --check > /dev/null && echo "brace demo: learned (table above, $$sweep/brace_table.md)" \
 	|| { echo "brace demo: nothing learned ($$sweep/brace_table.json)"; exit 1; }
+
+# the base that reads its prompt (docs/brace.md): pretrained on generated TextWorld transcripts,
+# kill-safe (a rerun resumes), then its copy probe on held-out transcripts; BASE_ARGS="--steps N ..."
+base: $(VENV_STAMP) ## pretrain the tiny Qwen3 base that copies names off its prompt (resumes; BASE_ARGS for settings), then probe it
+	$(PY) -m benchmark.brace.base --probe 200 $(BASE_ARGS)
 
 # pyproject's addopts deselect `slow` for a plain pytest; -m "slow or not slow" selects everything;
 # --durations: the slowest tests, so a CI log shows which run near their timeouts

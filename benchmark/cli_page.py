@@ -138,6 +138,13 @@ TOOLS: dict[str, Tool] = {
         "`--check` exits 1 when nothing was learned",
         "brace.md",
     ),
+    "benchmark.brace.base": Tool(
+        "[--layers N --width N ... --steps N] [--out DIR] [--probe N] \\| probe <dir>",
+        "pretrains the base that reads its prompt (a tiny Qwen3 on generated TextWorld "
+        "transcripts; kill-safe, a rerun resumes) into `outputs/models/base/base-<hash>`; "
+        "`probe`: its copy accuracy on held-out transcripts",
+        "brace.md",
+    ),
     "benchmark.brace.context": Tool(
         "--env <env> --belief <dir> --policy <dir> [--steps N] [--seeds S ...]",
         "context length per step, raw history against the belief pipeline, same models and seeds",
