@@ -88,6 +88,10 @@ def policy_checkpoint(
                 f"policy.path={str(path)!r} does not exist: give an SB3 PPO .zip, a bundle's "
                 ".safetensors or an exported policy directory (python -m benchmark.policy export)"
             )
+        if path.suffix == ".safetensors":  # a bundle's file: checked against what it records
+            from benchmark.policy.bundle import check_recorded
+
+            check_recorded(path)
         return path
     if train:
         return ensure(cfg, task, log_fn=log_fn, splits=splits)

@@ -44,6 +44,17 @@ def resolve_source(
     return model, False, f"hf:{model}@{revision or 'main'}"
 
 
+def weights_folder(source: str, revision: str | None = None) -> Path | None:
+    """The folder from_pretrained reads `source`'s weights from: a local directory, or a hub
+    model's snapshot in the local cache (None: not downloaded yet)."""
+    if Path(source).is_dir():
+        return Path(source)
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(source, "config.json", revision=revision)
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
 def offline_hint(model: str | None, cause: object) -> str:
     from huggingface_hub.constants import HF_HUB_CACHE
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmark.consultants.fingerprint import weights_folder
+from benchmark.weights import check_folder
+
 
 def pad_id(tokenizer: Any) -> int:
     """The id a batch is padded with: the tokenizer's pad token, else its eos token (padded
@@ -23,16 +26,25 @@ def load(
 ) -> tuple[Any, Any]:
     """(model, tokenizer) of a model folder (or a hub id in the local cache; `load_kwargs` go to
     both from_pretrained calls: revision, local_files_only, trust_remote_code). Safetensors
-    only, as the hf backend loads. `dtype`: float32 | bfloat16; `device`: "auto" (the GPU when
-    there is one), a torch device, or None (left where it loads: the Trainer places it)."""
+    only, as the hf backend loads, and checked as it checks them (a header that lies raises
+    `benchmark.weights.WeightsError`, naming file and tensor). `dtype`: float32 | bfloat16;
+    `device`: "auto" (the GPU when there is one), a torch device, or None (left where it loads:
+    the Trainer places it)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     load = {k: v for k, v in load_kwargs.items() if v is not None}
+    # weights that lie are refused, naming file and tensor (benchmark.weights): each header
+    # against the config's dtype before loading, against the loaded model after
+    folder = weights_folder(str(source), load.get("revision"))
+    if folder is not None:
+        check_folder(folder, what=f"the model {source}")
     tokenizer = AutoTokenizer.from_pretrained(str(source), **load)
     model = AutoModelForCausalLM.from_pretrained(
         str(source), dtype=getattr(torch, dtype), use_safetensors=True, **load
     )
+    if folder is not None:
+        check_folder(folder, model, what=f"the model {source}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return (model.to(device) if device is not None else model), tokenizer

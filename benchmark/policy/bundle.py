@@ -49,6 +49,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark import weights
 from benchmark.envs.base import env_identity
 from benchmark.policy import portable
 from benchmark.policy.card import model_card
@@ -457,7 +458,44 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
         else f"the bundle {directory} is damaged: export it again (python -m benchmark.policy "
         "export) or copy it again from where it came"
     )
-    return resolve(policy_dir, str(cfg.policy.checkpoint), remedy, cfg.policy.get("match_success"))
+    path = resolve(policy_dir, str(cfg.policy.checkpoint), remedy, cfg.policy.get("match_success"))
+    check_recorded(path)
+    return path
+
+
+def check_recorded(path: Path) -> None:
+    """Refuse a bundle's `.safetensors` whose header says other than its policy declares
+    (`portable.check_weights`), or whose SHA-256 or policy identity is not what its policy's
+    COMPLETE and the bundle's bundle.json record for it: a header edited with the manifests
+    signed again (offsets of two tensors swapped) still gives another policy identity. A file
+    outside a bundle is checked against what is there; CheckpointError naming file and record."""
+    path = Path(path)
+    if path.suffix != portable.SUFFIX:
+        return
+    portable.check_weights(path)
+    records: list[tuple[str, dict[str, Any]]] = []
+    recorded = manifest(path.parent) or {}
+    if isinstance(recorded.get("checkpoints"), dict):
+        records.append(
+            (str(path.parent / MARKER), {"sha256": recorded["checkpoints"].get(path.stem)})
+        )
+    index = _read_index(path.parent.parent) if (path.parent.parent / INDEX).is_file() else None
+    for entry in (index or {}).get("policies", []):
+        if isinstance(entry, dict) and entry.get("name") == path.parent.name:
+            found = (entry.get("checkpoints") or {}).get(path.stem)
+            if isinstance(found, dict):
+                records.append(
+                    (f"{path.parent.parent / INDEX} ({entry['name']}/{path.stem})", found)
+                )
+    try:
+        for where, record in records:
+            if record.get("sha256") is not None:
+                weights.check_digest(path, record["sha256"], file_sha256(path), where)
+            if record.get("policy_weights") is not None:
+                actual = policy_digest(path)
+                weights.check_digest(path, record["policy_weights"], actual, where)
+    except weights.WeightsError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def fetch(repo_id: str, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:

@@ -37,6 +37,7 @@ from safetensors.torch import load_file, save_file
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 
+from benchmark import weights
 from benchmark.policy import sb3zip
 from benchmark.policy.errors import CheckpointError
 from benchmark.policy.network import (
@@ -361,20 +362,41 @@ def load(path: Path, device: str = "cpu") -> Any:
     """The PPO (or RecurrentPPO) of `path` (.safetensors) and the policy.json beside it, built
     from the suite's classes as SB3's `load` builds one, then given the tensors (all of them,
     and no other)."""
+    model = _built(path, device)
+    check_weights(path, model)
+    tensors = read_tensors(path)
+    try:
+        model.policy.load_state_dict(tensors, strict=True)
+    except (TypeError, ValueError, RuntimeError, KeyError) as e:
+        raise CheckpointError(f"cannot load {path} with {SETTINGS}: {type(e).__name__}: {e}") from e
+    return model
+
+
+def _built(path: Path, device: str = "cpu") -> Any:
+    """The untrained algorithm and policy the policy.json beside `path` describes."""
     settings = read_settings(path)
     algo, policy_class, kwargs = _classes(settings, path)
     obs = space_of(settings.get("observation_space"), f"{settings_path(path)}: observation_space")
     act = space_of(settings.get("action_space"), f"{settings_path(path)}: action_space")
-    tensors = read_tensors(path)
     try:
         model = algo(policy=policy_class, env=None, device=device, _init_setup_model=False)
         model.observation_space, model.action_space = obs, act
         model.policy_kwargs, model.n_envs = kwargs, 1
         model._setup_model()
-        model.policy.load_state_dict(tensors, strict=True)
     except (TypeError, ValueError, RuntimeError, KeyError) as e:
         raise CheckpointError(f"cannot load {path} with {SETTINGS}: {type(e).__name__}: {e}") from e
     return model
+
+
+def check_weights(path: Path, model: Any = None) -> None:
+    """Refuse `path` when its header says other than the policy declares (`benchmark.weights`:
+    a tensor's dtype of another kind, another shape, a tensor too many or missing), naming the
+    file and the tensor. `model`: the policy built from policy.json (built here when None)."""
+    model = _built(path) if model is None else model
+    try:
+        weights.check(path, weights.declared(model.policy.state_dict()), strict=True)
+    except weights.WeightsError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def digest(path: Path) -> str:

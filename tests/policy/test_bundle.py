@@ -300,7 +300,8 @@ def test_tampered_weights_in_a_bundle_say_to_export_or_download_it_again(
 
 def test_a_bundle_whose_settings_name_another_class_is_refused_naming_it(bundle, tmp_path):
     """policy.json edited to name a class outside the suite's, and every manifest re-signed (as
-    whoever hands a bundle over could): found and verified, then refused when loaded."""
+    whoever hands a bundle over could): refused when its weights are checked against the
+    policy it declares (benchmark.weights), before loading, and when the file is loaded."""
     from benchmark.policy.bundle import INDEX, MARKER
 
     out = tmp_path / "b"
@@ -315,9 +316,10 @@ def test_a_bundle_whose_settings_name_another_class_is_refused_naming_it(bundle,
         if manifest.parent == out:
             data["files"][f"{policy.name}/{MARKER}"] = file_sha256(policy / MARKER)
         manifest.write_text(json.dumps(data))
-    path = _load_best(out, tmp_path)
     with pytest.raises(CheckpointError, match="names the policy class 'os.system'"):
-        load(path)
+        _load_best(out, tmp_path)
+    with pytest.raises(CheckpointError, match="names the policy class 'os.system'"):
+        load(policy / "best.safetensors")
 
 
 @pytest.mark.parametrize("fmt", ["ask-benchmark-policies/1", "ask-benchmark-policies/2"])
