@@ -93,11 +93,57 @@ def redact_hydra_files(hc: DictConfig) -> None:
         redact_file(file)
 
 
+def refuse_secrets(args: list[str]) -> None:
+    """A secret on the command line is refused before Hydra writes anything (its .hydra/ files
+    and a sweep's multirun.yaml are written before any job runs, and W&B would record them): a
+    URL with credentials (`user:password@`, `?api_key=...`) anywhere, a key where the NAME of its
+    variable belongs (`slm.backend.api_key_env=sk-...`). One line that does not repeat it."""
+    from benchmark.redact import redact, refuse_url_credentials
+
+    for arg in args:
+        key, _, value = arg.partition("=")
+        key = key.lstrip("+~")
+        try:
+            refuse_url_credentials(key, value)
+        except ValueError as exc:
+            raise SystemExit(f"Error: {exc}") from None
+        if key.endswith("api_key_env") and redact(value) != value:
+            raise SystemExit(
+                f"Error: {key} must be the NAME of an environment variable holding the key, not "
+                f"the key itself (the value given is not shown): export MY_KEY=<key> and set "
+                f"{key}=MY_KEY"
+            )
+
+
+def refuse_config_secrets(cfg: DictConfig) -> None:
+    """The composed config's URLs (a preset's or the local config's `slm.backend.base_url`),
+    checked as the command line's are, before Hydra writes them (`refuse_secrets`)."""
+    from omegaconf import OmegaConf
+
+    from benchmark.redact import refuse_url_credentials
+
+    def walk(node: object, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+        else:
+            refuse_url_credentials(key, node)
+
+    try:
+        walk(OmegaConf.to_container(cfg, resolve=False), "")
+    except ValueError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+
+
 def check_root(args: list[str]) -> None:
     """The results root, once before any job: one that cannot be written fails here, in one
     line (Hydra would otherwise make its run or sweep dir in it first and fail with a
     traceback); one of an earlier release's layout is brought up to date here, once for the
-    whole sweep (benchmark.migrate), so no job of it migrates anything. Flags (--cfg, --help)
+    whole sweep (benchmark.migrate), so no job of it migrates anything; a URL with credentials
+    in the composed config is refused here too (`refuse_config_secrets`). Flags (--cfg, --help)
     and overrides Hydra rejects are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -111,6 +157,7 @@ def check_root(args: list[str]) -> None:
         cfg = compose([p.input_line for p in parsed if not p.is_sweep_override()])
     except Exception:  # noqa: BLE001 - Hydra reports it its own way
         return
+    refuse_config_secrets(cfg)
     store = Store.of(cfg.paths)
     try:
         store.check_writable()
@@ -138,6 +185,7 @@ def cli(argv: list[str] | None = None, app=None) -> int:
     args, multirun = split_multirun(sys.argv[1:] if argv is None else argv)
     sys.argv = [sys.argv[0], *(["--multirun"] if multirun else []), *args]
     tally.LAST = tally.STARTED = None
+    refuse_secrets(args)
     check_root(args)
     try:
         (app or main)()

@@ -8,7 +8,13 @@ What counts as a secret:
 - anything shaped like an API key or token (`sk-...`, `hf_...`, `ghp_...`, `Bearer ...`): a key
   given by mistake where the NAME of its variable belongs (`slm.backend.api_key_env=sk-...`);
 - credentials in a URL (`https://user:pass@host`): the userinfo is dropped, not masked, so a cell's
-  identity is the same with or without them (they never change what a server answers).
+  identity is the same with or without them (they never change what a server answers); a
+  credential in its query string (`?api_key=...`, `&token=...`) is masked.
+
+A URL with credentials is refused before anything is written (`url_credentials`: the command line
+in benchmark.__main__, the composed config in validation): the key belongs in the environment
+variable `slm.backend.api_key_env` names. Redaction is the second line, for what gets through
+(a key pasted into another field, a server's reply).
 
 Redaction is a pure function of the text: a value without secrets comes back unchanged, so the
 hash of every cell whose config holds none stays what it was."""
@@ -30,6 +36,12 @@ KEY_SHAPES = re.compile(
 )
 BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s'\",}]+")
 USERINFO = re.compile(r"(?<=://)[^/\s@'\"<>]+@")  # scheme://user:pass@host: up to the @
+# query parameters that carry a credential (api_key, key, token, access_token, password, ...)
+SECRET_PARAMS = (
+    r"(?:api[_-]?key|key|(?:access|auth|id|refresh|session)?[_-]?token|auth|password|passwd|pwd"
+    r"|secret|client[_-]?secret|sig|signature)"
+)
+QUERY_SECRET = re.compile(rf"(?i)([?&]{SECRET_PARAMS}=)[^&#\s'\"<>]+")
 
 _known: set[str] = set()
 
@@ -48,8 +60,34 @@ def redact(text: str) -> str:
     for secret in sorted(_known, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     text = USERINFO.sub("", text)
+    text = QUERY_SECRET.sub(rf"\g<1>{REDACTED}", text)
     text = KEY_SHAPES.sub(REDACTED, text)
     return BEARER.sub(rf"\g<1>{REDACTED}", text)
+
+
+def url_credentials(text: str) -> str | None:
+    """What credential a URL in `text` carries, in words that do not repeat it ("a
+    user:password@", "the query parameter api_key"); None when it carries none."""
+    if not isinstance(text, str):
+        return None
+    if USERINFO.search(text):
+        return "a user:password@"
+    found = QUERY_SECRET.search(text)
+    if found:
+        return f"the query parameter {found.group(1)[1:-1]}"
+    return None
+
+
+def refuse_url_credentials(key: str, value: Any) -> None:
+    """A URL with credentials at `key` is refused in one line that does not repeat them: written
+    in a config, they would reach every file a job writes."""
+    what = url_credentials(value)
+    if what is not None:
+        raise ValueError(
+            f"{key} holds a URL with credentials ({what}; the value is not shown): they would "
+            "be written in clear. Put the key in an environment variable and set "
+            "slm.backend.api_key_env=<its NAME> (sent as 'Authorization: Bearer <key>')"
+        )
 
 
 def redact_data(value: Any) -> Any:

@@ -1,6 +1,9 @@
 """W&B tracking: one run per job (group = experiment, job_type = gate, name = the cell), offline
 by default, always finished (also when the job fails). `tracking=none` turns it off.
 
+No secret reaches a run (benchmark.redact): its config, name and group are redacted, and W&B's
+system metadata, which records the command line, is not collected (`x_disable_meta`).
+
 The run's config is the resolved cell config plus `method`, the label the report gives the cell
 (`benchmark.report.model.method_label`: PPO, SLM-only <slm>, ASK <slm>, ASK+ <slm>, ...), so a
 dashboard can group by it (`benchmark.dashboard`).
@@ -21,7 +24,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmark.redact import redact_data
+from benchmark.redact import redact, redact_data
 
 log = logging.getLogger(__name__)
 
@@ -110,16 +113,22 @@ class Tracker:
             project=cfg.project,
             entity=cfg.get("entity"),
             dir=cfg.dir,
-            name=name,
-            group=group,
+            name=redact(name),
+            group=redact(group),
             job_type=job_type,
             config=run_config(config),
             reinit="create_new",
         )
 
         def settings() -> Any:
+            # x_disable_meta: W&B's system metadata records the command line (sys.argv), where a
+            # key pasted into any field stands in clear; the run config is the cell's, redacted
             return wandb.Settings(
-                silent=True, console="off", x_disable_stats=True, init_timeout=timeout
+                silent=True,
+                console="off",
+                x_disable_stats=True,
+                x_disable_meta=True,
+                init_timeout=timeout,
             )
 
         if mode not in OFFLINE_MODES:

@@ -151,6 +151,12 @@ CASES = [
         "slm.backend.api_key_env must be the NAME of an environment variable",
     ),
     (
+        "credentials in the server URL",
+        ["slm=openai", "slm.backend.base_url=http://me:hunter2hunter2@127.0.0.1:9/v1"],
+        {},
+        "slm.backend.base_url holds a URL with credentials (a user:password@",
+    ),
+    (
         "random gate p outside [0, 1]",
         ["gate=random", "gate.p=1.5"],
         {},

@@ -22,11 +22,15 @@ CHOICES_NEED_LOGPROBS = (
 
 
 def check_openai_config(slm: Any) -> None:
-    """slm.backend.wait_timeout / restart_wait_s (seconds >= 0), url_file (null or a path),
-    choice_logprobs (one of CHOICE_LOGPROBS); slm.decoding.mode=choices only on a server that
-    returns prompt log-probabilities and without a repetition penalty."""
+    """slm.backend.base_url without credentials (benchmark.redact.url_credentials: the key goes
+    in the variable api_key_env names); wait_timeout / restart_wait_s (seconds >= 0), url_file
+    (null or a path), choice_logprobs (one of CHOICE_LOGPROBS); slm.decoding.mode=choices only
+    on a server that returns prompt log-probabilities and without a repetition penalty."""
     from benchmark.consultants.remote_choices import CHOICE_LOGPROBS
+    from benchmark.redact import refuse_url_credentials
 
+    for key in ("base_url", "url_file"):  # the command line's are refused before Hydra writes
+        refuse_url_credentials(f"slm.backend.{key}", OmegaConf.select(slm, f"backend.{key}"))
     for key, zero in (("wait_timeout", "probe the server once"), ("restart_wait_s", "no wait")):
         wait = OmegaConf.select(slm, f"backend.{key}")
         if wait is not None and (
