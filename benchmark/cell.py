@@ -77,15 +77,17 @@ def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
     return {**rest, **Objective.from_config(tuning).identity()}
 
 
-def code_versions(asks: bool) -> dict[str, int]:
-    """The versions of the code that shape a cell's results (see each constant's comment)."""
+def code_versions(family: str | None) -> dict[str, int]:
+    """The versions of the code that shape a cell's results (see each constant's comment);
+    `family`: the env family of a cell that asks a consultant, whose prompt version it holds
+    (Family.prompt_version: a change to one family's prompts re-keys that family's cells only)."""
     from benchmark.evaluate import EVALUATION_VERSION
 
     versions = {"evaluation": EVALUATION_VERSION}
-    if asks:
-        from benchmark.prompts import PARSER_VERSION, PROMPT_VERSION
+    if family is not None:
+        from benchmark.prompts import PARSER_VERSION
 
-        versions.update(prompts=PROMPT_VERSION, parser=PARSER_VERSION)
+        versions.update(prompts=get_family(family).prompt_version, parser=PARSER_VERSION)
     return versions
 
 
@@ -138,6 +140,16 @@ class CellSpec:
     def uses_lm(self) -> bool:
         """A language model answers (not the dice or the oracle: Consultant.uses_lm)."""
         return self.uses_consultant and backend_class(self.config["slm"]["backend"]).uses_lm
+
+    @property
+    def prompt_family(self) -> str | None:
+        """The env family whose prompts the consultant is asked with (None: no consultant)."""
+        if not self.uses_consultant:
+            return None
+        family = self.config["env"].get("family")
+        if not family:
+            raise ValueError(f"env {self.config['env'].get('name')!r} names no `family`")
+        return str(family)
 
     @property
     def tunes_tau(self) -> bool:
@@ -198,7 +210,7 @@ class CellSpec:
             out["tuning"] = {**tuning_identity(out["tuning"]), "study": self.inputs["tau_study"]}
         return {
             "identity_version": IDENTITY_VERSION,
-            "code": code_versions(self.uses_consultant),
+            "code": code_versions(self.prompt_family),
             **out,
         }
 

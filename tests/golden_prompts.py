@@ -7,7 +7,8 @@ records them.
 The tests (tests/prompts/test_prompts.py) only compare: a test run never writes a golden file, and
 one started with UPDATE_GOLDEN in its environment (the old way to re-record) fails, naming this
 command, so that no CI run can pass by comparing freshly written files with themselves. Review
-the diff of a recording, and bump PROMPT_VERSION with it (tests/test_cell.py says how)."""
+the diff of a recording, and bump the prompt version of each family whose texts changed with it
+(Family.prompt_version; tests/test_cell.py says how)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 from benchmark.build import locate_inputs, prepare
-from benchmark.cell import CellSpec
-from benchmark.config import compose
+from benchmark.cell import CellSpec, digest
+from benchmark.config import compose, load_yaml, option_file
+from benchmark.envs.family import get_family
 from benchmark.policy.checkpoints import config_hash
-from benchmark.prompts import PROMPT_VERSION
 from benchmark.seeds import DEFAULT_SPLITS, Splits
 from tests.conftest import compose_cfg
 
@@ -78,10 +78,11 @@ def test_validation_split_and_training_version_enter_the_checkpoint_hash(tmp_pat
 
 
 def test_prompt_version_follows_the_golden_files():
-    """A change to any prompt text shows in tests/golden/ and must come with a new
-    PROMPT_VERSION (benchmark/prompts/__init__.py), so cells of the old text are not reused.
-    Each env's golden files have their own record, tests/golden/<env>.version ('<PROMPT_VERSION>
-    <digest>'): a new env adds its files and its record, and changes no other."""
+    """A change to any prompt text shows in tests/golden/ and must come with a new prompt
+    version of the env's family (Family.prompt_version, benchmark/envs/), so cells of the old
+    text are not reused and other families' cells keep theirs. Each env's golden files have their
+    own record, tests/golden/<env>.version ('<its family's prompt version> <digest>'): a new env
+    adds its files and its record, and changes no other."""
     files: dict[str, list[Path]] = {}
     for f in sorted(GOLDEN.glob("*.txt")):
         files.setdefault(f.name.split("__")[0], []).append(f)
@@ -92,17 +93,40 @@ def test_prompt_version_follows_the_golden_files():
         h = hashlib.sha256()
         for f in env_files:
             h.update(f.name.encode() + b"\0" + f.read_bytes())
+        family = get_family(str(load_yaml(option_file("env", env))["family"]))
+        version, where = family.prompt_version, f"{type(family).__name__}.prompt_version"
         record = GOLDEN / f"{env}.version"
-        line = f"{PROMPT_VERSION} {h.hexdigest()}"
+        line = f"{version} {h.hexdigest()}"
         assert record.is_file(), f"a new env's golden prompts: write '{line}' into {record}"
         recorded = record.read_text().split()
         assert recorded == line.split(), (
-            f"the golden prompts of {env} changed: bump PROMPT_VERSION in "
-            f"benchmark/prompts/__init__.py and record it in every tests/golden/*.version "
-            f"({record}: '{PROMPT_VERSION + 1} {h.hexdigest()}')"
-            if recorded[0] == str(PROMPT_VERSION)
-            else f"PROMPT_VERSION changed: record it in {record} ('{line}')"
+            f"the golden prompts of {env} changed: bump {where} (family {family.name!r}) and "
+            f"record it in the tests/golden/*.version of its envs ({record}: "
+            f"'{version + 1} {h.hexdigest()}')"
+            if recorded[0] == str(version)
+            else f"{where} changed: record it in {record} ('{line}')"
         )
+
+
+def _asking_cell(env: str) -> CellSpec:
+    cfg = compose([f"env={env}", "gate=always", "slm=oracle", "prompt=basic"])
+    return CellSpec.from_config(cfg).with_inputs(policy_weights="w", model=None, tau_study="s")
+
+
+def test_a_familys_prompt_version_rekeys_its_cells_only(monkeypatch):
+    """A version belongs to what it versions: a new TextWorld prompt version is a new key for a
+    TextWorld cell that asks a consultant, and the grid's and the cards' cells keep theirs."""
+    envs = {"tw_quest": "textworld", "fourrooms": "grid", "higherlower": "cards"}
+    textworld = get_family("textworld")
+    before = {env: _asking_cell(env).identity for env in envs}  # a property: computed now
+    assert before["tw_quest"]["code"]["prompts"] == textworld.prompt_version
+    monkeypatch.setattr(type(textworld), "prompt_version", textworld.prompt_version + 1)
+    after = {env: _asking_cell(env).identity for env in envs}
+    assert after["tw_quest"]["code"]["prompts"] == before["tw_quest"]["code"]["prompts"] + 1
+    assert digest(after["tw_quest"]) != digest(before["tw_quest"])
+    for env in ("fourrooms", "higherlower"):
+        assert digest(after[env]) == digest(before[env]), env
+        assert after[env]["code"]["prompts"] == get_family(envs[env]).prompt_version, env
 
 
 def _hint_cell(env: str, hint: str, *extra: str) -> CellSpec:

@@ -88,9 +88,9 @@ V2_HASHES = {
     ],
 }
 V2_STUDY = {"3452738671bc": "3d9211c17202"}
-# stale since PROMPT_VERSION 3 (TextWorld's basic view holds the inventory; the version is the
-# prompt code's, one for every family): a v2 cell that asked a consultant is no longer found
-V2_STALE = {"ab544a084136", "3452738671bc", "1c03fd3bbea8"}
+# the prompt version a v2 cell that asked a consultant holds is its family's (grid and cards:
+# still 2, the version v2 computed with), so those cells are derived, and adopted, as computed
+V2_PROMPTS = {"ab544a084136": 2, "3452738671bc": 2, "1c03fd3bbea8": 2}
 
 
 @pytest.mark.parametrize("old_hash", sorted(V2_HASHES))
@@ -117,10 +117,7 @@ def test_v2_identity_of_a_cell_is_the_one_v2_computed(old_hash):
     study = tuning_key(v2_identity(spec, model, None)) if spec.tunes_tau else None
     identity = v2_identity(spec, model, study)
     assert identity["identity_version"] == 2 and spec.hash != old_hash
-    if old_hash in V2_STALE:  # the prompt code changed since: never taken for this cell
-        assert spec.uses_consultant and identity["code"]["prompts"] > 2
-        assert digest(identity) != old_hash
-        return
+    assert identity["code"].get("prompts") == V2_PROMPTS.get(old_hash)
     assert study == V2_STUDY.get(old_hash)
     assert digest(identity) == old_hash
 

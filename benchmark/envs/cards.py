@@ -185,6 +185,7 @@ class CardsFamily(Family):
 
     name = "cards"
     kinds = ("card_game",)
+    prompt_version = 2
 
     def system(self, task, actions, level, rationale, autopilot):
         return cards_system(actions, level, rationale, autopilot)

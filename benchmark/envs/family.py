@@ -64,6 +64,11 @@ class Family:
 
     name: str = ""
     kinds: tuple[str, ...] = ()  # the `kind` values its env configs may take (report column)
+    # The version of this family's prompt texts, part of the identity of every cell of the family
+    # that asks a consultant (and of a model fine-tuned on its states): bump it with any change
+    # to a text its prompts send, its own or the shared code's (tests/golden/<env>.version pins
+    # it), so that the results of the old texts are not reused and other families' are kept.
+    prompt_version: int = 1
     feedback: Any = None  # an object with title(task), observation(view), description(...)
 
     PARTS = {  # prompt part -> the methods a family overrides to have it

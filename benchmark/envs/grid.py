@@ -513,6 +513,7 @@ class GridFamily(Family):
 
     name = "grid"
     kinds = ("navigation", "doorkey")
+    prompt_version = 2
     feedback = GridFeedback()
 
     def system(self, task, actions, level, rationale, autopilot):

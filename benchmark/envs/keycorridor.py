@@ -128,6 +128,7 @@ class KeyCorridorFamily(ObjectiveFamily):
 
     name = "keycorridor"
     kinds = ("keycorridor",)
+    prompt_version = 2
     gym_id = "MiniGrid-KeyCorridor"
     world = (
         "a corridor of small rooms; a ball 'b' lies behind a locked door 'L', the key 'k' that "

@@ -102,6 +102,7 @@ class MemoryFamily(ObjectiveFamily):
 
     name = "memory"
     kinds = ("memory",)
+    prompt_version = 2
     gym_id = "MiniGrid-Memory"
     world = (
         "the agent starts in a small room that holds a cue object (a key 'k' or a ball 'b'); a "

@@ -291,6 +291,7 @@ class RepeatPreviousFamily(Family):
 
     name = "repeatprevious"
     kinds = ("card_memory",)
+    prompt_version = 2
 
     def system(self, task, actions, level, rationale, autopilot):
         """Blocks (i)-(iii); the same at every level."""

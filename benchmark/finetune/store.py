@@ -212,8 +212,12 @@ class Recipe:
 
     # ------------------------------------------------------------------------- key
     def key(self, base_identity: str, checkpoint_sha256: str) -> dict[str, Any]:
-        from benchmark.prompts import PROMPT_VERSION
+        from benchmark.envs import get_family
 
+        if not self.env.get("family"):
+            raise ValueError(f"env {self.env.get('name')!r} of the fine-tuning names no `family`")
+        # its env family's prompt texts made the data: their version, not other families'
+        prompt_version = get_family(str(self.env["family"])).prompt_version
         return {
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
@@ -221,7 +225,7 @@ class Recipe:
             # how the model is asked (generate or choice scoring, whose sampling values) does
             # not change its training
             "prompt": _sans_mode(self.prompt),
-            "prompt_version": PROMPT_VERSION,
+            "prompt_version": prompt_version,
             "policy": {"checkpoint_sha256": checkpoint_sha256},
             "data": asdict(self.data),
             "train": asdict(self.train),

@@ -12,13 +12,11 @@ from benchmark.prompts.parse import (
     parse_reason,
 )
 
-# Part of the identity of every cell that asks a consultant: bump it with any change to the text
-# a variant sends (tests/golden/ pins it: test_prompt_version_follows_the_golden_files).
-PROMPT_VERSION = 3
+# The version of the text a variant sends is its env family's (Family.prompt_version in
+# benchmark/envs/family.py): bump the version of each family whose prompts a change moves.
 
 __all__ = [
     "PARSER_VERSION",
-    "PROMPT_VERSION",
     "Consultation",
     "Decision",
     "PromptSession",

@@ -27,6 +27,7 @@ class TextWorldFamily(Family):
 
     name = "textworld"
     kinds = ("text_game",)
+    prompt_version = 3  # 2: the basic view had no inventory
 
     def vocabulary(self) -> str:
         """TextWorld's own words, from the installed package's data: every phrase of its text
