@@ -116,9 +116,11 @@ def training_vec_env(
     (with `pool` [lo, hi): the seeds lo, lo+1, ..., hi-1 in order, cycled: the released DoorKey
     trainer's 800 maps) and is the task's training env `i` (a task may give slots different
     grids); stepped in `workers` processes (benchmark.policy.vec_env: the same envs and results
-    as one)."""
+    as one); each remembers its episode in progress, which a resumed training replays
+    (benchmark.policy.resume.Replayable)."""
     fns = [
-        lambda i=i: task.training_env(seed * 1000 + i, index=i, pool=pool) for i in range(n_envs)
+        lambda i=i: resume.Replayable(task.training_env(seed * 1000 + i, index=i, pool=pool))
+        for i in range(n_envs)
     ]
     return make_vec_env(fns, workers)
 
@@ -261,12 +263,18 @@ def check_head(task: Task, cfg: dict[str, Any]) -> str:
     return head
 
 
+def training_envs(task: Task, cfg: dict[str, Any]) -> VecEnv:
+    """The training VecEnv of a validated policy config."""
+    n_envs = int(cfg["n_envs"])
+    workers = resolve_workers(cfg.get("env_workers"), n_envs)
+    return training_vec_env(task, int(cfg["seed"]), n_envs, workers, cfg.get("train_seed_pool"))
+
+
 def build_model(task: Task, cfg: dict[str, Any]) -> PPO:
     """The untrained PPO of a validated policy config on its training envs: SB3's defaults but
     for what the config sets (policy.ppo, the LR and its schedule, the network)."""
-    seed, n_envs = int(cfg["seed"]), int(cfg["n_envs"])
-    workers = resolve_workers(cfg.get("env_workers"), n_envs)
-    env = training_vec_env(task, seed, n_envs, workers, cfg.get("train_seed_pool"))
+    seed = int(cfg["seed"])
+    env = training_envs(task, cfg)
     lr = float(cfg["learning_rate"])
     linear = cfg["lr_schedule"] == "linear"
     schedule = LinearSchedule(lr, 0.0, 1.0) if linear else ConstantSchedule(lr)
@@ -333,7 +341,12 @@ def train(
             set_random_seed(seed)
             model = build_model(task, cfg)
         else:
-            model = resume.restore_model(state, algo, cfg.get("device", "cpu"), out)
+            env = training_envs(task, cfg)
+            try:
+                model = resume.restore_model(state, algo, cfg.get("device", "cpu"), out, env)
+            except BaseException:
+                env.close()
+                raise
             log.info("resuming PPO training at %d steps from %s", model.num_timesteps, resume_path)
         model.set_logger(silent_logger())
         env = model.get_env()

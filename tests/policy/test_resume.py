@@ -21,7 +21,7 @@ import torch
 from benchmark.envs import make_task
 from benchmark.policy import resume
 from benchmark.policy.checkpoints import checkpoint_dir, config_hash, ensure_dir
-from benchmark.policy.train import ALGORITHMS, ThresholdCheckpoints, train
+from benchmark.policy.train import ALGORITHMS, ThresholdCheckpoints, train, training_envs
 from tests.policy.test_policy import _weights, job_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,14 +113,17 @@ def test_state_file_round_trip(task, tmp_path):
     algo = ALGORITHMS["ppo"][0]
     restored = tmp_path / "restored"
     restored.mkdir()
-    model = resume.restore_model(saved, algo, "cpu", restored)
+    assert state.read_bytes()[:1] != b"\x80"  # safetensors, no pickle anywhere
+    model = resume.restore_model(saved, algo, "cpu", restored, training_envs(task, cfg))
     assert sorted(p.name for p in restored.iterdir()) == sorted(saved["files"])
     assert model.num_timesteps == 256 and model._n_updates == 2
-    original = pickle.loads(saved["env"])
     assert np.array_equal(model._last_obs, saved["attrs"]["_last_obs"])
-    # the envs go on from the same mid-episode state
+    # the envs are replayed to the saved mid-episode state (checked against the last
+    # observations) and go on alike from it in every restore
+    assert any(s["actions"] is not None for s in saved["envs"])  # an episode in progress
+    again = resume.restore_model(saved, algo, "cpu", tmp_path, training_envs(task, cfg))
     actions = np.array([2, 2])
-    assert np.array_equal(model.get_env().step(actions)[0], original.step(actions)[0])
+    assert np.array_equal(model.get_env().step(actions)[0], again.get_env().step(actions)[0])
     opt = model.policy.optimizer.state_dict()["state"]
     assert opt and all(int(s["step"]) == 2 * 4 for s in opt.values())  # 2 epochs x 4 batches
     checkpoints = ThresholdCheckpoints(task, restored, [0.0], 512, lambda k: [0], None)
@@ -132,6 +135,57 @@ def test_state_file_round_trip(task, tmp_path):
     resume.restore_rng(saved)
     assert torch.equal(torch.get_rng_state(), saved["rng"]["torch"])
     assert np.random.get_state()[1].tolist() == saved["rng"]["numpy"][1].tolist()
+
+
+class Payload:
+    """A pickle whose loading writes `marker`: what a planted state file could run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_pickled_state_in_the_results_root_is_refused_never_loaded(task, tmp_path):
+    """A state file that is a pickle (an earlier release's, or planted): resuming the training
+    refuses it in one line naming the file and what to do, and never unpickles it."""
+    cfg = job_cfg(tmp_path, **SMALL).policy
+    state, marker = tmp_path / ".ckpt.resume", tmp_path / "payload-ran"
+    state.write_bytes(pickle.dumps({"format": 1, "env": Payload(marker)}))
+    with pytest.raises(ValueError, match="refused to read") as refused:
+        train(task, cfg, tmp_path / "out", resume_path=state)
+    assert not marker.exists() and state.exists()  # never loaded, never moved
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"refused to read {state}: ")
+    assert "delete it and rerun to train from the start" in message
+
+
+def test_a_state_whose_sb3_zip_runs_code_is_refused_never_loaded(task, tmp_path):
+    """The SB3 zip inside a state file is loaded (SB3 unpickles its data) only after the
+    pickle check: a `__reduce__` payload in its data is refused and never runs."""
+    import base64
+    import io
+    import zipfile
+
+    cfg = job_cfg(tmp_path, **{**SMALL, "total_timesteps": 512, "resume_every_steps": 256}).policy
+    state, marker = tmp_path / ".ckpt.resume", tmp_path / "payload-ran"
+    train(task, cfg, tmp_path / "a", resume_path=state)
+    saved = resume.read(state)
+    planted = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(saved["model"])) as zin, zipfile.ZipFile(planted, "w") as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            if name == "data":
+                entries = json.loads(data)
+                blob = base64.b64encode(pickle.dumps(Payload(marker))).decode()
+                entries["policy_class"][":serialized:"] = blob
+                data = json.dumps(entries).encode()
+            zout.writestr(name, data)
+    resume.write({**saved, "model": planted.getvalue()}, state)
+    with pytest.raises(ValueError, match=r"refused to load the saved SB3 zip: .*policy_class"):
+        train(task, cfg, tmp_path / "b", resume_path=state)
+    assert not marker.exists()
 
 
 def test_a_state_that_cannot_be_saved_costs_only_resumability(task, tmp_path, caplog):
