@@ -8,14 +8,25 @@ from types import SimpleNamespace
 from typing import Any
 
 SLM_NAMES = {"random": "dice", "oracle": "oracle"}
+# prompts named by whether the models were trained on them: prompt -> (the slm label's start
+# that names the trained row's models, conf/slm/brace_trained.yaml's roles-<belief>-<policy>;
+# the name then; the name otherwise). The summary prompt is MEM1-style on an untrained model,
+# Agent-BRACE's Summary-Belief ablation on the models trained to write it.
+TRAINED_PROMPT_NAMES = {
+    "mem1": ("roles-summary_belief-", "Summary-Belief, trained", "MEM1-style summary, untrained")
+}
 
 
 def slm_label(slm: str | None) -> str:
     return SLM_NAMES.get(slm or "", slm or "?")
 
 
-def prompt_label(prompt: str | None, rationale: bool | None) -> str:
-    return f"{prompt or '?'}{'+rationale' if rationale else ''}"
+def prompt_label(prompt: str | None, rationale: bool | None, slm: str | None = None) -> str:
+    name = prompt or "?"
+    if name in TRAINED_PROMPT_NAMES:
+        start, trained, untrained = TRAINED_PROMPT_NAMES[name]
+        name = f"{name}: {trained if (slm or '').startswith(start) else untrained}"
+    return f"{name}{'+rationale' if rationale else ''}"
 
 
 def method_label(c: Any) -> str:
@@ -35,14 +46,14 @@ def _method_name(c: Any) -> str:
             return "Oracle"
         base = f"SLM-only {slm_label(c.slm)}"
         if (c.prompt, bool(c.rationale)) != ("stateful", True):
-            base += f" ({prompt_label(c.prompt, c.rationale)})"
+            base += f" ({prompt_label(c.prompt, c.rationale, c.slm)})"
         return base
     if (c.prompt, bool(c.rationale)) == ("basic", False):
         base = f"ASK {slm_label(c.slm)}"
     elif (c.prompt, bool(c.rationale)) == ("stateful", True):
         base = f"ASK+ {slm_label(c.slm)}"
     else:
-        base = f"{prompt_label(c.prompt, c.rationale)} {slm_label(c.slm)}"
+        base = f"{prompt_label(c.prompt, c.rationale, c.slm)} {slm_label(c.slm)}"
     if c.gate == "random":
         p = f" p={number_text(c.p)}" if is_number(c.p) else ""
         base += f" (random gate{p})"

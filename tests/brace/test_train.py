@@ -248,18 +248,19 @@ def test_kill_9_while_a_model_is_saved_then_the_rerun_recomputes_and_finishes(tm
 
 
 def test_the_plan_of_brace_tw_lists_every_row(tmp_path):
-    """`python -m benchmark.plan +experiment=brace_tw`: the eight rows on the three TextWorld
+    """`python -m benchmark.plan +experiment=brace_tw`: the twelve rows (every row
+    +experiment=brace_tw_train trains, the appendix ablations included) on the three TextWorld
     games, three runs each; nothing is trained or built to plan them (the trained rows' models
     and the tiny base are "not built yet"), and no row is invalid."""
     from benchmark.plan import plan_sweep
     from benchmark.plan_data import INVALID
 
     plan = plan_sweep([f"paths.root={tmp_path}", "+experiment=brace_tw"])
-    assert plan.jobs == 3 * 8 * 3
+    assert plan.jobs == 3 * 12 * 3
     rows = {(o.split("=")[1]) for c in plan.cells for o in c.overrides if o.startswith("method=")}
     assert rows == {"brace_agent", "brace_frozen_belief", "brace_base", "brace_react",
                     "brace_mem1", "brace_direct_rl", "brace_react_rl",
-                    "brace_summary_belief"}  # fmt: skip
+                    "brace_summary_belief", *(f"brace_{r}" for r in ABLATION_ROWS)}  # fmt: skip
     envs = {o.split("=")[1] for c in plan.cells for o in c.overrides if o.startswith("env=")}
     assert envs == {"tw_quest", "tw_treasure", "tw_cooking"}
     assert not [c.note for c in plan.cells if c.status == INVALID]
@@ -278,10 +279,14 @@ TOY_TW = ["env.task.train_games=2", "brace.teacher_episodes=2", "brace.sft_examp
           "brace.seed=0"]  # fmt: skip
 
 
-# the trained rows +experiment=brace_tw evaluates (the appendix ablations train below)
+# the trained rows the end-to-end test trains (the appendix ablations train below)
 EVALUATED_ROWS = ("agent_brace", "frozen_belief", "direct_rl", "react_rl", "summary_belief")
 ABLATION_ROWS = ("no_state_rewards", "no_correctness_tracking", "binary_labels",
                  "no_task_supervision")  # fmt: skip
+# the rows the end-to-end test evaluates: the trained rows above and the untrained ones (the
+# preset also evaluates the ablations, trained by the test below)
+EIGHT_ROWS = (*(f"brace_{r}" for r in ("agent", "frozen_belief", "direct_rl", "react_rl",
+              "summary_belief")), "brace_base", "brace_react", "brace_mem1")  # fmt: skip
 
 
 @pytest.mark.slow
@@ -302,7 +307,8 @@ def test_the_textworld_preset_at_toy_size_trains_evaluates_and_reports(tmp_path)
     assert not any(frozen["rl"]["value_loss"].get("belief") or [])  # the belief never updated
     assert frozen["rl"]["value_loss"]["policy"]
     evaluate = run_cli(tmp_path, "+experiment=brace_tw", "-m", *TOY_TW, "eval.n_episodes=1",
-                       "env.task.max_steps=3", timeout=1400)  # fmt: skip
+                       "env.task.max_steps=3", f"method={','.join(EIGHT_ROWS)}",
+                       timeout=1400)  # fmt: skip
     assert "24 jobs: 24 completed" in evaluate.stdout, evaluate.stdout[-3000:]
     (sweep,) = (tmp_path / "sweeps" / "brace_tw").iterdir()
     report = run_cli(tmp_path, str(sweep), module="benchmark.report", timeout=600)
