@@ -5,9 +5,9 @@ and joins what they return in env order, so env stepping runs in parallel.
 
 Each env is built by the same factory, seeded, reset and stepped by the same DummyVecEnv code as
 in one process, so a training's observations, rewards, and so its weights, are those of
-`env_workers=1` (tests/policy/test_vec_env.py). The whole VecEnv pickles (a resumable training's
-state, benchmark.policy.resume): each worker sends its DummyVecEnv, and unpickling starts new
-workers from them."""
+`env_workers=1` (tests/policy/test_vec_env.py). A resumable training's state holds no env
+objects: its envs are built anew and replayed (benchmark.policy.resume.Replayable, reached in
+each worker through `env_method`)."""
 
 from __future__ import annotations
 
