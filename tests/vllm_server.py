@@ -9,7 +9,8 @@ model: vLLM itself does not run here. It records every request body.
   the natural top-k; `token_ids=False` plays a vLLM from before it, which ignores the field),
   `return_tokens_as_token_ids` and `prompt_logprobs`;
 - POST /v1/chat/completions: the chat template, then generation (greedy, or sampled from the
-  request's temperature/top_p/top_k with its seed);
+  request's temperature/top_p/top_k with its seed); vLLM's `stop` strings cut the text before
+  the first one found, with finish_reason "stop" (the tokens generated are all counted);
 - sampling keys checked as vLLM checks them (HTTP 400 otherwise): top_k -1, 0 or >= 1, top_p in
   (0, 1], min_p in [0, 1], repetition_penalty > 0.
 
@@ -157,16 +158,19 @@ class VLLMServer:
                 **kwargs,
             )[0, len(ids) :].tolist()
         finish = "stop" if out and out[-1] in ends else "length"
+        content = self.tok.decode(out, skip_special_tokens=True)
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else stops
+        found = [content.find(x) for x in stops if x and x in content]
+        if found:
+            content, finish = content[: min(found)], "stop"
         return {
             "object": "chat.completion",
             "model": self.name,
             "choices": [
                 {
                     "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": self.tok.decode(out, skip_special_tokens=True),
-                    },
+                    "message": {"role": "assistant", "content": content},
                     "finish_reason": finish,
                 }
             ],

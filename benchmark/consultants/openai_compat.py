@@ -17,17 +17,18 @@ A batch's queries run concurrently in a thread pool; each request retries with e
 backoff (shared helper, benchmark.consultants.retry) and a request that keeps failing raises
 ConsultantError with the URL and the cause.
 
-Faulty replies (HTTP 200 that is not an answer) are failures, retried like a 5xx and then raised
-as ConsultantError naming the URL, so a cell never completes on a broken server's replies and
-nothing of them reaches the response cache:
-- a body that is not JSON, or JSON without `choices[0].message`;
-- no content: `content` null, empty or whitespace only (or only a thinking block), unless the
-  reply was cut by max_tokens.
-One case is not a fault but the model's own outcome: `finish_reason: "length"` with no answer
-text left (the token budget ran out, typically inside a thinking block). Greedy decoding would
-give the same again, so it is not retried; it comes back as an empty answer (the parser counts it
-invalid, as the local backend's would be) marked `complete=False`, which the response cache never
-stores: the query is asked again in the next run.
+Faulty replies (HTTP 200 that is not a chat completion: a body that is not JSON, or JSON without
+`choices[0].message`) are failures, retried like a 5xx and then raised as ConsultantError naming
+the URL, so a cell never completes on a broken server's replies and nothing of them reaches the
+response cache.
+
+A completion without answer text (`content` null, empty or whitespace only, or only a thinking
+block; also one cut by max_tokens before any answer text) is the model's own outcome, as the
+local backend's empty answer is: it comes back as an empty answer, which the parser counts
+invalid, in every backend alike. Decoding the same request again would give the same, so it is not
+retried. It is marked `complete=False`, which the response cache never stores (a server, unlike
+the model in this process, may be broken: the query is asked again in the next run), and the
+first one of a consultant is named in a warning, so a server that answers nothing is seen.
 
 Thinking: `chat_template_kwargs: {enable_thinking: ...}` is sent in the body (vLLM, SGLang and
 `transformers serve` honour it). A remote server cannot be stopped mid-thought, so the thinking
@@ -100,6 +101,7 @@ from benchmark.vocabulary import released_answer
 # httpx logs every request at INFO: thousands of lines per cell in a job's log. Failures still
 # show (retry warnings, ConsultantError).
 logging.getLogger("httpx").setLevel(logging.WARNING)
+log = logging.getLogger(__name__)
 PROBE_TIMEOUT = 10.0  # seconds one start-up probe may take (less when wait_timeout ends sooner)
 VLLM_LIKE = ("vllm", "sglang")  # `owned_by` of servers that take every sampling key (docstring)
 DOWN_STATUS = (502, 503, 504)  # no engine behind the address (yet): waited for, restart_wait_s
@@ -109,6 +111,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
 
     owned_by: str | None = None  # the server's `owned_by` for the model (/v1/models)
+    _warned_empty = False  # an answer without text was named in a warning (module docstring)
     label = "openai"
     # how long it waits for its server, the file its address is read from, whether the server
     # returns log-probabilities and which of its two ways choice scoring takes them (the same raw
@@ -332,8 +335,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             lambda r: self._parse(r, released),
         )
 
-    @staticmethod
-    def _parse(r: Any, released: bool = False) -> Answer:
+    def _parse(self, r: Any, released: bool = False) -> Answer:
         """An HTTP 200 reply -> Answer; raises Retryable when it is not an answer (module doc)."""
         try:
             data = r.json()
@@ -359,12 +361,18 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         text = released_answer(content or "") if released else strip_thinking(content or "")
         if text:
             return Answer(text, prompt_tokens, generated_tokens)
-        if finish == "length":  # the model ran out of tokens: its outcome, not a fault
-            return Answer("", prompt_tokens, generated_tokens, complete=False)
-        raise Retryable(
-            f"HTTP 200 with no answer text (message.content={content!r:.80}, "
-            f"finish_reason={finish!r})"
-        )
+        if not self._warned_empty:  # the first one is named: a server may answer nothing
+            self._warned_empty = True
+            log.warning(
+                "%s answered HTTP 200 with no answer text (message.content=%.80r, "
+                "finish_reason=%r): counted as an invalid answer and never cached; further ones "
+                "are not named (the invalid rate counts them)",
+                redact(str(self.base_url)),
+                content,
+                finish,
+            )
+        # the model's outcome: an invalid answer (module docstring), not cached
+        return Answer("", prompt_tokens, generated_tokens, complete=False)
 
     def answer(self, queries: list[Query]) -> list[Answer]:
         if not queries:

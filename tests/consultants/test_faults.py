@@ -1,8 +1,9 @@
 """An OpenAI-compatible server that answers HTTP 200 with something that is not an answer: null,
-empty or whitespace content, a reply cut by max_tokens with no text left, a body that is not
-JSON. A real HTTP server on 127.0.0.1 (stdlib, in a thread) plays scripted replies; the backend
-goes through the response cache, as in a job. Nothing of a faulty reply may reach the cache, and
-once the server is fixed the real answer is fetched."""
+empty or whitespace content, a reply cut by max_tokens with no text left (each an invalid answer,
+as the hf backend's empty answer is), a body that is not JSON (a fault, retried). A real HTTP
+server on 127.0.0.1 (stdlib, in a thread) plays scripted replies; the backend goes through the
+response cache, as in a job. Nothing of such a reply may reach the cache, and once the server is
+fixed the real answer is fetched."""
 
 from __future__ import annotations
 
@@ -129,32 +130,26 @@ def assert_fixed_server_answers(c: CachedConsultant, scripted: Scripted) -> None
     [None, "", "  \n\t", "<think>the wall is ahead</think>\n\n"],
     ids=["null", "empty", "whitespace", "thinking-only"],
 )
-def test_reply_without_content_is_retried_then_names_the_url(
-    server, tmp_path, delays, content
+def test_reply_without_content_is_an_invalid_answer_never_cached(
+    server, tmp_path, delays, content, caplog
 ) -> None:
+    """The model's own empty answer: counted invalid as the hf backend's is, not retried (the
+    same request gives the same), not cached; the first one is named in a warning."""
     base, scripted = server
-    scripted.fixed = completion(content)  # a broken server: every reply is empty
+    scripted.fixed = completion(content)  # every reply is empty
     c = cached_backend(base, tmp_path, max_retries=2)
-    with pytest.raises(ConsultantError) as err:
-        c.answer([q()])
-    msg = str(err.value)
-    assert f"POST {base}/chat/completions" in msg and "3 attempt(s)" in msg
-    assert "no answer text" in msg
-    assert scripted.posts == 3  # retried...
-    assert len(delays) == 2  # exponential backoff: 0.5 s then 1 s, +-25% jitter
-    assert 0.375 <= delays[0] <= 0.625 and 0.75 <= delays[1] <= 1.25
-    assert len(c.store) == 0  # ...and nothing cached
+    with caplog.at_level("WARNING", logger="benchmark.consultants.openai_compat"):
+        a = c.answer([q(), q("Door east. Action?")])
+        c.answer([q("Goal north. Action?")])
+    assert [(x.text, x.complete) for x in a] == [("", False), ("", False)]
+    assert parse_action(a[0].text, ACTIONS) is None  # the evaluator counts it invalid
+    assert a[0].prompt_tokens == 11 and a[0].generated_tokens == 7
+    assert scripted.posts == 3 and delays == []  # one request each, no retry
+    assert len(c.store) == 0
+    warned = [r.getMessage() for r in caplog.records if "no answer text" in r.getMessage()]
+    assert len(warned) == 1 and base in warned[0] and "finish_reason='stop'" in warned[0]
     scripted.fixed = completion(GOOD)  # the server is fixed: its real answer is fetched
     assert_fixed_server_answers(c, scripted)
-
-
-def test_transient_empty_reply_is_retried_to_the_real_answer(server, tmp_path, delays) -> None:
-    base, scripted = server
-    scripted.script = [completion(None), completion("")]
-    c = cached_backend(base, tmp_path, max_retries=3)
-    a = c.answer([q()])[0]
-    assert (a.text, a.complete, a.cached) == (GOOD, True, False)
-    assert scripted.posts == 3 and len(delays) == 2 and len(c.store) == 1
 
 
 @pytest.mark.parametrize("content", [None, "", "<think>still thinking about the wall"])
@@ -213,3 +208,27 @@ def test_one_malformed_reply_is_retried_to_the_real_answer(server, tmp_path, del
     c = cached_backend(base, tmp_path)
     assert c.answer([q()])[0].text == GOOD
     assert scripted.posts == 2 and len(delays) == 1
+
+
+def test_empty_answer_from_the_test_vllm_server_is_an_invalid_answer(tiny_model, tmp_path) -> None:
+    """The suite's vLLM-compatible server on the real tiny model, with a `stop` string that cuts
+    the model's greedy answer before its first character: HTTP 200 with empty content and
+    finish_reason "stop". The openai backend gives an empty answer, counted invalid as the hf
+    backend's empty answer is, and caches nothing; the cell does not fail."""
+    from tests.vllm_server import VLLMServer
+
+    server = VLLMServer(str(tiny_model()))
+    try:
+        said = OpenAIConsultant(base_url=server.url).answer([q()])[0].text
+        assert said.strip(), "the tiny model answered nothing to cut"
+        stop = said.strip()[0]
+        remote = OpenAIConsultant(base_url=server.url, extra_body={"stop": [stop]})
+        c = CachedConsultant(remote, tmp_path / "responses.sqlite")
+        a = c.answer([q()])[0]
+        posted = [body for path, body in server.bodies if path == "/v1/chat/completions"]
+    finally:
+        server.stop()
+    assert posted[-1]["stop"] == [stop] and len(posted) == 2  # asked once: no retry
+    assert (a.text, a.complete) == ("", False) and a.generated_tokens > 0
+    assert parse_action(a.text, ACTIONS) is None  # invalid, as an hf empty answer is
+    assert len(c.store) == 0
