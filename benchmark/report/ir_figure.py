@@ -44,7 +44,7 @@ def _label(c: Cell, lay: Layout, prompts: int) -> str:
     if c.gate == "never":
         return "PPO-only" + row_label(c, lay)[len("PPO") :]
     if c.gate == "always":
-        suffix = f" ({prompt_label(c.prompt, c.rationale)})" if prompts > 1 else ""
+        suffix = f" ({prompt_label(c.prompt, c.rationale, c.slm)})" if prompts > 1 else ""
         return f"SLM-only {slm_label(c.slm)}{suffix}"
     return row_label(c, lay)
 
