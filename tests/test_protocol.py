@@ -671,10 +671,10 @@ def test_official_doorkey_trains_on_the_released_800_map_pool_in_order():
         env = venv.envs[0]
         seeds = []
         venv.reset()
-        seeds.append(env.last_seed)
+        seeds.append(env.get_wrapper_attr("last_seed"))
         for _ in range(9):  # each episode ends; the vec env resets to the next map
             env.reset()
-            seeds.append(env.last_seed)
+            seeds.append(env.get_wrapper_attr("last_seed"))
     finally:
         venv.close()
     assert seeds == released_pool[:10]
