@@ -116,6 +116,14 @@ def model_identity(slm_cfg: Any, make: bool = False, digests: Path | None = None
     return target.weights_identity(**backend, **extra)
 
 
+def identity_warning(slm_cfg: Any, weights: str | None) -> str | None:
+    """The consultant backend's warning that a cell's identity does not follow its model's
+    weights (`Consultant.identity_warning`: a served model without a weights identity)."""
+    backend = OmegaConf.to_container(slm_cfg.backend, resolve=True)
+    target = get_class(backend.pop("_target_"))
+    return target.identity_warning(weights, **backend)
+
+
 def locate_inputs(
     spec: CellSpec,
     cfg: DictConfig,

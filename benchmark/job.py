@@ -25,7 +25,14 @@ from benchmark.analysis import (
 )
 from benchmark.analysis.belief import belief_metrics
 from benchmark.analysis.steps import RERUN, UNCHECKED
-from benchmark.build import Evaluation, build, locate_inputs, policy_checkpoint, prepare
+from benchmark.build import (
+    Evaluation,
+    build,
+    identity_warning,
+    locate_inputs,
+    policy_checkpoint,
+    prepare,
+)
 from benchmark.cell import CellSpec
 from benchmark.progress import EvaluationProgress, result_block, result_line
 from benchmark.redact import redact_data
@@ -66,6 +73,10 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
                 evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
                 located = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             spec, name, cell_dir = located, located.name, located.dir(cfg.paths.root)
+            if spec.uses_consultant:  # a served model without weights identity: say so
+                warning = identity_warning(cfg.slm, spec.inputs.get("model"))
+                if warning is not None:
+                    log.warning("cell %s: %s", cell_dir.name, warning)
             with store.computing(spec.hash, name):  # one job per cell at a time
                 done = _reuse(spec, cfg, job_dir, evaluation)
                 if done is not None:  # complete, maybe computed by a job we waited for

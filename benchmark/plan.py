@@ -90,6 +90,7 @@ def plan_sweep(
     plan = Plan(experiment=str(base.experiment_name), root=str(root), jobs=len(jobs))
     seen: dict[str, CellPlan] = {}
     studies: set[str] = set()
+    warned: set[str] = set()  # each warning of a consultant's identity once per plan
     with session() as compose:
         for number, job in enumerate(jobs):
             try:
@@ -97,7 +98,7 @@ def plan_sweep(
             except Exception as exc:  # noqa: BLE001 - shown as the cell's status
                 key, cell = f"job{number}", _invalid(number, job, str(job), exc)
             else:
-                key, cell = plan_cell(cfg, number, job, stored, studies, migration)
+                key, cell = plan_cell(cfg, number, job, stored, studies, migration, warned)
                 name = str(OmegaConf.select(cfg, "protocol.name", default="none"))
                 if name not in plan.protocols:
                     plan.protocols.append(name)
@@ -135,10 +136,12 @@ def plan_cell(
     stored: list[Stored],
     studies: set[str],
     migration: migrate.Migration | None = None,
+    warned: set[str] | None = None,
 ) -> tuple[str, CellPlan]:
     """(dedup key, the cell's plan). `studies`: the tuning studies already counted (updated);
-    `migration`: what migrating the root at the sweep's start would do (None: nothing)."""
-    from benchmark.build import locate_inputs, policy_checkpoint, prepare
+    `migration`: what migrating the root at the sweep's start would do (None: nothing);
+    `warned`: the consultant identity warnings already shown (updated; None: show each)."""
+    from benchmark.build import identity_warning, locate_inputs, policy_checkpoint, prepare
     from benchmark.cell import digest
 
     try:
@@ -147,6 +150,12 @@ def plan_cell(
         located = locate_inputs(spec, cfg, checkpoint)
     except Exception as exc:  # noqa: BLE001 - a job would fail the same way, before any work
         return f"job{number}", _invalid(number, job, str(cfg.env.name), exc)
+    if located is not None and spec.uses_consultant:  # a served model without weights identity
+        warning = identity_warning(cfg.slm, located.inputs.get("model"))
+        if warning is not None and warning not in (warned if warned is not None else ()):
+            log.warning("%s", warning)
+            if warned is not None:
+                warned.add(warning)
     root = Path(str(cfg.paths.root))
     cell = CellPlan(
         jobs=[number],

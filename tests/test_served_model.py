@@ -5,6 +5,7 @@ file. Real HTTP servers on 127.0.0.1 (stdlib, in a thread) play the server; jobs
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from benchmark.consultants.errors import ServerNotUp
 from benchmark.consultants.fingerprint import resolve_source
 from benchmark.consultants.openai_compat import OpenAIConsultant, served_file, served_record
 from benchmark.job import run_job
+from benchmark.plan import plan_sweep
 from benchmark.serve import remove_url_file, weights_of, write_url_file
 from tests.conftest import compose_cfg
 
@@ -179,3 +181,47 @@ def test_serve_publishes_the_weights_it_serves(tmp_path) -> None:
     assert url_file.exists() and served_file(url_file).exists()
     remove_url_file(url_file, url)
     assert not url_file.exists() and not served_file(url_file).exists()
+
+
+def test_a_served_model_without_weights_identity_is_named_at_plan_and_at_job_start(
+    tmp_path, port, caplog
+) -> None:
+    """With base_url alone the cell knows the served model by its name only: the plan (once per
+    sweep) and each job say so in one line naming the URL, the model and how to give the
+    weights an identity. The weights published beside a url_file, or slm.backend.identity,
+    silence it."""
+    server = FakeServer(port, "model-a")
+    over = [
+        f"paths.root={tmp_path / 'root'}",
+        "method=slm_only",
+        "slm=openai",
+        "env=empty5x5_random",
+        f"slm.backend.base_url={server.url}",
+    ]
+
+    def warnings() -> list[str]:
+        lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        caplog.clear()
+        return [line for line in lines if "no weights identity" in line]
+
+    url_file = tmp_path / "slm.url"
+    try:
+        with caplog.at_level(logging.WARNING):
+            base = plan_sweep([*over, "seed=0,1"])  # two cells, one warning
+            [planned] = warnings()
+            job(tmp_path / "root", tmp_path / "j", server.url)
+            [started] = warnings()
+            named = plan_sweep([*over, "slm.backend.identity=model-a-v1"])
+            assert warnings() == []
+            url_file.write_text(server.url + "\n")
+            served_file(url_file).write_text(served_record(server.url, "model-a", "hf-local:aaa"))
+            plan_sweep([*over, f"slm.backend.url_file={url_file}"])
+            assert warnings() == []
+    finally:
+        server.stop()
+    for line in (planned, started):
+        assert "\n" not in line
+        assert f"'model-a' served at {server.url}" in line
+        assert "slm.backend.url_file=F" in line and "slm.backend.identity=<name>" in line
+    assert len(base.cells) == 2 and named.cells[0].hash is not None
+    assert named.cells[0].hash not in {c.hash for c in base.cells}  # a name is part of the cell

@@ -274,6 +274,13 @@ class Consultant(abc.ABC):
         `make_weights` first). A served model (the openai backend) is asked of its server."""
         return None
 
+    @classmethod
+    def identity_warning(cls, weights: str | None, **backend_args: object) -> str | None:
+        """One line saying why a cell of this backend config could be reused for other weights
+        (its identity `weights`, from `weights_identity`, does not follow their content), with
+        how to give them one; None when it does. The plan and each job show it."""
+        return None
+
     @classmethod  # noqa: B027 - an optional hook
     def make_weights(cls, **backend_args: object) -> None:
         """Make the weights a backend config names when they are made on first use (the tiny

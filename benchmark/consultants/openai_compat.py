@@ -225,6 +225,29 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         return probe.served
 
     @classmethod
+    def identity_warning(cls, weights: str | None, **backend_args: Any) -> str | None:
+        """A served model whose weights identity is only its name (no `#<weights>`: nothing
+        published beside a url_file) and no slm.backend.identity: its cells would be reused
+        after the server is restarted on other weights under the same URL and model id."""
+        if not weights or not weights.startswith("served:") or "#" in weights:
+            return None
+        if backend_args.get("identity"):
+            return None
+        url_file, where = backend_args.get("url_file"), backend_args.get("base_url")
+        if url_file:
+            try:
+                where = read_url_file(str(url_file))
+            except Retryable:
+                where = f"url_file {url_file}"
+        return (
+            f"the model {weights.removeprefix('served:')!r} served at {redact(str(where))} has "
+            "no weights identity: its cells are reused for any weights served under that name "
+            "at that address; serve it with python -m benchmark.serve --url-file F and set "
+            "slm.backend.url_file=F (the weights' fingerprint is published beside F), or name "
+            "these weights with slm.backend.identity=<name>"
+        )
+
+    @classmethod
     def make_weights(cls, **backend_args: Any) -> None:
         """A served model is not made here: wait for its server as a start-up would
         (`wait_timeout`), failing naming the URL, so the identity that follows can be known."""
