@@ -67,7 +67,7 @@ def policy_checkpoint(
       it is not there and HF_HUB_OFFLINE is unset.
     A bundle is only opened for a cell that uses a policy (an SLM-only cell of the same sweep
     gets None)."""
-    from benchmark.policy.checkpoints import checkpoint_dir, ensure, resolve
+    from benchmark.policy.checkpoints import checkpoint_dir, ensure, match_options, resolve
 
     source, path = cfg.policy.get("source"), cfg.policy.get("path")
     bundle = source or (path and Path(path).expanduser().is_dir())
@@ -97,9 +97,7 @@ def policy_checkpoint(
         return ensure(cfg, task, log_fn=log_fn, splits=splits)
     ckpt_dir = checkpoint_dir(cfg, splits)
     try:
-        return resolve(
-            ckpt_dir, str(cfg.policy.checkpoint), match_success=cfg.policy.get("match_success")
-        )
+        return resolve(ckpt_dir, str(cfg.policy.checkpoint), **match_options(cfg))
     except Exception:  # noqa: BLE001 - not trained (or not intact): the caller trains
         return None
 

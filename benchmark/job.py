@@ -73,6 +73,8 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
                 evaluation = build(cfg, prepared=(task, splits, spec), log_fn=tracker.log)
                 located = locate_inputs(spec, cfg, evaluation.checkpoint_path, train=True)
             spec, name, cell_dir = located, located.name, located.dir(cfg.paths.root)
+            if spec.uses_policy and str(cfg.policy.checkpoint) == "match":  # what it picked
+                _say_match(cfg, checkpoint or evaluation.checkpoint_path)
             if spec.uses_consultant:  # a served model without weights identity: say so
                 warning = identity_warning(cfg.slm, spec.inputs.get("model"))
                 if warning is not None:
@@ -125,6 +127,15 @@ def run_job(cfg: DictConfig, job_dir: Path, multirun: bool) -> dict | None:
             "cell %s failed (%s: %s); the sweep carries on", name, error["type"], error["message"]
         )
         return None
+
+
+def _say_match(cfg: DictConfig, path: Path) -> None:
+    """Log, once per job, the checkpoint `policy.checkpoint=match` picked with its validation
+    success beside the target (the paper's figure under +experiment=table1)."""
+    from benchmark.policy.checkpoints import match_line
+
+    tolerance = cfg.policy.get("match_tolerance")
+    log.info("%s", match_line(Path(path), float(cfg.policy.match_success), tolerance))
 
 
 def root_cause(exc: BaseException) -> dict[str, str]:

@@ -217,6 +217,13 @@ CASES = [
         "policy.checkpoint=r999 is invalid for empty5x5_random: its reward thresholds are",
     ),
     (
+        "match tolerance outside [0, 1]",
+        ["gate=never", "policy.checkpoint=match", "policy.match_success=0.5"]
+        + ["policy.match_tolerance=2"],
+        {},
+        "policy.match_tolerance=2 is invalid: allowed a number in [0, 1]",
+    ),
+    (
         "tau above the maximum entropy",
         ["gate=entropy", "gate.tau=5"],
         {},

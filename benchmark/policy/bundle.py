@@ -59,6 +59,7 @@ from benchmark.policy.checkpoints import (
     config_hash,
     intact,
     manifest,
+    match_options,
     policy_digest,
     resolve,
     weights_suffix,
@@ -458,7 +459,7 @@ def bundle_checkpoint(directory: Path, cfg: DictConfig, splits: Splits = DEFAULT
         else f"the bundle {directory} is damaged: export it again (python -m benchmark.policy "
         "export) or copy it again from where it came"
     )
-    path = resolve(policy_dir, str(cfg.policy.checkpoint), remedy, cfg.policy.get("match_success"))
+    path = resolve(policy_dir, str(cfg.policy.checkpoint), remedy, **match_options(cfg))
     check_recorded(path)
     return path
 

@@ -46,6 +46,7 @@ UNHASHED_POLICY_KEYS = (
     "recipe",
     "resume_every_steps",
     "match_success",  # which saved checkpoint policy.checkpoint=match picks, not the weights
+    "match_tolerance",  # whether policy.checkpoint=match refuses its pick, not the weights
     "env_workers",  # where the envs step, not what they return (benchmark.policy.vec_env)
     "trust_pickle",  # whether a zip's pickles may run when loaded, not what is trained
 )
@@ -200,15 +201,30 @@ def ensure(
     if names.parse(name).kind != "match":
         file_name(name)
     ckpt_dir, _ = ensure_dir(cfg, task, log_fn, splits)
-    return resolve(ckpt_dir, name, match_success=cfg.policy.get("match_success"))
+    return resolve(ckpt_dir, name, **match_options(cfg))
+
+
+def match_options(cfg: DictConfig) -> dict[str, Any]:
+    """What `resolve` needs of a job config for `policy.checkpoint=match`: the target, the
+    tolerance (names.MATCH_TOLERANCE when the key is absent) and the env the refusal names."""
+    return {
+        "match_success": cfg.policy.get("match_success"),
+        "match_tolerance": cfg.policy.get("match_tolerance", names.MATCH_TOLERANCE),
+        "env": str(cfg.env.name),
+    }
 
 
 def resolve(
-    ckpt_dir: Path, name: str, remedy: str | None = None, match_success: float | None = None
+    ckpt_dir: Path,
+    name: str,
+    remedy: str | None = None,
+    match_success: float | None = None,
+    match_tolerance: float | None = None,
+    env: str | None = None,
 ) -> Path:
     """The verified checkpoint file for `name` in a complete directory (`match`: the checkpoint
-    `matched` picks for `match_success`). `remedy`: what to do about a corrupt zip when it is not the
-    suite's to retrain (a bundle's)."""
+    `matched` picks for `match_success`, refused when further than `match_tolerance`). `remedy`:
+    what to do about a corrupt zip when it is not the suite's to retrain (a bundle's)."""
     match = names.parse(name).kind == "match"
     if not match:
         file_name(name)
@@ -216,7 +232,8 @@ def resolve(
     if recorded is None:
         raise CheckpointError(f"{ckpt_dir} is not a complete checkpoint directory (no {MARKER})")
     if match:
-        name = matched(ckpt_dir, names.match_target(match_success))
+        tolerance = None if match_tolerance is None else names.match_tolerance(match_tolerance)
+        name = matched(ckpt_dir, names.match_target(match_success), tolerance, env)
     files: dict[str, str] = recorded["checkpoints"]
     if name not in files:
         available = ", ".join(sorted(files, key=names.order)) or "none"
@@ -249,11 +266,15 @@ def validation_scores(ckpt_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def matched(ckpt_dir: Path, target: float) -> str:
+def matched(
+    ckpt_dir: Path, target: float, tolerance: float | None = None, env: str | None = None
+) -> str:
     """`policy.checkpoint=match`: the saved checkpoint (final, best, rNNN) whose validation
     success is nearest `target`; a tie goes to the one saved earlier in training. Why: a paper's
     PPO row may be weaker than this suite's training, and ASK's headroom is measured against a
-    PPO of the paper's strength; the saved checkpoints are the only weights there are."""
+    PPO of the paper's strength; the saved checkpoints are the only weights there are. With
+    `tolerance`, a nearest one further than that from `target` is refused (CheckpointError): a
+    row labelled at the paper's strength that is not would mislead more than no row."""
     scores = validation_scores(ckpt_dir)
     if not scores:
         raise CheckpointError(
@@ -266,7 +287,36 @@ def matched(ckpt_dir: Path, target: float) -> str:
         row = scores[name]
         return (abs(float(row["eval_success"]) - target), int(row.get("timesteps", 0)), name)
 
-    return min(scores, key=distance)
+    name = min(scores, key=distance)
+    success = float(scores[name]["eval_success"])
+    # with room for rounding: 0.55 - 0.45 is 0.10000000000000003
+    if tolerance is not None and abs(success - target) > tolerance + 1e-9:
+        advice = (  # stronger than the target: earlier checkpoints; weaker: more training
+            "save earlier checkpoints (lower policy.thresholds)"
+            if success > target
+            else "train longer (policy.total_timesteps)"
+        )
+        raise CheckpointError(
+            f"policy.checkpoint=match refused for {env or ckpt_dir.name}: no saved checkpoint's "
+            f"validation success is within policy.match_tolerance={tolerance:g} of "
+            f"policy.match_success={target:g}; the nearest is {name} at {success:.3f} (of "
+            f"{len(scores)} in {ckpt_dir}): {advice}, or raise policy.match_tolerance"
+        )
+    return name
+
+
+def match_line(path: Path, target: float, tolerance: float | None = None) -> str:
+    """One line saying what `policy.checkpoint=match` picked: the file and its validation
+    success beside the target (the paper's figure), so a log shows how near it is."""
+    try:
+        success = f"{float(json.loads(path.with_suffix('.json').read_text())['eval_success']):.3f}"
+    except (OSError, ValueError, KeyError, TypeError):
+        success = "unknown"
+    within = "" if tolerance is None else f", tolerance {tolerance:g}"
+    return (
+        f"policy.checkpoint=match: {path.stem} in {path.parent.name}, validation success "
+        f"{success} beside the target policy.match_success={target:g}{within}"
+    )
 
 
 def _algorithm_of(path: Path) -> type[PPO] | type[RecurrentPPO]:

@@ -126,6 +126,7 @@ def of_config(cfg: Any, *, check: bool = True) -> str:
     name = resolve(policy.checkpoint, thresholds, cfg.env.name, check=check and not elsewhere)
     if name == "match":
         match_target(policy.get("match_success"))
+        match_tolerance(policy.get("match_tolerance", MATCH_TOLERANCE))
         path = policy.get("path")
         if path and str(path).endswith((".zip", ".safetensors")):
             raise ValueError(
@@ -143,5 +144,23 @@ def match_target(value: Any) -> float:
         raise ValueError(
             f"policy.checkpoint=match needs policy.match_success, the validation success to "
             f"match, a number in [0, 1] (e.g. 0.53, the ASK+ paper's FourRooms PPO); got {value!r}"
+        )
+    return float(value)
+
+
+# policy.match_tolerance's default: about the noise of one validation (the standard error of a
+# success near 0.5 is 0.07 over the paper recipe's 50 episodes, 0.11 over the suite's 20)
+MATCH_TOLERANCE = 0.1
+
+
+def match_tolerance(value: Any) -> float:
+    """`policy.match_tolerance`: how far (absolute validation success) the checkpoint
+    `policy.checkpoint=match` picks may lie from `policy.match_success` before the job refuses,
+    a number in [0, 1]; ValueError naming the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(
+            f"policy.match_tolerance={value!r} is invalid: allowed a number in [0, 1] (the largest "
+            f"absolute difference in validation success policy.checkpoint=match accepts, default "
+            f"{MATCH_TOLERANCE})"
         )
     return float(value)

@@ -649,3 +649,75 @@ def test_match_picks_the_saved_checkpoint_nearest_the_target_success(tmp_path):
             meta.unlink()
     with pytest.raises(CheckpointError, match="match: no checkpoint in .* has a validation record"):
         resolve(ckpt, "match", match_success=0.5)
+
+
+def test_match_refuses_a_pick_further_than_the_tolerance(tmp_path):
+    """policy.match_tolerance: a nearest checkpoint further than it from the target is refused,
+    in one line naming the env, the target, the pick and its success, the tolerance and what to
+    do (a weaker one: train longer; a stronger one: save earlier checkpoints); within, picked."""
+    import shutil
+
+    from benchmark.policy.checkpoints import matched, resolve
+
+    source = next((Path(__file__).parents[1] / "data" / "small-policy").iterdir())
+    ckpt = tmp_path / source.name
+    shutil.copytree(source, ckpt)
+    for name, success in (
+        ("r030", 0.45), ("r050", 0.6), ("r070", 0.7), ("r090", 0.8), ("best", 0.8), ("final", 0.75),
+    ):  # fmt: skip
+        meta = json.loads((ckpt / f"{name}.json").read_text())
+        meta.update(eval_success=success)
+        (ckpt / f"{name}.json").write_text(json.dumps(meta))
+    # 0.45 - 0.35 is 0.1 up to rounding: within
+    assert resolve(ckpt, "match", match_success=0.35, match_tolerance=0.1) == ckpt / "r030.zip"
+    with pytest.raises(CheckpointError) as refused:
+        resolve(ckpt, "match", match_success=0.2, match_tolerance=0.1, env="FourRooms")
+    message = str(refused.value)
+    assert "\n" not in message
+    for part in (
+        "policy.checkpoint=match refused for FourRooms",
+        "within policy.match_tolerance=0.1 of policy.match_success=0.2",
+        "the nearest is r030 at 0.450",
+        "save earlier checkpoints (lower policy.thresholds), or raise policy.match_tolerance",
+    ):
+        assert part in message, message
+    with pytest.raises(CheckpointError, match=r"train longer \(policy.total_timesteps\)"):
+        matched(ckpt, 1.0, 0.1)  # every one weaker than the target
+    assert matched(ckpt, 1.0, 0.2) == "r090"  # within a tolerance raised
+    with pytest.raises(ValueError, match=r"policy.match_tolerance=-0.1 is invalid"):
+        resolve(ckpt, "match", match_success=0.5, match_tolerance=-0.1)
+
+
+@pytest.mark.slow
+def test_a_job_refuses_a_far_match_before_tuning_and_goes_on_within_tolerance(
+    trained_root, tmp_path, caplog
+):
+    """A job with policy.checkpoint=match whose saved checkpoints are all far from
+    policy.match_success fails once they are known, before the Optuna study and the test
+    episodes (nothing tuned, no cell, no episode written); a target within the tolerance runs,
+    and the job logs the pick's validation success beside the target."""
+    import logging
+
+    from benchmark.job import run_job
+    from tests.conftest import SMALL_POLICY, compose_cfg
+
+    # the small policy's saved checkpoints all have validation success 1.0
+    base = ["env=empty5x5_random", *SMALL_POLICY, "policy.checkpoint=match", "eval.n_episodes=4"]
+    tuned = ["gate=entropy", "gate.tau=auto", "slm=oracle", "prompt=basic", "tuning.n_trials=2"]
+    made = {d: set((trained_root / d).glob("*")) for d in ("tuning", "cells")}
+    far = compose_cfg(trained_root, *base, *tuned, "policy.match_success=0.5")
+    with pytest.raises(CheckpointError, match="match refused for empty5x5_random") as refused:
+        run_job(far, tmp_path / "far", multirun=False)
+    assert "within policy.match_tolerance=0.1 of policy.match_success=0.5" in str(refused.value)
+    assert "the nearest is" in str(refused.value) and "at 1.000" in str(refused.value)
+    assert {d: set((trained_root / d).glob("*")) for d in made} == made
+    assert not (tmp_path / "far" / "episodes.jsonl").exists()
+    assert "match refused" in json.loads((tmp_path / "far" / "error.json").read_text())["message"]
+
+    near = compose_cfg(trained_root, *base, "gate=never", "policy.match_success=0.95")
+    with caplog.at_level(logging.INFO, logger="benchmark.job"):
+        summary = run_job(near, tmp_path / "near", multirun=False)
+    assert summary["n_episodes"] == 4
+    said = [r.getMessage() for r in caplog.records if "policy.checkpoint=match:" in r.getMessage()]
+    assert len(said) == 1 and "validation success 1.000 beside the target" in said[0], said
+    assert "policy.match_success=0.95, tolerance 0.1" in said[0]
