@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 
 from benchmark import results
 from benchmark.consultants import ModelNotBuilt
-from benchmark.consultants.errors import ServerNotUp
+from benchmark.consultants.base import Decoding, Query
+from benchmark.consultants.errors import ConsultantError, ServerNotUp
 from benchmark.consultants.fingerprint import resolve_source
 from benchmark.consultants.openai_compat import OpenAIConsultant, served_file, served_record
 from benchmark.job import run_job
@@ -225,3 +227,104 @@ def test_a_served_model_without_weights_identity_is_named_at_plan_and_at_job_sta
         assert "slm.backend.url_file=F" in line and "slm.backend.identity=<name>" in line
     assert len(base.cells) == 2 and named.cells[0].hash is not None
     assert named.cells[0].hash not in {c.hash for c in base.cells}  # a name is part of the cell
+
+
+@pytest.mark.slow  # a cell against the suite's vLLM-compatible server on two tiny models
+def test_a_server_restarted_on_other_weights_mid_cell_fails_the_cell(
+    tmp_path, port, tiny_model
+) -> None:
+    """`python -m benchmark.serve`'s record beside the URL file names the weights; the server
+    (tests/vllm_server.py on the tiny model, seed 0) is restarted at the same address under the
+    same model id on other weights (seed 1) while a cell runs: the cell fails with one line
+    naming both identities, and nothing of it is written as complete."""
+    from tests.vllm_server import VLLMServer
+
+    first, other = tiny_model(seed=0), tiny_model(seed=1)
+    assert weights_of(str(first)) != weights_of(str(other))
+    url_file = tmp_path / "slm.url"
+    servers = [VLLMServer(str(first), port=port, name="tiny")]
+    write_url_file(url_file, servers[0].url, "tiny", weights_of(str(first)))
+
+    def restart_after_two_answers() -> None:
+        while sum(path == "/v1/chat/completions" for path, _ in servers[0].bodies) < 2:
+            time.sleep(0.01)
+        servers[0].stop()  # an engine restart: connections refused meanwhile
+        write_url_file(url_file, servers[0].url, "tiny", weights_of(str(other)))
+        servers.append(VLLMServer(str(other), port=port, name="tiny"))
+
+    restarter = threading.Thread(target=restart_after_two_answers, daemon=True)
+    restarter.start()
+    try:
+        with pytest.raises(Exception, match="now serves") as err:
+            job(
+                tmp_path / "root",
+                tmp_path / "j",
+                "http://unused/v1",
+                f"slm.backend.url_file={url_file}",
+                "slm.backend.restart_wait_s=120",
+                "eval.n_episodes=4",
+            )
+        restarter.join(timeout=60)
+    finally:
+        for server in servers:
+            server.stop()
+    was, now = (f"served:tiny#{weights_of(str(m))}" for m in (first, other))
+    message = str(err.value)
+    assert f"now serves {now}, not {was}" in message and "\n" not in message
+    error = results.read_json(tmp_path / "j" / "error.json")
+    assert f"now serves {now}" in error["message"]
+    cell = tmp_path / "root" / "cells" / error["cell_hash"]
+    assert (cell / "cell.json").exists()  # it had started
+    assert not (cell / "summary.json").exists() and results.complete_cell(cell) is None
+
+
+def test_a_reconnect_asks_the_server_which_model_it_serves(tmp_path, port, tiny_model) -> None:
+    """A request that found the server down and gets through again asks it once more: the same
+    weights come back elsewhere (the URL file's new address) and the answers go on; other
+    weights published there, or a server that no longer lists the model (base_url alone), fail
+    the batch naming both."""
+    from tests.vllm_server import VLLMServer
+
+    first, other = tiny_model(seed=0), tiny_model(seed=1)
+    url_file = tmp_path / "slm.url"
+    servers = [VLLMServer(str(first), name="tiny")]
+
+    def restart(model: Path) -> str:
+        servers[-1].stop()
+        servers.append(VLLMServer(str(model), name="tiny"))
+        write_url_file(url_file, servers[-1].url, "tiny", weights_of(str(model)))
+        return servers[-1].url
+
+    query = Query(
+        messages=[{"role": "user", "content": "Wall ahead."}],
+        actions=("TURN_LEFT", "FORWARD"),
+        render_answer=lambda a, r: a,
+        decoding=Decoding(max_new_tokens=4),
+    )
+    try:
+        write_url_file(url_file, servers[0].url, "tiny", weights_of(str(first)))
+        remote = OpenAIConsultant(url_file=str(url_file), restart_wait_s=60)
+        [said] = remote.answer([query])
+        restart(first)  # the same weights, elsewhere
+        assert remote.answer([query])[0].text == said.text
+        url = restart(other)
+        with pytest.raises(ConsultantError, match=f"at {url} now serves served:tiny#hf-local:"):
+            remote.answer([query])
+        direct = OpenAIConsultant(base_url=url, restart_wait_s=60)
+        servers[-1].stop()  # a request finds it down, then another model id at that address
+        failed: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                direct.answer([query])
+            except ConsultantError as exc:
+                failed.append(exc)
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        time.sleep(0.5)
+        servers.append(VLLMServer(str(other), name="tiny-b", port=servers[-1].port))
+        asking.join(timeout=60)
+        assert len(failed) == 1 and "a model list without 'tiny' (tiny-b)" in str(failed[0])
+    finally:
+        servers[-1].stop()

@@ -64,7 +64,15 @@ beside its URL file (`served_file`: read only for the URL and model id it names)
 command against a server that now serves another model, or re-fine-tuned weights under the same
 name, is another cell; the response cache's identity carries the fingerprint too. A server that
 does not answer while the identity is computed makes it unknown (ServerNotUp): the job then waits
-for it as at start-up, and fails naming the URL."""
+for it as at start-up, and fails naming the URL. With base_url alone and no slm.backend.identity
+nothing names the weights: the plan and each job warn (`identity_warning`).
+
+The served model is checked again while a cell runs, so that a cell never mixes two models'
+answers: after a request that found the server down gets through again (a reconnect), the model
+card at /v1/models and the record beside the url_file are read again; before each batch, the
+record alone. Another identity than at connect fails the request with ConsultantError naming
+both (a missing record, as during a restart, says nothing). A restart that no request sees, on
+other weights under the same id and with nothing published, cannot be told apart."""
 
 from __future__ import annotations
 
@@ -72,6 +80,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -206,6 +215,8 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         self.owned_by = card.get("owned_by")
         weights = read_served_weights(url_file, self.base_url, model) if url_file else None
         self.served = served_identity(model, models.get(model) or {}, weights)
+        self._weights, self._card = weights, models.get(model) or {}  # at connect: _check_served
+        self._served_lock = threading.Lock()  # one re-check at a time after a reconnect
         # with url_file the address changes with every server job; the file names the deployment
         where = redact(str(url_file or self.base_url))  # never a URL's user:password
         self._identity = identity or f"openai:{model}@{where}" + (f"#{weights}" if weights else "")
@@ -311,6 +322,32 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConsultantError(f"{url} did not return an OpenAI model list: {exc}") from exc
 
+    def _check_served(self, probe: bool) -> None:
+        """Fail when the server now serves other weights than at connect (module docstring):
+        the weights published beside the url_file (a record for this URL and model; none while
+        a restart is under way) and, with `probe` (a reconnect), the model card at /v1/models.
+        Retryable while the server does not answer the probe."""
+        with self._served_lock:
+            card = self._card
+            if probe:
+                models = self._probe(min(self.timeout, PROBE_TIMEOUT))
+                if self.model not in models:
+                    self._changed(f"a model list without {self.model!r} ({', '.join(models)})")
+                card = models[self.model]
+            weights = None
+            if self.url_file is not None:
+                weights = read_served_weights(self.url_file, self.base_url, self.model)
+            now = served_identity(self.model, card, weights or self._weights)  # none: no news
+            if now != self.served:
+                self._changed(now)
+
+    def _changed(self, now: str) -> None:
+        raise ConsultantError(
+            f"the server at {redact(str(self.base_url))} now serves {now}, not {self.served} "
+            "as when this cell started (restarted on other weights): the cell fails rather "
+            "than mix two models' answers; run it again to compute the new weights' cell"
+        )
+
     @property
     def vllm_like(self) -> bool:
         return str(self.owned_by).lower() in VLLM_LIKE
@@ -404,6 +441,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             raise ConsultantError(CHOICES_NO_PENALTY)
         if not self.prompt_logprobs and any(scores_choices(q) for q in queries):
             raise ConsultantError(CHOICES_NEED_LOGPROBS)
+        self._check_served(probe=False)  # a restart between requests, published beside url_file
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(queries))) as pool:
             answers = list(
@@ -455,6 +493,11 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             if r.status_code in DOWN_STATUS:
                 was_down = True
                 raise Unavailable(f"HTTP {r.status_code}: {r.text[:200]}")
+            if was_down:  # reconnected: the same weights as at connect? (module docstring)
+                try:
+                    self._check_served(probe=True)
+                except Retryable as exc:
+                    raise Unavailable(str(exc)) from None
             was_down = False
             if r.status_code == 429 or r.status_code >= 500:
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
