@@ -45,6 +45,7 @@ PLACEHOLDERS = {
     "<empty5x5 final.zip>": "/tmp/final.zip",
     "<overrides>": "",
     "<hash>": "0123456789",
+    "<folder>": "outputs/models/base/base-0123456789",
     "<commit>": "main",
     "<id>": "123",
     "$URL": "/tmp/qwen2b.url",

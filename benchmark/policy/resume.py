@@ -148,8 +148,7 @@ class Replayable(gym.Wrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        if not isinstance(env, TrainingSeeds):
-            raise TypeError(f"Replayable wraps a TrainingSeeds env, not {type(env).__name__}")
+        self.seeds = _training_seeds(env)
         self.before: dict[str, Any] | None = None
         self.reset_seed: int | None = None
         self.actions: list[np.ndarray] = []
@@ -157,7 +156,7 @@ class Replayable(gym.Wrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         if options:
             raise ValueError(f"reset options {options!r}: a training env is reset without any")
-        self.before, self.reset_seed = _stream_state(self.env.stream), seed
+        self.before, self.reset_seed = _stream_state(self.seeds.stream), seed
         self.actions = []
         return self.env.reset(seed=seed)
 
@@ -174,11 +173,22 @@ class Replayable(gym.Wrapper):
 
     def replay(self, state: dict[str, Any]) -> Any:
         """Reset as the saved episode was reset, step its actions; the last observation."""
-        self.env.stream = _stream_of(state["stream"])
+        self.seeds.stream = _stream_of(state["stream"])
         obs, _ = self.reset(seed=state["seed"])
         for action in [] if state["actions"] is None else state["actions"]:
             obs = self.step(action)[0]
         return obs
+
+
+def _training_seeds(env: gym.Env) -> TrainingSeeds:
+    """The TrainingSeeds wrapper in `env`'s chain (it may be wrapped further, by a test's
+    recorder say): its seed stream is what a replay restores."""
+    inner: Any = env
+    while not isinstance(inner, TrainingSeeds):
+        if not isinstance(inner, gym.Wrapper):
+            raise TypeError(f"Replayable wraps a TrainingSeeds env, not {type(env).__name__}")
+        inner = inner.env
+    return inner
 
 
 def _stream_state(stream: Any) -> dict[str, Any]:
