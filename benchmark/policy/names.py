@@ -124,9 +124,9 @@ def of_config(cfg: Any, *, check: bool = True) -> str:
         thresholds = cfg.env.thresholds
     elsewhere = bool(policy.get("path") or policy.get("source"))
     name = resolve(policy.checkpoint, thresholds, cfg.env.name, check=check and not elsewhere)
+    match_tolerance(policy.get("match_tolerance", MATCH_TOLERANCE))  # a bad value fails anywhere
     if name == "match":
         match_target(policy.get("match_success"))
-        match_tolerance(policy.get("match_tolerance", MATCH_TOLERANCE))
         path = policy.get("path")
         if path and str(path).endswith((".zip", ".safetensors")):
             raise ValueError(
