@@ -11,6 +11,7 @@ import pytest
 from benchmark.evaluate import Evaluator
 from benchmark.seeds import DEFAULT_SPLITS, TRAIN_SEED_MIN
 from tests.conftest import SMALL_POLICY, compose_cfg
+from tests.malicious_zip import Payload
 
 LEARNED = [
     "env=empty5x5_random",
@@ -391,18 +392,6 @@ def test_a_classifier_is_built_once_per_identity_from_training_seeds_only(
     assert len(seen) == 1 and info_other["training_seeds"][2] == 1
     assert len(list((tmp_path / "gates").glob("*/classifier.json"))) == 2
     assert not list((tmp_path / "gates").rglob("*.pkl"))  # stored as data, never pickled
-
-
-class Payload:
-    """A pickle whose loading writes `marker`: what a planted classifier.pkl could run."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        from pathlib import Path
-
-        return (Path.touch, (Path(self.marker),))
 
 
 def test_a_pickled_classifier_in_the_results_root_is_refused_never_loaded(untrained, tmp_path):

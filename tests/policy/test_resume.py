@@ -22,6 +22,7 @@ from benchmark.envs import make_task
 from benchmark.policy import resume
 from benchmark.policy.checkpoints import checkpoint_dir, config_hash, ensure_dir
 from benchmark.policy.train import ALGORITHMS, ThresholdCheckpoints, train, training_envs
+from tests.malicious_zip import Payload
 from tests.policy.test_policy import _weights, job_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,16 +136,6 @@ def test_state_file_round_trip(task, tmp_path):
     resume.restore_rng(saved)
     assert torch.equal(torch.get_rng_state(), saved["rng"]["torch"])
     assert np.random.get_state()[1].tolist() == saved["rng"]["numpy"][1].tolist()
-
-
-class Payload:
-    """A pickle whose loading writes `marker`: what a planted state file could run."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.marker),))
 
 
 def test_a_pickled_state_in_the_results_root_is_refused_never_loaded(task, tmp_path):
