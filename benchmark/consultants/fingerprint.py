@@ -9,8 +9,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from benchmark.consultants.errors import ConsultantError
+from benchmark.weights import WeightsError, check_folder
 
 _MB = 1 << 20
 
@@ -122,3 +124,15 @@ def local_fingerprint(directory: Path, digests: str | os.PathLike | None = None)
             else:
                 h.update(b"sha256:" + cached_digest(f, digests).encode())
     return h.hexdigest()[:16]
+
+
+def checked_weights(folder: Path | None, model: Any, source: str) -> None:
+    """Refuse a model folder whose safetensors headers say other than the model declares
+    (benchmark.weights.check_folder: before loading against its config's dtype, after loading
+    against the loaded `model`), naming the file, the tensor and the model."""
+    if folder is None:
+        return
+    try:
+        check_folder(folder, model, what=f"the model {source}")
+    except WeightsError as e:
+        raise ConsultantError(str(e)) from e

@@ -45,7 +45,12 @@ from benchmark.consultants.base import (
 )
 from benchmark.consultants.choices import ChoiceScorer, choice_answer, token_counts
 from benchmark.consultants.errors import ConsultantError
-from benchmark.consultants.fingerprint import offline_hint, resolve_source, weights_folder
+from benchmark.consultants.fingerprint import (
+    checked_weights,
+    offline_hint,
+    resolve_source,
+    weights_folder,
+)
 from benchmark.consultants.finite import finite_watch, raise_nonfinite
 from benchmark.consultants.kernels import describe_kernels, kernel_report
 from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoder
@@ -67,7 +72,6 @@ from benchmark.consultants.runtime import (
 from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS, row_sampler
 from benchmark.vocabulary import THINK_END, THINK_START, released_answer
 from benchmark.vocabulary import strip_thinking as split_thinking
-from benchmark.weights import WeightsError, check_folder
 
 # the prompt and stop helpers live with the runtime; fine-tuning, Agent-BRACE and the benches
 # import them from here, as the backend renders and stops (docs/architecture.md)
@@ -102,18 +106,6 @@ class Generation:
     new_ids: list[int]  # everything appended after the prompt, forced `</think>` included
     thinking_tokens: int  # tokens generated while the thinking block was open
     text: str
-
-
-def checked_weights(folder: Path | None, model: Any, source: str) -> None:
-    """Refuse a model folder whose safetensors headers say other than the model declares
-    (benchmark.weights.check_folder: before loading against its config's dtype, after loading
-    against the loaded `model`), naming the file, the tensor and the model."""
-    if folder is None:
-        return
-    try:
-        check_folder(folder, model, what=f"the model {source}")
-    except WeightsError as e:
-        raise ConsultantError(str(e)) from e
 
 
 class HFConsultant(Consultant):
