@@ -27,27 +27,19 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.brace import corpus
+from benchmark.settings import execution as runtime
+from benchmark.settings import identity
 
 MADE_WITH = "made_with.json"
 STATE = "state.json"
 OPTIMIZER = "optimizer.safetensors"
 CHECKPOINTS = "checkpoints"
 KEEP_CHECKPOINTS = 2
-
-
-def identity(default: Any) -> Any:
-    """A setting that shapes the weights: it is in the folder's hash."""
-    return field(default=default, metadata={"identity": True})
-
-
-def runtime(default: Any) -> Any:
-    """A setting of how the work is done (never in the hash)."""
-    return field(default=default, metadata={"identity": False})
 
 
 @dataclass(frozen=True)
