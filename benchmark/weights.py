@@ -190,10 +190,24 @@ def check_folder(directory: str | Path, model: Any = None, what: str = "") -> No
     checked against the config's dtype; after loading, against the loaded model's own state
     dict as well, by name (with its `base_model_prefix`), dtypes and shapes."""
     dtype = config_dtype(directory)
+    if model is None:
+        check_pinned(directory)
     state = declared(model.state_dict()) if model is not None else None
     prefix = getattr(model, "base_model_prefix", "") if model is not None else ""
     for f in folder_files(directory):
         check(f, state, dtype=dtype, prefixes=(prefix,), what=what)
+
+
+def check_pinned(directory: str | Path) -> None:
+    """A folder whose config.json pins its weights (`weights_sha256`, as the shipped base does)
+    is refused when model.safetensors gives another digest."""
+    from benchmark.store import file_sha256
+
+    config = Path(directory) / "config.json"
+    pinned = json.loads(config.read_text()).get("weights_sha256") if config.is_file() else None
+    if pinned is not None:
+        weights = Path(directory) / f"model{SUFFIX}"
+        check_digest(weights, pinned, file_sha256(weights), f"{config}'s weights_sha256")
 
 
 def check_digest(path: str | Path, recorded: Any, actual: str, record: str) -> None:

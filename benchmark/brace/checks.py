@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from benchmark.brace import shipped
 from benchmark.envs.base import env_identity
 
 MODES = ("slm", "ask")
@@ -119,7 +120,10 @@ class Settings:
         """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
         game included), the prompt they train on, the certainty scale and belief prompt where
         not the paper's, and the teacher's rule version."""
-        return {"env": env_identity(self.env), **{k: self.values[k] for k in SFT_KEYS},
+        keys = {k: self.values[k] for k in SFT_KEYS}
+        if keys["base"] == shipped.NAME:  # the shipped weights, by their pinned digest
+            keys["base"] = shipped.identity()
+        return {"env": env_identity(self.env), **keys,
                 "prompt": training_prompt(self.values["policy_input"]),
                 **self.added(SFT_ADDED), "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
@@ -187,8 +191,14 @@ def check(cfg: DictConfig) -> Settings:
     _check_ablations(values)
     if not isinstance(values["tau"], (int, float)) or values["tau"] < 0:
         _fail("tau", values["tau"], "must be a number >= 0 (bits)")
-    if values["base"] is not None and not Path(values["base"]).is_dir():
-        _fail("base", values["base"], "not a model directory (null: the tiny model `tiny_size`)")
+    if values["base"] == shipped.NAME:
+        try:
+            shipped.folder()
+        except shipped.ShippedError as err:
+            raise SettingsError(str(err)) from None
+    elif values["base"] is not None and not Path(values["base"]).is_dir():
+        _fail("base", values["base"], f"not a model directory (allowed a model directory, "
+              f"{shipped.NAME}: the shipped base, null: the tiny model `tiny_size`)")  # fmt: skip
     from benchmark.consultants.tiny import SIZES
 
     if values["tiny_size"] not in SIZES:
