@@ -6,7 +6,7 @@ Its weights lie in the package (benchmark/brace/pretrained_base/), their SHA-256
 model's config.json (`weights_sha256`, compared at every load by benchmark.weights.check_folder)
 and in PINNED below, so that the SFT identity of a job names one exact set of weights:
 
-    python -m benchmark.brace.shipped ship <pretraining folder>   # copy a finished, probed base
+    python -m benchmark.brace.shipped ship <pretraining folder>   # probe it; at the goal, ship it
     python -m benchmark.brace.shipped check                       # the shipped files' digest
 
 `make base` rebuilds the weights from the recipe recorded in the folder's made_with.json; a
@@ -34,7 +34,7 @@ MODEL_FILES = (
     "tokenizer_config.json",
     "chat_template.jinja",
 )
-RECORDS = ("made_with.json", "summary.json", "probe.json")
+RECORDS = ("made_with.json", "summary.json")  # what the pretraining wrote
 PROBE_GOAL = 0.95  # exact copies of the room and of the visible objects, held-out transcripts
 
 
@@ -96,37 +96,45 @@ def card(made_with: dict[str, Any], summary: dict[str, Any], probe: dict[str, An
     ])  # fmt: skip
 
 
-def ship(run: Path) -> dict[str, Any]:
-    """Copy a finished and probed pretraining folder's model into the package, its config
-    pinned to its weights' digest, with its records and card. Refuses a run whose probe misses
-    the goal."""
+def ship(run: Path, n: int = 200, pages: Path | None = None) -> dict[str, Any]:
+    """Probe a finished pretraining folder's model on `n` held-out transcripts and, at the goal,
+    copy it into the package, its config pinned to its weights' digest, with its records and its
+    card (README.md there; the measured page docs/measured/base-model.md). Below the goal
+    nothing is copied."""
+    from benchmark import measured
+    from benchmark.brace.base import probe
     from benchmark.store import file_sha256
 
-    run = Path(run)
-    model = run / "model"
-    missing = [n for n in (*RECORDS,) if not (run / n).is_file()]
+    run, model = Path(run), Path(run) / "model"
+    missing = [n for n in RECORDS if not (run / n).is_file()]
     missing += [f"model/{n}" for n in MODEL_FILES if not (model / n).is_file()]
     if missing:
-        raise ShippedError(f"{run}: not a finished, probed pretraining folder (no {missing[0]})")
-    records = {n: json.loads((run / n).read_text()) for n in RECORDS}
-    probe = records["probe.json"]
-    if min(probe["room"], probe["visible"]) < PROBE_GOAL:
+        raise ShippedError(f"{run}: not a finished pretraining folder (no {missing[0]})")
+    result = probe(model, n)
+    if min(result["room"], result["visible"]) < PROBE_GOAL:
         raise ShippedError(
-            f"{run}: probe room {probe['room']:.3f}, visible {probe['visible']:.3f}; "
+            f"{run}: probe room {result['room']:.3f}, visible {result['visible']:.3f}; "
             f"allowed to ship only at >= {PROBE_GOAL} each"
         )
     digest = file_sha256(model / WEIGHTS)
     shutil.rmtree(FOLDER, ignore_errors=True)
     FOLDER.mkdir(parents=True)
-    for n in MODEL_FILES:
-        shutil.copy2(model / n, FOLDER / n)
+    for name in MODEL_FILES:
+        shutil.copy2(model / name, FOLDER / name)
     config = json.loads((FOLDER / "config.json").read_text())
     (FOLDER / "config.json").write_text(json.dumps({**config, "weights_sha256": digest}, indent=2) + "\n")  # fmt: skip
-    for n in RECORDS:
-        shutil.copy2(run / n, FOLDER / n)
-    text = card(records["made_with.json"], {**records["summary.json"], "weights_sha256": digest}, probe)  # fmt: skip
+    for name in RECORDS:
+        shutil.copy2(run / name, FOLDER / name)
+    (FOLDER / "probe.json").write_text(json.dumps(result, indent=1) + "\n")
+    records = {name: json.loads((run / name).read_text()) for name in RECORDS}
+    text = card(records["made_with.json"], {**records["summary.json"], "weights_sha256": digest}, result)  # fmt: skip
     (FOLDER / "README.md").write_text(text)
-    return {"folder": str(FOLDER), "weights_sha256": digest, "pin": f'PINNED = "{digest}"'}
+    page = measured.write_page(
+        "base-model", "The pretrained base: model card", text.split("\n", 2)[2],
+        f"python -m benchmark.brace.shipped ship {run} --n {n}", pages or measured.PAGES,
+    )  # fmt: skip
+    return {"folder": str(FOLDER), "page": str(page), "weights_sha256": digest,
+            "pin": f'PINNED = "{digest}"', "probe": result}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="check the shipped weights against the pin")
-    p = sub.add_parser("ship", help="copy a finished, probed pretraining folder into the package")
-    p.add_argument("run", type=Path, help="the pretraining folder (holds model/ and probe.json)")
+    p = sub.add_parser("ship", help="probe a finished pretraining folder; at the goal, ship it")
+    p.add_argument("run", type=Path, help="the pretraining folder (holds model/)")
+    p.add_argument("--n", type=int, default=200, help="held-out transcripts (default 200)")
     args = ap.parse_args(argv)
     try:
-        result = ship(args.run) if args.command == "ship" else {"folder": str(folder()), "weights_sha256": PINNED}  # fmt: skip
+        result = ship(args.run, args.n) if args.command == "ship" else {"folder": str(folder()), "weights_sha256": PINNED}  # fmt: skip
     except ShippedError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
