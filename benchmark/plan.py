@@ -10,10 +10,10 @@ job's config is composed with Hydra's compose API, as `python -m benchmark` comp
 that are the same cell (PPO-only swept over consultants it never asks) are listed once.
 
 Status (`<paths.root>/cells/<hash>/`, the hash from `build.prepare` + `build.locate_inputs`):
-- complete: summary.json and episodes.jsonl complete and consistent (`results.complete_cell`),
-  or, in a root of an earlier release's layout, a complete cell of identity v2 that the
-  migration at the sweep's start adopts as this one (`benchmark.migrate`, surveyed read-only;
-  a warning says what else it would do, and names what is no longer read);
+- complete: summary.json and episodes.jsonl complete and consistent (`results.complete_cell`);
+  in a root of an earlier release's layout, the migration at the sweep's start is surveyed
+  read-only (`benchmark.migrate`): a warning says what it would do, and names what is no longer
+  read;
 - failed: error.json (its first line shown); a rerun computes it again;
 - pending: not computed yet ("policy not trained" when its PPO checkpoint does not exist yet,
   "model not built yet" when its consultant's model does not: its hash is not known yet); a
@@ -189,10 +189,6 @@ def plan_cell(
         error = results.read_json(cell_dir / "error.json")
         if results.complete_cell(cell_dir) is not None:
             cell.status = COMPLETE
-        elif migration is not None and located.hash in migration.cells:
-            old = migration.cells[located.hash]
-            cell.status = COMPLETE
-            cell.note = f"v2 cell {old}, adopted as this one when the sweep starts"
         elif isinstance(error, dict):
             cell.status, cell.note = FAILED, _first_line(error)
         else:

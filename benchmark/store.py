@@ -6,7 +6,6 @@ it (an atomic publish, a build once under a lock). Everything else asks here.
                                          date (benchmark.migrate, under .layout.json.lock)
     <paths.root>/cells/<hash>/           one cell: cell.json, summary.json (written last: the
                                          cell is complete), episodes.jsonl, ... (benchmark.job)
-    <paths.root>/cells/.migrate.lock     held while a cell of an older identity is adopted
     <paths.root>/tuning/<key>/           one Optuna study (study.journal; benchmark.tuning)
     <paths.root>/digests/<id>.json       content digests of local files, by (path, inode,
                                          size, mtime_ns, ctime_ns): a multi-GB model is
@@ -478,55 +477,3 @@ class Store:
                 )
             )
         return out
-
-    def adopt_cell(
-        self,
-        old_hash: str,
-        new_hash: str,
-        unchanged: Callable[[Path, dict], str],
-        record: Callable[[dict], tuple[dict, dict]],
-        studies: tuple[str, str] | None = None,
-    ) -> str:
-        """Move the complete cell `old_hash` to `new_hash` (an identity change), once, under
-        the migration lock, when `unchanged(old_dir, summary)` gives no reason against it;
-        `record(summary)` gives the new (cell.json, summary.json); `studies` = (old key, new
-        key) moves its tuning study too. A move that a killed process made without rewriting
-        the records (the summary at `new_hash` still names `old_hash`) is finished. Returns
-        "adopted", "" (nothing to adopt) or the reason it was not adopted."""
-        from filelock import FileLock
-
-        old_dir, new_dir = self.cell_dir(old_hash), self.cell_dir(new_hash)
-        if old_dir == new_dir:
-            return ""
-        if not (old_dir / "summary.json").exists() and not new_dir.exists():
-            return ""
-        with FileLock(str(self.root / CELLS / ".migrate.lock")):
-            if old_dir.exists():
-                done = complete_cell(old_dir)
-                if done is None or new_dir.exists():
-                    return ""
-                reason = unchanged(old_dir, done[0])
-                if reason:
-                    return reason
-                try:
-                    os.rename(old_dir, new_dir)
-                except OSError:  # another host adopted it first (the lock may not reach it)
-                    return "adopted" if complete_cell(new_dir) is not None else ""
-            else:
-                done = complete_cell(new_dir)
-                if done is None or done[0].get("cell_hash") != old_hash:
-                    return ""
-            cell_json, summary = record(done[0])
-            write_json_atomic(new_dir / "cell.json", cell_json)
-            write_json_atomic(new_dir / "summary.json", summary)
-            if studies is not None:
-                self.move_study(*studies)
-        return "adopted"
-
-    def move_study(self, old_key: str, new_key: str) -> None:
-        old, new = self.study_dir(old_key), self.study_dir(new_key)
-        if old.is_dir() and not new.exists():
-            try:
-                os.rename(old, new)
-            except OSError:  # another host moved it first
-                pass

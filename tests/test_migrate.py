@@ -2,8 +2,8 @@
 a root is brought to this release's layout once, by `python -m benchmark.migrate ROOT` or at a
 sweep's start, and marked so in layout.json; a job on a current root never enters the module.
 PPO checkpoint directories of the old name are renamed, fine-tuned models' old markers rewritten,
-retired layouts (v1 cells, the SQLite response cache) named with the last release that reads
-them, and no other module handles an old layout. Cells of identity v2: tests/test_identity.py."""
+retired layouts (v1 and v2 cells, the SQLite response cache) named with the last release that
+reads them, and no other module handles an old layout."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from benchmark.policy.checkpoints import (
     short_hash,
 )
 from benchmark.policy.train import as_dict
+from benchmark.results import REUSED_FILE
 from benchmark.seeds import Splits
 from benchmark.store import LAYOUT_FILE, LAYOUT_VERSION, Store, file_sha256
 from tests.conftest import compose_cfg
@@ -182,25 +183,6 @@ def test_a_finetuned_models_old_marker_is_rewritten_once_when_it_holds(tmp_path,
     assert "fingerprint_version" not in json.loads((changed / MARKER).read_text())  # unchanged
 
 
-def test_an_interrupted_cell_adoption_is_finished(tmp_path):
-    """A move a killed migration made without rewriting the records (the summary at the new
-    hash still names the old one) is finished when the migration runs again."""
-    store = Store(tmp_path)
-    new = store.cell_dir("bbbbbbbbbbbb")
-    new.mkdir(parents=True)
-    (new / "episodes.jsonl").write_text('{"seed": 100}\n')
-    summary = {"cell_hash": "aaaaaaaaaaaa", "n_episodes": 1, "complete": True}
-    (new / "summary.json").write_text(json.dumps(summary))
-
-    def record(old: dict) -> tuple[dict, dict]:
-        return {"migrated_from": {"hash": "aaaaaaaaaaaa"}}, dict(old, cell_hash="bbbbbbbbbbbb")
-
-    assert store.adopt_cell("aaaaaaaaaaaa", "bbbbbbbbbbbb", lambda *_: "", record) == "adopted"
-    assert json.loads((new / "summary.json").read_text())["cell_hash"] == "bbbbbbbbbbbb"
-    # done: a cell of the new hash is never taken for another interrupted move
-    assert store.adopt_cell("aaaaaaaaaaaa", "bbbbbbbbbbbb", lambda *_: "", record) == ""
-
-
 def _v1_cell(root: Path) -> Path:
     """A cell as the suite's first day wrote it: cell.json without an identity."""
     cell = root / "cells" / "0123456789ab"
@@ -228,6 +210,31 @@ def test_the_migration_names_v1_cells_and_the_last_release_that_reads_them(tmp_p
     caplog.clear()
     plan_sweep([f"paths.root={tmp_path}", *PPO, "tracking=none"])  # said once, by the migration
     assert "identity v1" not in caplog.text
+
+
+def test_a_v2_root_gets_one_line_and_its_cells_are_computed_anew(tmp_path, capsys, caplog):
+    """A root of the previous identity (v2): no crash, one line naming its cells, the command
+    and the last release that adopts them; a job computes its cell anew beside the v2 one."""
+    cfg = compose_cfg(tmp_path, *ORACLE, "eval.workers=1")
+    first = run_job(cfg, tmp_path / "a", multirun=False)
+    cell = tmp_path / "cells" / first["cell_hash"]
+    v2 = cell.with_name("0123456789ab")  # as the previous release stored it
+    cell.rename(v2)
+    record = json.loads((v2 / "cell.json").read_text())
+    record["identity"]["identity_version"] = 2
+    (v2 / "cell.json").write_text(json.dumps(record))
+    (tmp_path / LAYOUT_FILE).unlink()
+    assert [c.dir for c in migrate.v2_cells(Store(tmp_path).cells())] == [v2]
+    caplog.set_level(logging.WARNING)
+    again = run_job(compose_cfg(tmp_path, *ORACLE, "eval.workers=1"), tmp_path / "b", False)
+    (note,) = [r.getMessage() for r in caplog.records if "identity v2" in r.getMessage()]
+    assert "1 cell(s) of identity v2" in note and "\n" not in note.strip()
+    assert migrate.LAST_ADOPTING_V2 in note and f"python -m benchmark.migrate {tmp_path}" in note
+    assert again["cell_hash"] == first["cell_hash"] and cell.is_dir()  # computed anew
+    assert not (tmp_path / "b" / REUSED_FILE).exists()
+    assert v2.is_dir() and (v2 / "summary.json").is_file()  # never deleted
+    out = _migrate(tmp_path, capsys=capsys)
+    assert "1 cell(s) of identity v2" in out
 
 
 def test_the_migration_names_the_sqlite_response_cache_and_never_changes_it(tmp_path, caplog):
