@@ -215,24 +215,6 @@ def test_brace_prompt_is_its_own_finetuned_consultant(tmp_path):
     assert cell.hash != sb.with_inputs(model="hf-local:4567").hash  # other weights, other cell
 
 
-def test_grpo_reward_function_scores_completions_and_refuses_held_out_states(tmp_path):
-    from benchmark.brace import grpo
-    from benchmark.brace.sft import collect_states
-    from benchmark.seeds import Splits
-    from tests.finetune.test_finetune import untrained_policy
-
-    task, splits = make_task("higherlower"), Splits()
-    held = collect_states(
-        task, brace_prompt(), untrained_policy(task), [0], splits=splits, split_ok=True
-    )
-    reward = grpo.reward_function(held)
-    good = [{"role": "assistant", "content": held[3].answer}]
-    scores = reward(None, [good, "no belief", held[3].answer], state=[3, 3, 3])
-    assert scores[0] == scores[2] > 1.0 and scores[1] == 0.0
-    with pytest.raises(ValueError, match="training seeds only"):
-        grpo.train("unused", held, tmp_path / "out")
-
-
 def test_finetune_held_out_says_a_two_round_prompt_is_not_scored_by_one_answer(tiny_model):
     """slm=finetuned's held-out measure parses one answer per state; prompt=brace's first answer
     is the belief update, after which the session asks the act round: the measure says so
