@@ -51,11 +51,11 @@ install-gpu: ## the one-line GPU install: .venv with a CUDA torch and the [dev,g
 	# the kernel check (about 10 s): each fast kernel runs once and matches the reference code
 	$(PY) -m benchmark.bench gpu-smoke --only kernels
 
-demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure
+demo: $(VENV_STAMP) ## what ASK does: a weak PPO, a tiny consultant fine-tuned at run time, oracle, dice; PPO-only / ASK / SLM-only table and figure (docs/measured/demo.md)
 	$(PY) -m benchmark +experiment=demo tracking=none -m
 	@sweep=$$(ls -dt outputs/sweeps/demo/* | head -1); \
 	echo; \
-	$(PY) -m benchmark.report $$sweep --no-wandb --brief
+	$(PY) -m benchmark.report $$sweep --no-wandb --brief --page demo
 
 demo-brace: $(VENV_STAMP) ## Agent-BRACE learns at toy scale (TextWorld Quest, ~15 min on 2 cores): SFT / SFT+PPO / frozen-belief table; fails when nothing was learned
 	$(PY) -m benchmark.brace.train +experiment=brace_demo -m
@@ -95,8 +95,8 @@ MODULES ?=
 mutants: $(VENV_STAMP) ## mutation testing (mutmut) of the core arithmetic modules with their fast tests, share killed per module (MODULES="metrics gates"; long, not in CI)
 	PYTHONPATH=$(CURDIR) $(PY) -m tests.mutation $(MODULES)
 
-bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json
-	$(PY) -m benchmark.bench
+bench: $(VENV_STAMP) ## side-by-side speed/memory ratios (CPU), writes outputs/bench/<timestamp>.json and docs/measured/bench.md
+	$(PY) -m benchmark.bench --page bench
 
 gpu-smoke: $(VENV_STAMP) ## the first GPU run, under 3 min: kernel report and fast-vs-reference check, SDPA backend, padded vs by_length in bf16 (cuDNN on/off), a Qwen3.5-2B prefill at 64 x 750; exit 1 on a failed check; ARGS="--device cpu": its dry run
 	$(PY) -m benchmark.bench gpu-smoke $(ARGS)

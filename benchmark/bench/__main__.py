@@ -79,11 +79,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "`--only kernels` is make install-gpu's last step)",
     )
     p.add_argument("--models", default="qwen3.5-2b,qwen3.5-4b", help="gpu benchmark models")
+    p.add_argument(
+        "--page",
+        default=None,
+        metavar="NAME",
+        help="cpu: also write the table as docs/measured/NAME.md with the command, commit, date "
+        "and machine (`make bench`: --page bench)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     root = (args.root or default_root()).resolve()
     if args.kind == "gpu":
         from benchmark.bench.gpu import main_gpu
@@ -141,7 +149,16 @@ def main_cpu(args: argparse.Namespace, root: Path) -> int:
     path = write_report(bench_dir, jsonable(data))
     print(format_table(bench.checks))
     load = data["machine"]["before"].get("loadavg")
-    print(f"\n{data['wall_seconds']:.0f} s, load average at start {load}; wrote {path}")
+    summary = f"{data['wall_seconds']:.0f} s, load average at start {load}"
+    print(f"\n{summary}; wrote {path}")
+    if args.page:
+        from benchmark.measured import write_page
+
+        body = (
+            f"```text\n{format_table(bench.checks)}\n```\n\n{summary}; the full record: `{path}`."
+        )
+        command = " ".join(["python -m benchmark.bench", *(args.argv or [])])
+        print(f"measured page: {write_page(args.page, 'make bench', body, command)}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""CLI: python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb] [--brief]. Prints the Markdown
-report (--brief: the main table, the paired differences and where the rest is); logs tables and
-plots to one W&B run (name 'report') when the sweep had tracking enabled."""
+"""CLI: python -m benchmark.report SWEEP_DIR [--out DIR] [--no-wandb] [--brief] [--page NAME]. Prints
+the Markdown report (--brief: the main table, the paired differences and where the rest is); logs
+tables and plots to one W&B run (name 'report') when the sweep had tracking enabled; --page also
+writes the report as docs/measured/NAME.md (benchmark.measured), the page the docs quote."""
 
 from __future__ import annotations
 
@@ -112,6 +113,18 @@ def headline(report: Report) -> str | None:
     )
 
 
+def write_measured_page(report: Report, name: str, argv: list[str] | None) -> Path:
+    """docs/measured/<name>.md: the report's text, its figures named by their paths in the
+    sweep (a page holds text; the images stay with the run)."""
+    from benchmark.measured import write_page
+
+    args = sys.argv[1:] if argv is None else argv
+    lines = [line for line in report.markdown.splitlines() if not line.startswith("![")]
+    lines += [f"- figure: `{p}`" for p in report.plots]
+    command = " ".join(["python -m benchmark.report", *args])
+    return write_page(name, f"Measured: {report.sweep.experiment}", "\n".join(lines), command)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark.report", description=__doc__)
     parser.add_argument(
@@ -135,12 +148,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print only the main table and the paired differences, and where the report is",
     )
+    parser.add_argument(
+        "--page",
+        default=None,
+        metavar="NAME",
+        help="also write the report as docs/measured/NAME.md, with the command, commit, date and "
+        "machine (`make demo`: --page demo)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         report = build_report(args.sweep_dir, args.out)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
+    if args.page:
+        print(f"measured page: {write_measured_page(report, args.page, argv)}", file=sys.stderr)
     if args.brief:
         print(brief(report))
     else:
