@@ -1,7 +1,8 @@
 """Agent-BRACE's measurements, each with 95% bootstrap CIs: a belief model's greedy updates on
-teacher-forced held-out states (`held_out`), the models' greedy rollouts on training seeds
-(`training_reward`) and on held-out seeds (`rollout_reward`, each model on its OWN beliefs), and
-RL's gains over SFT paired on the same states and seeds (`gains`)."""
+teacher-forced states (`held_out`: validation states, or the training states of
+`training_states`), the models' greedy rollouts on training seeds (`training_reward`) and on
+held-out seeds (`rollout_reward`, each model on its OWN beliefs), and RL's gains over SFT
+paired on the same states and seeds (`gains`)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,17 @@ def held_out(model_dir: str | Path, states: Sequence[Any],
             "r_belief": [round(r.total, 4) for r in rewards],
         },
     }
+
+
+def training_states(task: Any, prompt: Any, seeds: Sequence[int], splits: Splits) -> list[Any]:
+    """The teacher's belief states on training seeds (refused otherwise): the fixed states on
+    which the belief model's R_belief before and after belief RL is compared (`held_out` on
+    each, paired per state), so the belief's own gain is measured apart from the policy's."""
+    from benchmark.seeds import check_training_seeds
+
+    check_training_seeds(seeds, splits)
+    _, logs = rollout.run(task, prompt, rollout.TeacherConsultant(), list(seeds))
+    return rollout.belief_states(logs)
 
 
 def training_reward(task: Any, prompt: Any, dirs: dict[str, Path], seeds: Sequence[int],
@@ -95,19 +107,22 @@ def belief_record(log: rollout.StepLog) -> dict[str, Any]:
 
 
 def gains(report: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """RL's gains (SFT+RL minus SFT), paired: on the same held-out states (correctness,
-    R_belief) and the same training seeds (R_env; R_belief, format and correctness averaged
-    over a seed's updates, seeds where either model made no update left out), the same for the
-    held-out rollouts (validation seeds on the models' own beliefs), each with its 95% bootstrap CI
+    """RL's gains (SFT+RL minus SFT), paired: on the same held-out states and the same
+    teacher-forced training states (`train_state_*`: correctness, R_belief), on the same
+    training seeds (R_env; R_belief, format and correctness averaged over a seed's updates,
+    seeds where either model made no update left out), the same for the held-out rollouts
+    (validation seeds on the models' own beliefs), each with its 95% bootstrap CI
     (benchmark.metrics.paired_difference): a CI above 0 is a gain."""
     from benchmark.metrics import paired_difference
 
-    ho, tr = report.get("held_out") or {}, report["train_reward"]
+    tr = report["train_reward"]
     out = {
-        f"held_out_{k}": paired_difference(ho["rl"]["per_state"][k], ho["sft"]["per_state"][k])
+        f"{prefix}_{k}": paired_difference(side["rl"]["per_state"][k], side["sft"]["per_state"][k])
+        for prefix, side in (("held_out", report.get("held_out")),
+                             ("train_state", report.get("train_states")))
         for k in ("correctness", "r_belief")
-        if ho.get("rl") and ho.get("sft")  # no belief model (raw history): none
-    }
+        if side and side.get("rl") and side.get("sft")  # no belief model (raw history): none
+    }  # fmt: skip
     rollouts = {"train": tr, "held_out_rollout": report.get("held_out_rollouts")}
     for prefix, side in rollouts.items():
         for k in ("r_env", *PER_SEED) if side else ():

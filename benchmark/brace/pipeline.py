@@ -12,7 +12,10 @@ benchmark.brace.train):
    writes a free-text summary (prompt=mem1, the Summary-Belief ablation); `brace.reward`,
    `brace.labels` and `brace.belief_prompt`: the appendix ablations (R_belief's terms, the
    certainty scale, the belief prompt without its task-specific coverage);
-4. measurement with 95% bootstrap CIs (benchmark.brace.measure), RL's gains paired.
+4. measurement with 95% bootstrap CIs (benchmark.brace.measure), RL's gains paired: on a fixed
+   set of training games (`brace.reward_episodes` training seeds) greedy R_env before and after
+   RL, and the belief's R_belief on the teacher's states of those games; on held-out games
+   and states the same comparisons, plus the belief's format pass.
 
 Writes <out>/{sft,rl-always|rl-entropy}/<role> (plain model folders with completion records:
 slm=brace_trained serves them), <out>/brace_train.json (the report, written last) and the RL
@@ -227,6 +230,10 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     report["train_reward"] = {"sft": measure.training_reward(
         rl_task, prompt, sft, reward_seeds, splits, gate, policy, weights)}  # fmt: skip
     log(f"train reward sft {report['train_reward']['sft']}")
+    train_states: list = []
+    if held_states:  # the belief's R_belief before and after RL, on the same training states
+        train_states = measure.training_states(rl_task, teacher_prompt, reward_seeds, splits)
+        report["train_states"] = {"sft": measure.held_out(sft["belief"], train_states, weights)}
     rl_seeds = rl_seed_pool(s.env, s.rl)
     if made_with(rl[s.roles[0]].parent, digests) is not None:  # made ones are reused, as SFT's
         report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
@@ -251,6 +258,7 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     )
     if held_states:
         report["held_out"]["rl"] = measure.held_out(rl["belief"], held_states, weights)
+        report["train_states"]["rl"] = measure.held_out(rl["belief"], train_states, weights)
     held_seeds = list(range(s.held_out_episodes))  # validation seeds, each pair on its own beliefs
     rows = [("sft", sft), ("rl", rl)]
     if s.measure_base:  # the untrained base in both roles, for scale

@@ -9,10 +9,13 @@ its multirun ends; `python -m benchmark.brace.table <sweep dir> [--check]` print
 - the critic's value loss per RL iteration and the held beliefs' Brier score per step;
 - the training curves figure of each job.
 
-`--check` exits 1 when nothing was learned: the belief format below `FORMAT_GOAL` after SFT, or
-the belief's claims not more often true than the untrained base's (paired CI reaching 0). The
-agent's R_env against the base and PPO's own gain over SFT are printed with their CIs whatever
-they are."""
+`--check` exits 1 unless each goal holds (`verdict`): the belief format pass after SFT at least
+`FORMAT_GOAL`; the belief's claims more often true than the untrained base's; RL improving what
+it optimises on a fixed set of training games (greedy R_env after RL minus before, and the
+belief's R_belief on the teacher's states of those games after RL minus before); the joint
+iteration keeping the held-out format pass within SFT's CI. Each gain is paired, its 95% CI
+above 0. The agent's held-out R_env against the base and against SFT are printed with their
+CIs whatever they are."""
 
 from __future__ import annotations
 
@@ -70,11 +73,15 @@ def _brier(m: dict[str, Any]) -> str:
 
 
 def verdict(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The goals read off the agent_brace job. Learned (`learned`): the belief model after SFT
-    passes the format on >= FORMAT_GOAL of the held-out states, and its claims are more often
-    true than the untrained base's (paired over the same states, CI above 0). Reported whatever
-    they are: SFT+PPO minus the base and minus SFT (PPO's own gain) on held-out R_env, paired
-    over the same games, `*_shown` when the CI is above 0."""
+    """The goals read off the agent_brace job; learned (`learned`) when every one holds:
+    - the belief model after SFT passes the format on >= FORMAT_GOAL of the held-out states;
+    - its claims are more often true than the untrained base's (paired over the same states);
+    - RL raises greedy R_env on the fixed training games (`rl_minus_sft_train_r_env`, paired
+      over the games) and the belief's R_belief on the teacher's states of those games
+      (`belief_rl_gain_train_r_belief`, paired over the states);
+    - the joint iteration keeps the held-out format pass at or above the low end of SFT's CI.
+    A paired goal holds when its 95% CI is above 0. Reported whatever they are: SFT+PPO minus
+    the base and minus SFT on held-out R_env, `*_shown` when the CI is above 0."""
     main = next((r for r in reports if r["trained_with"]["name"] == "agent_brace"), None)
     if main is None:
         return {"learned": False, "why": "no complete agent_brace job in the sweep"}
@@ -86,17 +93,42 @@ def verdict(reports: list[dict[str, Any]]) -> dict[str, Any]:
                                         ho["base"]["per_state"]["correctness"])  # fmt: skip
     rollouts = main.get("held_out_rollouts") or {}
     vs_base = _paired(rollouts["rl"], rollouts["base"]) if "base" in rollouts else {}
-    gain = (main.get("gains") or {}).get("held_out_rollout_r_env") or {}
+    gains = main.get("gains") or {}
+    gain = gains.get("held_out_rollout_r_env") or {}
+    env_gain = gains.get("train_r_env") or {}
+    belief_rl_gain = gains.get("train_state_r_belief") or {}
+    kept = format_kept(ho)
     why = []
     if fmt is None or fmt < FORMAT_GOAL:
         why.append(f"belief format pass after SFT {fmt} < {FORMAT_GOAL}")
-    if not belief_gain or belief_gain["diff_ci95_low"] <= 0:
+    if not _shown(belief_gain):
         why.append(f"belief correctness after SFT not above the base's ({_diff(belief_gain)})")
+    if not _shown(env_gain):
+        why.append(f"R_env on the training games not raised by RL ({_diff(env_gain)})")
+    if not _shown(belief_rl_gain):
+        why.append(f"the belief's R_belief on the training states not raised by RL "
+                   f"({_diff(belief_rl_gain)})")  # fmt: skip
+    if not kept.get("kept"):
+        why.append(f"held-out format pass after RL {kept.get('rl')} below SFT's CI "
+                   f"(low end {kept.get('sft_ci95_low')})")  # fmt: skip
     return {"format_pass": fmt, "format_goal": FORMAT_GOAL,
             "belief_correctness_sft_minus_base": belief_gain,
+            "rl_minus_sft_train_r_env": env_gain, "belief_rl_gain_train_r_belief": belief_rl_gain,
+            "format_kept": kept,
             "rl_minus_base": vs_base, "rl_minus_base_shown": _shown(vs_base),
             "rl_minus_sft": gain, "ppo_gain_shown": _shown(gain),
             "learned": not why, "why": "; ".join(why)}  # fmt: skip
+
+
+def format_kept(held_out: dict[str, Any]) -> dict[str, Any]:
+    """The belief's held-out format pass after RL against SFT's: kept when RL's mean is at or
+    above the low end of SFT's 95% CI (empty when either was not measured)."""
+    sft = (held_out.get("sft") or {}).get("format_pass") or {}
+    rl = (held_out.get("rl") or {}).get("format_pass") or {}
+    if "ci95" not in sft or "mean" not in rl:
+        return {}
+    low = float(sft["ci95"][0])
+    return {"rl": rl["mean"], "sft": sft["mean"], "sft_ci95_low": low, "kept": rl["mean"] >= low}
 
 
 def _shown(d: dict[str, Any]) -> bool:
@@ -170,9 +202,17 @@ def lines(reports: list[dict[str, Any]]) -> list[str]:
     ]
     v = verdict(reports)
     gain = v.get("rl_minus_sft") or {}
+    kept = v.get("format_kept") or {}
     out += ["", f"Belief format pass after SFT: {v.get('format_pass')} (goal >= {FORMAT_GOAL})",
             "Belief correctness after SFT - base (paired over held-out states): "
             f"{_diff(v.get('belief_correctness_sft_minus_base'))}",
+            "RL - SFT on greedy R_env, fixed training games (paired over the games): "
+            f"{_diff(v.get('rl_minus_sft_train_r_env'))}",
+            "Belief RL - SFT on R_belief, teacher states of those games (paired over the "
+            f"states): {_diff(v.get('belief_rl_gain_train_r_belief'))}",
+            "Held-out belief format pass after RL: "
+            + (f"{kept['rl']} vs SFT's {kept['sft']} (CI low end {kept['sft_ci95_low']}): "
+               + ("kept" if kept["kept"] else "LOWERED") if kept else "-"),
             f"SFT+PPO - base on held-out R_env: {_diff(v.get('rl_minus_base'))}"
             + ("" if v.get("rl_minus_base_shown") else " (the CI reaches 0: not shown)"),
             f"SFT+PPO - SFT on held-out R_env (PPO's own gain): {_diff(gain)}"

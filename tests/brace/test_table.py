@@ -45,36 +45,107 @@ def _rollouts(r_env: list[float]) -> dict:
     return {"per_seed": {"r_env": r_env}}
 
 
-def _report(format_rate: float, correct: list[float], base_correct: list[float],
-            rl: list[float], sft: list[float], name: str = "agent_brace") -> dict:  # fmt: skip
+def _format(rate: float, low: float | None = None) -> dict:
+    return {"mean": rate, "ci95": [rate if low is None else low, rate], "n": 8}
+
+
+def _report(format_rate: float = 0.97, correct: list[float] | None = None,
+            base_correct: list[float] | None = None, rl: list[float] | None = None,
+            sft: list[float] | None = None, name: str = "agent_brace",
+            train_env: tuple[list[float], list[float]] | None = None,
+            train_belief: tuple[list[float], list[float]] | None = None,
+            rl_format: float | None = None) -> dict:  # fmt: skip
+    """A complete agent's report in which every goal holds unless an argument says otherwise:
+    (RL, SFT) per training game for R_env (`train_env`) and per training state for R_belief
+    (`train_belief`); `rl_format`: the held-out format pass after RL (SFT's CI [0.95, 0.97])."""
     from benchmark.metrics import paired_difference
 
+    correct, base_correct = correct or HIGH, base_correct or LOW
+    rl, sft = rl or HIGH, sft or HIGH
+    env_rl, env_sft = train_env or (HIGH, LOW)
+    belief_rl, belief_sft = train_belief or ([0.8] * 8, [0.5] * 8)
     return {"trained_with": {"name": name},
-            "held_out": {"sft": {"format_pass": {"mean": format_rate},
+            "held_out": {"sft": {"format_pass": _format(format_rate, 0.95),
                                  "per_state": {"correctness": correct}},
+                         "rl": {"format_pass": _format(format_rate if rl_format is None
+                                                       else rl_format)},
                          "base": {"per_state": {"correctness": base_correct}}},
             "held_out_rollouts": {"rl": _rollouts(rl), "sft": _rollouts(sft),
                                   "base": _rollouts([0.0] * len(rl))},
-            "gains": {"held_out_rollout_r_env": paired_difference(rl, sft)}}  # fmt: skip
+            "gains": {"held_out_rollout_r_env": paired_difference(rl, sft),
+                      "train_r_env": paired_difference(env_rl, env_sft),
+                      "train_state_r_belief": paired_difference(belief_rl, belief_sft)}}  # fmt: skip
 
 
 HIGH, LOW = [1.0] * 8, [0.0] * 8
+MIXED = [1.0, 0.0] * 4  # half the games won
 
 
-def test_the_verdict_fails_when_the_belief_learned_nothing_and_reports_r_env_as_it_is():
-    """Learned: the belief format goal and the belief's correctness above the base's (paired CI
-    above 0); R_env against the base and PPO's own gain are reported, shown or not."""
-    learned = verdict([_report(0.97, HIGH, LOW, HIGH, HIGH)])
-    assert learned["learned"] and learned["rl_minus_base_shown"]
-    assert not learned["ppo_gain_shown"]  # PPO added nothing over SFT
-    assert verdict([_report(0.97, HIGH, LOW, HIGH, LOW)])["ppo_gain_shown"]
-    r_env_flat = verdict([_report(0.97, HIGH, LOW, LOW, LOW)])
-    assert r_env_flat["learned"] and not r_env_flat["rl_minus_base_shown"]
-    no_format = verdict([_report(FORMAT_GOAL - 0.01, HIGH, LOW, HIGH, HIGH)])
-    assert not no_format["learned"] and "format pass" in no_format["why"]
-    no_content = verdict([_report(1.0, [1.0, 0.0] * 4, [0.0, 1.0] * 4, HIGH, HIGH)])
-    assert not no_content["learned"] and "belief correctness" in no_content["why"]
-    assert not verdict([_report(1.0, HIGH, LOW, HIGH, HIGH, "frozen_belief")])["learned"]
+def test_the_verdict_passes_when_every_goal_holds_and_reports_held_out_r_env_as_it_is():
+    """Every goal met: learned, whatever held-out R_env shows (it is reported, shown or not)."""
+    learned = verdict([_report()])
+    assert learned["learned"] and learned["why"] == ""
+    assert learned["rl_minus_base_shown"] and not learned["ppo_gain_shown"]
+    assert learned["rl_minus_sft_train_r_env"]["diff_ci95_low"] > 0
+    assert learned["belief_rl_gain_train_r_belief"]["diff_mean"] == pytest.approx(0.3)
+    assert learned["format_kept"]["kept"]
+    assert verdict([_report(rl=HIGH, sft=LOW)])["ppo_gain_shown"]
+    held_out_flat = verdict([_report(rl=LOW, sft=LOW)])
+    assert held_out_flat["learned"] and not held_out_flat["rl_minus_base_shown"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, why",
+    [
+        ({"format_rate": FORMAT_GOAL - 0.01, "rl_format": FORMAT_GOAL}, "format pass after SFT"),
+        ({"correct": MIXED, "base_correct": [0.0, 1.0] * 4}, "belief correctness"),
+        ({"train_env": (LOW, LOW)}, "R_env on the training games"),  # RL left R_env flat
+        ({"train_env": (MIXED, [0.0, 1.0] * 4)}, "R_env on the training games"),  # CI spans 0
+        ({"train_belief": ([0.5] * 8, [0.5] * 8)}, "R_belief on the training states"),
+        ({"train_belief": ([0.4] * 8, [0.5] * 8)}, "R_belief on the training states"),
+        ({"rl_format": 0.94}, "format pass after RL"),  # below SFT's CI [0.95, 0.97]
+    ],
+    ids=[
+        "format",
+        "correctness",
+        "r_env_flat",
+        "r_env_ci_spans_0",
+        "r_belief_flat",
+        "r_belief_lowered",
+        "format_lowered_by_rl",
+    ],  # fmt: skip
+)
+def test_the_verdict_fails_when_any_one_goal_fails(kwargs, why):
+    v = verdict([_report(**kwargs)])
+    assert not v["learned"] and why in v["why"], v["why"]
+    assert v["why"].count(";") == 0  # that goal alone
+
+
+def test_the_verdict_reads_the_agent_brace_job_and_a_report_without_the_gains_fails():
+    assert not verdict([_report(name="frozen_belief")])["learned"]
+    old = _report()
+    del old["gains"]["train_state_r_belief"], old["held_out"]["rl"]  # written before them
+    v = verdict([old])
+    assert not v["learned"] and "R_belief" in v["why"] and "after RL None" in v["why"]
+
+
+def test_the_table_prints_each_goal_with_its_ci():
+    from benchmark.brace.table import lines
+
+    report = _report()
+    report["trained_with"] = {"name": "agent_brace", "env": {"name": "grid"}, "base": "",
+                              "tiny_size": "text", "seed": 0, "rl_max_steps": 4,
+                              "sft_roles": ["belief"], "mode": "slm"}  # fmt: skip
+    report["out"] = "out"
+    for side in report["held_out_rollouts"].values():
+        side.update(r_env=_format(1.0), correctness=_format(0.5))
+    for side in report["held_out"].values():
+        side.update(format=_format(1.0), correctness=_format(0.5))
+    text = "\n".join(lines([report]))
+    assert "R_env, fixed training games (paired over the games): +1.000 [+1.000, +1.000]" in text
+    assert "R_belief, teacher states of those games (paired over the states): +0.300 [" in text
+    assert "vs SFT's 0.97 (CI low end 0.95): kept" in text
+    assert text.endswith("Learned: yes")
 
 
 # the demo at toy size: 2 training games, 2 teacher episodes, one short RL iteration per stage
