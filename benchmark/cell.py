@@ -14,7 +14,8 @@ below exist once:
   old ones.
 - Execution settings (eval.mode, eval.torch_threads, device, progress bars, and the keys a
   backend declares in `Consultant.execution_keys`) are not part of it: lockstep and sequential
-  evaluation give byte-identical episodes."""
+  evaluation give byte-identical episodes. Each section's owner (`OWNERS`) declares its keys'
+  roles (benchmark.settings), and the identity reads them there."""
 
 from __future__ import annotations
 
@@ -32,23 +33,56 @@ from benchmark.envs.base import ADDED_TASK_KEY_DEFAULTS, env_identity
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.redact import redact_data
-from benchmark.tuning import OBJECTIVE_KEYS, Objective
+from benchmark.settings import (
+    CELL,
+    STUDY,
+    added,
+    execution,
+    execution_keys,
+    identity,
+    identity_of,
+    old_values,
+)
+from benchmark.settings import outside_keys as outside
+from benchmark.tuning import OBJECTIVE_KEYS, Objective, TuningSettings
 
 # 1: before paths left the identity and inputs entered it by content; 2: before the policy
 # entered by its weights (not the zip's bytes) and a local model by every byte of its weights
 IDENTITY_VERSION = 3
-# Keys added after IDENTITY_VERSION 2, at the value that reproduces what every cell computed
-# before they existed: at that value they stay out of the identity, so those cells keep their
-# hash (another value is a different cell). The protocols (conf/protocol) set them.
-ADDED_KEY_DEFAULTS = {
-    "gate": {"normalise": False},
-    "prompt": {"planner_hint": "frontier", "style": "appendix"},
-    "tuning": {"clip_tau": True},
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The roles of the `eval` keys: lockstep and sequential evaluation, any thread or worker
+    count, with or without step records, give byte-identical episodes."""
+
+    split: str = identity("test")
+    n_episodes: int = identity(100)
+    mode: str = execution("lockstep")
+    torch_threads: int = execution(1)
+    step_records: Any = execution(False)
+    workers: Any = execution("auto")
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """The roles of the `prompt` keys added after identity version 2 (the protocols set them):
+    at the value every cell before them used they stay out, so those cells keep their hash."""
+
+    planner_hint: str = added("frontier", old="frontier")
+    style: str = added("appendix", old="appendix")
+
+
+# the owner of each config section whose keys declare a role (a section without one: all identity)
+OWNERS: dict[str, type] = {
+    "eval": EvalSettings,
+    "gate": GateSettings,
+    "prompt": PromptSettings,
+    "tuning": TuningSettings,
 }
-EXECUTION_KEYS = {
-    "eval": ("mode", "torch_threads", "step_records", "workers"),
-    "policy": ("device", "progress_bar", "path", "torch_threads", "env_workers", "trust_pickle"),
-}
+# read from the owners' declarations (older results roots are migrated with these)
+ADDED_KEY_DEFAULTS = {k: old_values(o) for k, o in OWNERS.items() if old_values(o)}
+EXECUTION_KEYS = {k: execution_keys(o) for k, o in OWNERS.items() if execution_keys(o)}
 
 
 def digest(data: Any, n: int = 12) -> str:
@@ -56,18 +90,19 @@ def digest(data: Any, n: int = 12) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
-TUNING_KEY_DROPS = {
-    "gate": ("tau",),  # what is being tuned
-    "tuning": ("n_trials", "scope", "shared", "study"),  # how many / whose: not the objective
-}
-
-
 def tuning_key(identity: dict[str, Any]) -> str:
     """The Optuna study's key: a cell identity without what tuning never sees (the evaluation
-    split and size, the tuned tau itself, the trial count: a study of n trials is the first n of
-    a longer one), so cells that differ only there share one study."""
-    key = {k: _drop(v, TUNING_KEY_DROPS.get(k, ())) for k, v in identity.items() if k != "eval"}
-    return digest(key)
+    split and size, and the keys declared outside the study: the tuned tau itself, the trial
+    count), so cells that differ only there share one study."""
+    return digest({k: _section(k, v, STUDY) for k, v in identity.items() if k != "eval"})
+
+
+def _section(name: str, value: Any, scheme: str = CELL) -> Any:
+    """A config section as `scheme` sees it, by the roles its owner declares (OWNERS)."""
+    return identity_of(OWNERS[name], value, scheme) if name in OWNERS else value
+
+
+TUNING_KEY_DROPS = {k: outside(o, STUDY) for k, o in OWNERS.items() if outside(o, STUDY)}
 
 
 def tuning_identity(tuning: dict[str, Any]) -> dict[str, Any]:
@@ -175,10 +210,7 @@ class CellSpec:
         missing = self.needed_inputs() - set(self.inputs)
         if missing:
             raise RuntimeError(f"cell identity needs {sorted(missing)} first (with_inputs)")
-        out = {
-            k: _drop_added_defaults(k, _drop(v, EXECUTION_KEYS.get(k, ())))
-            for k, v in self.config.items()
-        }
+        out = {k: _section(k, v) for k, v in self.config.items()}
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "env" in out:
             out["env"] = env_identity(out["env"])
@@ -330,11 +362,6 @@ def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
     if not prompt.get("level") or not env.get("family"):
         return frozenset()
     return get_family(str(env["family"])).prompt_keys(str(prompt["level"]))
-
-
-def _drop_added_defaults(node: str, value: Any) -> Any:
-    """`value` (the config node `node`) without the ADDED_KEY_DEFAULTS keys at that value."""
-    return without_defaults(value, ADDED_KEY_DEFAULTS.get(node, {}))
 
 
 # decoding keys added after the cells they would re-key, at the value those cells used

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from hydra.utils import get_class
 
+from benchmark.settings import STUDY, added, identity
 from benchmark.uncertainty import Uncertainty
 
 TAU_AUTO = "auto"  # gate.tau=auto: tuned with Optuna on validation seeds
@@ -246,7 +247,9 @@ class GateSettings:
     tau_range: tuple[float, float] | None
     mc_samples: int | None  # None when the gate needs no uncertainty
     match_tau: Any = None
-    normalise: bool = False  # entropies over log2 of the admissible actions, in [0, 1]
+    # entropies over log2 of the admissible actions, in [0, 1]; every cell before it: off
+    normalise: bool = added(False, old=False)
+    tau: Any = identity(None, outside=(STUDY,))  # also in args; what a study tunes, not its key
 
     @classmethod
     def from_config(cls, gate_cfg: Any) -> GateSettings:
@@ -266,6 +269,7 @@ class GateSettings:
             mc_samples=int(gate.get("mc_samples", 50)) if gate_cls.needs_uncertainty else None,
             match_tau=gate.get("match_tau"),
             normalise=gate.get("normalise") is True,
+            tau=gate.get("tau"),
         )
 
     @property

@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-CELL = "cell"  # the scheme of a cell's hash; others: "study" (benchmark.tuning), "checkpoint"
+# the identity schemes: a cell's hash, its tuning study's key, a PPO checkpoint's directory
+CELL, STUDY, CHECKPOINT = "cell", "study", "checkpoint"
 
 
 def identity(default: Any = dataclasses.MISSING, *, outside: tuple[str, ...] = ()) -> Any:

@@ -26,6 +26,7 @@ import optuna
 from filelock import FileLock
 
 from benchmark.results import write_json
+from benchmark.settings import STUDY, added, identity
 from benchmark.store import write_bytes_atomic
 
 JOURNAL = "study.journal"  # a study's Optuna journal in its directory (Store.study_dir)
@@ -42,6 +43,22 @@ OBJECTIVE_PARAMS = {
 }
 OBJECTIVE_KEYS = ("objective", *{k for v in OBJECTIVE_PARAMS.values() for k in v})
 RISK_FILE = "risk.json"  # the risk objective's calibration, in the study dir
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """The roles of the `tuning` keys (the objective's keys are Objective's): a study of n
+    trials is the first n of a longer one, and whose study a cell uses is not what it tunes, so
+    those keys name the cell but not the study."""
+
+    scope: str = identity("cell", outside=(STUDY,))
+    shared: dict = identity({}, outside=(STUDY,))
+    n_trials: int = identity(15, outside=(STUDY,))
+    study: Any = identity(None, outside=(STUDY,))  # the supplying study's key (a cell's input)
+    n_episodes: int = identity(100)
+    sampler_seed: int = identity(0)
+    # tau_range clipped at log2|A|: every study before the key existed clipped
+    clip_tau: bool = added(True, old=True)
 
 
 @dataclass(frozen=True)

@@ -55,3 +55,43 @@ def test_the_bases_settings_declare_their_roles_through_the_shared_helpers():
     assert BaseSettings(layers=3).digest() != BaseSettings().digest()
     with pytest.raises(TypeError):
         BaseSettings(nonsense=1)  # type: ignore[call-arg]
+
+
+# ------------------------------------------------------------------ the cell's owners
+def test_the_cells_key_lists_are_read_from_the_owners_declarations():
+    """cell.py keeps no list of keys: what it drops is what the section owners declare, and
+    that is what the hand-kept lists held (so no cell changes its hash)."""
+    from benchmark import cell
+    from benchmark.gates import GateSettings
+    from benchmark.tuning import TuningSettings
+
+    assert cell.OWNERS["gate"] is GateSettings and cell.OWNERS["tuning"] is TuningSettings
+    assert cell.ADDED_KEY_DEFAULTS == {
+        "gate": {"normalise": False},
+        "prompt": {"planner_hint": "frontier", "style": "appendix"},
+        "tuning": {"clip_tau": True},
+    }
+    assert cell.EXECUTION_KEYS == {"eval": ("mode", "torch_threads", "step_records", "workers")}
+    assert {k: set(v) for k, v in cell.TUNING_KEY_DROPS.items()} == {
+        "gate": {"tau"},
+        "tuning": {"n_trials", "scope", "shared", "study"},
+    }
+
+
+def _hash(tmp_path, *overrides: str) -> str:
+    from benchmark.build import normalize_checkpoint
+    from benchmark.cell import CellSpec
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(tmp_path, "env=higherlower", *overrides)
+    normalize_checkpoint(cfg)
+    spec = CellSpec.from_config(cfg)
+    return spec.with_inputs(policy_weights="w", model=None, tau_study="s").hash
+
+
+def test_an_execution_field_leaves_the_cell_and_an_identity_field_moves_it(tmp_path):
+    plain = _hash(tmp_path, "gate=entropy", "gate.tau=0.5")
+    assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "eval.torch_threads=2") == plain
+    assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "eval.mode=sequential") == plain
+    assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "eval.n_episodes=7") != plain
+    assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "gate.normalise=true") != plain
