@@ -8,6 +8,7 @@ import pytest
 
 from benchmark.settings import (
     added,
+    declared,
     execution,
     execution_keys,
     identity,
@@ -95,3 +96,31 @@ def test_an_execution_field_leaves_the_cell_and_an_identity_field_moves_it(tmp_p
     assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "eval.mode=sequential") == plain
     assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "eval.n_episodes=7") != plain
     assert _hash(tmp_path, "gate=entropy", "gate.tau=0.5", "gate.normalise=true") != plain
+
+
+def test_the_checkpoint_scheme_reads_the_policy_owners_declarations():
+    """What names no PPO checkpoint directory is declared on PolicySettings, and is what the
+    hand-kept lists held (checkpoint hashes are pinned in tests/test_protocol.py)."""
+    from benchmark.policy.checkpoints import ADDED_POLICY_KEY_DEFAULTS, PolicySettings
+    from benchmark.settings import CHECKPOINT
+
+    section = {f: 1 for f in declared(PolicySettings)} | {"learning_rate": 3e-4}
+    assert identity_of(PolicySettings, section, CHECKPOINT) == {
+        "torch_threads": 1,
+        "dropout_placement": 1,
+        "image_scale": 1,
+        "train_seed_pool": 1,
+        "eval_seeds": 1,
+        "head": 1,
+        "learning_rate": 3e-4,
+    }
+    assert identity_of(PolicySettings, {"checkpoint": "best", "head": "slots"}) == {
+        "checkpoint": "best"  # in the cell's scheme, which saved file is loaded matters
+    }
+    assert ADDED_POLICY_KEY_DEFAULTS == {
+        "dropout_placement": "after_activation",
+        "image_scale": None,
+        "train_seed_pool": None,
+        "eval_seeds": "fixed",
+        "head": "slots",
+    }

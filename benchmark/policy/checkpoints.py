@@ -14,6 +14,7 @@ import os
 import shutil
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,52 +23,55 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import ConstantSchedule
 
-from benchmark.config import without_defaults
 from benchmark.envs.base import Task, env_identity
 from benchmark.policy import names, portable, resume, sb3zip
 from benchmark.policy.errors import CheckpointError
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train
 from benchmark.seeds import DEFAULT_SPLITS, Splits
+from benchmark.settings import CHECKPOINT, added, execution, identity, identity_of, old_values
 from benchmark.store import Store, build_once, cached_digest, file_sha256, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
-# keys that do not change the trained weights (path, source, revision: a policy from elsewhere;
-# recipe: only a name, the values it resolves to are hashed)
-UNHASHED_POLICY_KEYS = (
-    "checkpoint",
-    "device",
-    "progress_bar",
-    "path",
-    "source",
-    "revision",
-    "recipe",
-    "resume_every_steps",
-    "match_success",  # which saved checkpoint policy.checkpoint=match picks, not the weights
-    "match_tolerance",  # whether policy.checkpoint=match refuses its pick, not the weights
-    "env_workers",  # where the envs step, not what they return (benchmark.policy.vec_env)
-    "trust_pickle",  # whether a zip's pickles may run when loaded, not what is trained
-)
 
 
-# policy keys added after checkpoints were cached, at the value those checkpoints were trained
-# with: left out of the hash there, so they keep it (the official recipe sets other values)
-ADDED_POLICY_KEY_DEFAULTS = {
-    "dropout_placement": "after_activation",
-    "image_scale": None,
-    "train_seed_pool": None,
-    "eval_seeds": "fixed",
-    "head": "slots",
-}
+@dataclass(frozen=True)
+class PolicySettings:
+    """The roles of the `policy` keys other than the recipe's numbers (learning rate, steps, PPO
+    kwargs: undeclared, so all in the checkpoint's hash). Which saved checkpoint is loaded, and
+    a policy from elsewhere, name no checkpoint directory; keys added after checkpoints were
+    cached stay out at the value those were trained with (the official recipe sets others)."""
+
+    checkpoint: str = identity("final", outside=(CHECKPOINT,))  # which saved file, not weights
+    match_success: Any = identity(None, outside=(CHECKPOINT,))  # what checkpoint=match picks
+    match_tolerance: float = identity(0.1, outside=(CHECKPOINT,))  # whether it refuses its pick
+    source: Any = identity(None, outside=(CHECKPOINT,))  # a policy from elsewhere (hub)
+    revision: Any = identity(None, outside=(CHECKPOINT,))
+    recipe: str = identity("suite", outside=(CHECKPOINT,))  # a name: its values are hashed
+    torch_threads: int = identity(1)  # in every checkpoint's hash since the first
+    path: Any = execution(None)  # where a policy from elsewhere lies
+    device: str = execution("cpu")
+    progress_bar: bool = execution(True)
+    resume_every_steps: int = execution(50_000)
+    env_workers: Any = execution("auto")  # where the envs step, not what they return
+    trust_pickle: bool = execution(False)  # whether a zip's pickles may run, not what trains
+    dropout_placement: str = added("after_activation", old="after_activation")
+    image_scale: Any = added(None, old=None)
+    train_seed_pool: Any = added(None, old=None)
+    eval_seeds: str = added("fixed", old="fixed")
+    head: str = added("slots", old="slots")
+
+
+# read from the declarations (older results roots are migrated with these)
+ADDED_POLICY_KEY_DEFAULTS = old_values(PolicySettings)
 
 
 def recipe_payload(cfg: DictConfig) -> dict[str, Any]:
     """What of the env and policy configs shapes the trained weights (a key added later stays out
     at the value that trains what every checkpoint before it trained)."""
-    hashed = {k: v for k, v in as_dict(cfg.policy).items() if k not in UNHASHED_POLICY_KEYS}
-    policy = without_defaults(hashed, ADDED_POLICY_KEY_DEFAULTS)
+    policy = identity_of(PolicySettings, as_dict(cfg.policy), CHECKPOINT)
     task = env_identity({"task": OmegaConf.to_container(cfg.env.task, resolve=True)})["task"]
     return {
         "env": {
