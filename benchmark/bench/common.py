@@ -271,13 +271,17 @@ def budget_cause(exc: BaseException | None) -> BudgetExceeded | None:
 EXIT_NO_CUDA, EXIT_BUDGET = 2, 3  # the GPU runs' exit codes: no CUDA device, time budget spent
 
 
-def cuda_missing(device: str, message: str) -> bool:
-    """Whether `device` asks for CUDA and torch has none; `message` (what to run instead) goes to
-    stderr then."""
+def cuda_missing(device: str, kind: str, instead: str) -> bool:
+    """Whether `device` asks for CUDA and torch has none; then one line names the run `kind` and
+    says what to run `instead`, on stderr."""
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        print(message, file=sys.stderr)
+        print(
+            f"benchmark.bench {kind}: no CUDA device is available (torch.cuda.is_available() is "
+            f"False). {instead}",
+            file=sys.stderr,
+        )
         return True
     return False
 

@@ -4,8 +4,10 @@ a single env); and the short-trained policy later sections use."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -108,9 +110,7 @@ class PolicySections:
         many, workers = f"{default_envs}_envs", f"{default_envs}_envs_2_workers"
         times: dict[str, list[float]] = {many: [], workers: [], "1_env": []}
         identical: list[bool] = []
-        old = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             for rep in range(self.sizes.train_repeats):
                 weights = {}
                 for n_envs, n_workers, key in (
@@ -133,8 +133,6 @@ class PolicySections:
                 identical.append(
                     all(torch.equal(weights[many][k], weights[workers][k]) for k in weights[many])
                 )
-        finally:
-            torch.set_num_threads(old)
         sps = {k: statistics.median(v) for k, v in times.items()}
         s = "training"
         self.check(
@@ -195,15 +193,11 @@ class PolicySections:
             return released.fourrooms_ppo(src, int(policy["seed"]) + rep, self.sizes.train_n_steps)
 
         times: dict[str, list[float]] = {"suite": [], "released": []}
-        old = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             for rep in range(self.sizes.train_repeats):
                 for key, build in (("suite", suite), ("released", theirs)):
                     model = build(rep)
                     times[key].append(learn_steps_per_s(model, self.sizes.train_steps))
-        finally:
-            torch.set_num_threads(old)
         sps = {k: statistics.median(v) for k, v in times.items()}
         s = "training"
         self.check(
@@ -216,17 +210,23 @@ class PolicySections:
 
     def _policy(self, cfg: Any, task: Any):
         if self.policy is None:  # sections run on their own: train the short policy here
-            old = torch.get_num_threads()
-            torch.set_num_threads(int(cfg.policy.torch_threads))
-            try:
+            with torch_threads(int(cfg.policy.torch_threads)):
                 model = new_ppo(
                     task, cfg.policy, int(cfg.policy.n_envs), n_steps=self.sizes.train_n_steps
                 )
                 model.learn(total_timesteps=self.sizes.train_steps)
-            finally:
-                torch.set_num_threads(old)
             self.policy = model.policy
         return self.policy
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch on `n` threads inside, its own count again after (PPO's steps are timed at the
+    recipe's thread count)."""
+    with contextlib.ExitStack() as restore:
+        restore.callback(torch.set_num_threads, torch.get_num_threads())
+        torch.set_num_threads(n)
+        yield
 
 
 def learn_steps_per_s(model: Any, steps: int) -> float:

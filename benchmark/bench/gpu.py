@@ -56,6 +56,10 @@ from benchmark.bench.gpu_consultant import (
 from benchmark.consultants.kernels import describe_kernels, layer_kernels, reference_kernel_error
 
 EXIT_KERNELS = 4  # a layer would run transformers' reference code on CUDA
+NO_CUDA = (  # what to run instead on a machine without CUDA
+    "Run it on a GPU machine with a CUDA build of torch (docs/development.md, GPU install), or run "
+    "its CPU dry run: python -m benchmark.bench gpu --device cpu"
+)
 
 
 @dataclass(frozen=True)
@@ -295,13 +299,7 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
     import torch
 
     device = args.device
-    cuda = device.startswith("cuda")
-    if cuda_missing(
-        device,
-        "benchmark.bench gpu: no CUDA device is available (torch.cuda.is_available() is "
-        "False). Run it on a GPU machine with a CUDA build of torch (docs/development.md, "
-        "GPU install), or run its CPU dry run: python -m benchmark.bench gpu --device cpu",
-    ):
+    if cuda_missing(device, "gpu", NO_CUDA):
         return EXIT_NO_CUDA
     from benchmark.bench.qwen_shapes import shape_names
 
@@ -311,6 +309,7 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
             raise SystemExit(f"--models: unknown model {m!r}; allowed: {shape_names()}")
     if not args.budget_s > 0:
         raise SystemExit(f"--budget-s={args.budget_s} must be > 0")
+    cuda = device.startswith("cuda")
     tiny = args.tiny_shapes or not cuda  # full Qwen3.5 shapes on a CPU would take hours
     sizes = QUICK if args.quick else (FULL if cuda else DRY_RUN)
     data: dict[str, Any] = {

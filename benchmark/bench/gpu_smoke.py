@@ -48,6 +48,10 @@ from benchmark.bench.common import (
 
 EXIT_FAILED = 1  # a check failed (EXIT_NO_CUDA, EXIT_BUDGET: benchmark.bench.common)
 SECTIONS = ("kernels", "sdpa", "padded", "prefill")
+NO_CUDA = (  # what to run instead on a machine without CUDA
+    "Run it on a GPU machine after `make install-gpu`, or its CPU dry run: python -m "
+    "benchmark.bench gpu-smoke --device cpu"
+)
 PREFILL = {"cuda": (64, 750, False), "cpu": (4, 750, True)}  # batch, tokens, toy widths
 # greedy tokens per answer in the bf16 check: an ASK answer (an action name) is 1-3 tokens; the
 # random tiny hybrid's later tokens have top-two gaps within bf16's rounding (on this CPU, each
@@ -264,13 +268,7 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
     import torch
 
     device = args.device
-    cuda = device.startswith("cuda")
-    if cuda_missing(
-        device,
-        "benchmark.bench gpu-smoke: no CUDA device is available (torch.cuda.is_available() "
-        "is False). Run it on a GPU machine after `make install-gpu`, or its CPU dry run: "
-        "python -m benchmark.bench gpu-smoke --device cpu",
-    ):
+    if cuda_missing(device, "gpu-smoke", NO_CUDA):
         return EXIT_NO_CUDA
     only = [s.strip() for s in (args.only or ",".join(SECTIONS)).split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -279,6 +277,7 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
     budget = args.budget_s if args.budget_s is not None else 180.0
     if not budget > 0:
         raise SystemExit(f"--budget-s={budget} must be > 0")
+    cuda = device.startswith("cuda")
     if not cuda:
         torch.set_num_threads(args.threads)
     n = 16 if cuda else 8  # prompts of the tiny-hybrid checks
