@@ -123,13 +123,13 @@ CASES = [
         "TextWorld world without a room",
         ["env=tw_quest", "env.task.generation.nb_rooms=0"],
         {},
-        "generation.nb_rooms=0 is invalid for TextWorld task 'quest': allowed 1..64",
+        "generation.nb_rooms=0 is invalid for TextWorld task 'quest': allowed 1..32",
     ),
     (
         "TextWorld negative object count",
         ["env=tw_quest", "env.task.generation.nb_objects=-3"],
         {},
-        "generation.nb_objects=-3 is invalid for TextWorld task 'quest': allowed 0..128",
+        "generation.nb_objects=-3 is invalid for TextWorld task 'quest': allowed 0..64",
     ),
     ("malformed override", ["gate.tau=[0.1,"], {}, "no viable alternative at input '[0.1,'"),
     (

@@ -64,10 +64,16 @@ PARAMETERS: dict[str, dict[str, Any]] = {
 }
 KINDS = tuple(PARAMETERS)
 # the integer parameters' allowed ranges (inclusive): TextWorld's own limits (treasure levels
-# 1-30, cooking recipes of at most 5 ingredients), else what this suite accepts (worlds of at
-# most 64 rooms and 128 objects, quests of at most 64 steps: tw-make's grid and its planner)
+# 1-30, cooking recipes of at most 5 ingredients), else what was measured to make a game the
+# oracle wins (textworld 1.7.0, make_game + compile_game as `tw-make custom`, seed 100, 2 shared
+# cores): 32 rooms, 64 objects, quest 16 made in 39 s (a 456 KB story file), won in 6 steps;
+# 1 room, 0 objects, quest 1 or 32 made in 2 s / 7 s and won. Past them: the story file grows
+# ~0.7 KB a room and ~0.8 KB an object (16:32 420 KB, 32:64 456 KB, 64:0 430 KB), so 64 rooms and
+# 128 objects pass the Z-machine's 512 KB and fail to compile; quest 24 at 32:64 is made in
+# 100 s, quest 32 in 32 rooms runs past 120 s. Cooking at recipe 5, take 5, go 12, every skill:
+# made in 4 s, won in 57 commands (44 s).
 RANGES: dict[str, dict[str, tuple[int, int]]] = {
-    "quest": {"nb_rooms": (1, 64), "nb_objects": (0, 128), "quest_length": (1, 64)},
+    "quest": {"nb_rooms": (1, 32), "nb_objects": (0, 64), "quest_length": (1, 16)},
     "treasure": {"level": (1, 30)},
     "cooking": {"recipe": (1, 5), "take": (0, 5), "recipe_seed": (0, 2**31 - 1)},
 }
@@ -130,6 +136,22 @@ def check_parameters(kind: str, params: Mapping[str, Any] | None) -> dict[str, A
             f"0..{out['recipe']} (the ingredients to find are among the recipe's)"
         )
     return out
+
+
+def quest_steps(kind: str, params: Mapping[str, Any]) -> int | None:
+    """The commands a game's quest takes, where known before generation (a task refuses a step
+    limit below it): Quest its `quest_length`, Treasure TextWorld's length for the level
+    (tw_treasure_hunter: levels 1-10 1..5, 11-20 2..10, 21-30 3..20); Cooking None (its
+    walkthrough is checked against the step limit when the game is made)."""
+    if kind == "quest":
+        return int(params["quest_length"])
+    if kind == "treasure":
+        level = int(params["level"])
+        first, (low, high) = ((21, (3, 20)), (11, (2, 10)), (1, (1, 5)))[
+            (level < 21) + (level < 11)
+        ]
+        return round(low + (level - first) * (high - low) / 9)
+    return None
 
 
 def split_of(seed: int) -> str:

@@ -21,6 +21,7 @@ Reward: the game's score gained, divided by the game's maximum score (an episode
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import warnings
@@ -46,6 +47,7 @@ PLAYER_COMMAND_DIM = 64
 # the room's description and the inventory, what a player sees (TextWorld prints each with a
 # hidden command per step, so `player` steps slower)
 PPO_INPUTS = ("answer", "player")
+SKIPPED = games.SKIPPED  # commands that never change the game (left out of the command space)
 commands_of = games.commands_of  # the command set of a step (games.py checks it at generation)
 _WORD = re.compile(r"[a-z0-9]+")
 _TEXT_LINE = re.compile(r"[A-Za-z]{2}")
@@ -255,6 +257,9 @@ class TextWorldTask(Task):
         for key, value in (("max_steps", max_steps), ("max_commands", max_commands)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key}={value!r} is invalid: allowed an integer >= 1")
+        self.cut_short: set[int] = set()  # the quest lengths past max_steps already said
+        for params in self.mixture + self.eval_mixture:  # a quest the step limit cuts off
+            self._warn_cut_short(game, params, games.quest_steps(game, params), max_steps)
         if isinstance(train_games, bool) or not isinstance(train_games, int) or train_games < 1:
             raise ValueError(f"train_games={train_games!r} is invalid: allowed an integer >= 1")
         if ppo_input not in PPO_INPUTS:
@@ -302,10 +307,15 @@ class TextWorldTask(Task):
         )
 
     def game_file(self, seed: int) -> Path:
-        """The game of a game seed, made and checked first when not cached; refused when a
-        state of its walkthrough offers more commands than the `max_commands` slots of the
-        action space."""
+        """The game of a game seed, made and checked first when not cached; said once when its
+        walkthrough takes more commands than the step limit (an episode may not win); refused
+        when a state of it offers more commands than the `max_commands` slots of the action
+        space."""
         path = games.game_file(self.games_cache(), self.game, self.game_params(seed), seed)
+        data = json.loads(path.with_suffix(".json").read_text())
+        walkthrough = data["metadata"].get("walkthrough") or []
+        needed = sum(not SKIPPED.match(command) for command in walkthrough)
+        self._warn_cut_short(self.game, f"seed {seed}", needed, self.max_steps)
         offered = games.game_meta(path)["max_commands"]
         if offered > self.max_commands:
             raise ValueError(
@@ -314,6 +324,19 @@ class TextWorldTask(Task):
                 f"max_commands >= {offered} for these games (env.task.max_commands)"
             )
         return path
+
+    def _warn_cut_short(self, game: str, what: Any, steps: int | None, max_steps: int) -> None:
+        """Say once per quest length that episodes end before the quest can be won (success 0
+        whatever the agent). A warning, not a refusal: Agent-BRACE's RL rollouts cap episodes
+        below the quest on purpose (brace.rl_max_steps)."""
+        if steps is None or steps <= max_steps or steps in self.cut_short:
+            return
+        self.cut_short.add(steps)
+        log.warning(
+            "max_steps=%d is shorter than TextWorld %s's quest at %s (%d commands): its episodes "
+            "end before they can be won; allowed max_steps >= %d to win them",
+            max_steps, game, what, steps, steps,
+        )  # fmt: skip
 
     def content_summary(self, splits: Any) -> str | None:
         """The games per split (a mixture's size), the step limit and how many are made."""
@@ -370,6 +393,9 @@ class TextWorldEpisode(Episode):
         self._plans: tuple[int, ShortestPlans] | None = None  # (step, its plans)
         self._inform7: Any = None
         self._search_too_large = False  # planner.SearchTooLarge once: TextWorld's own command
+        # the walkthrough's commands still to play while the episode follows it (None after a
+        # detour): the expert's commands where the search and TextWorld give none
+        self._route: list[str] | None = [c for c in self.walkthrough() if not SKIPPED.match(c)]
         self._enter(self.room())
 
     def _enter(self, room: str) -> None:
@@ -382,6 +408,8 @@ class TextWorldEpisode(Episode):
     def step(self, action: int) -> tuple[float, bool]:
         a = self.checked_action(action)
         command, before = self.action_names[a], self.room()
+        route = self._ahead(self.action_names)
+        self._route = route[1:] if route and route[0] == command else None
         self.obs, reward, terminated, truncated, _ = self.env.step(a)
         self.steps += 1
         self.total_reward += reward
@@ -483,11 +511,27 @@ class TextWorldEpisode(Episode):
         return {i for i, c in enumerate(self.action_names) if c in commands}
 
     def _policy_command(self) -> set[int]:
-        """TextWorld's own next winning command (its walkthrough, or a way back after a detour)."""
-        policy = list(self.env.state["policy_commands"] or [])
+        """TextWorld's own next winning command (its walkthrough, or a way back after a detour);
+        where it gives none (its Cooking games of many ingredients), the walkthrough's next one
+        while the episode has followed the walkthrough (checked to win when the game was made).
+        Commands that never change the game (`inventory`, `examine cookbook`) are passed over:
+        no slot holds them."""
+        policy = [c for c in self.env.state["policy_commands"] or [] if not SKIPPED.match(c)]
         if policy and policy[0] in self.action_names:
             return {self.action_names.index(policy[0])}
-        return set()
+        route = self._ahead(self.action_names)
+        return {self.action_names.index(route[0])} if route else set()
+
+    def _ahead(self, admissible: tuple[str, ...]) -> list[str]:
+        """The walkthrough's commands still to play, from the first one admissible now: one
+        that is not (the walkthrough's `open` of a door already open) changes nothing, as
+        TextWorld refuses it; empty after a detour from the walkthrough."""
+        if self._route is None:
+            return []
+        route = list(self._route)
+        while route and route[0] not in admissible:
+            route.pop(0)
+        return route
 
     def expert_plan(self) -> list[int]:
         """The expert's next command, one of the shortest plans' starts (only the first command of

@@ -235,8 +235,8 @@ def test_clean_drops_the_banner_and_the_prompt_line():
         ("treasure", {"level": 31}, "generation.level=31 is invalid .*: allowed 1..30"),
         ("quest", {"nb_rooms": "3"}, "generation.nb_rooms='3' is invalid .* allowed a int"),
         ("cooking", {"go": 2}, "generation.go=2 is invalid: allowed 1, 6, 9 or 12"),
-        ("quest", {"nb_rooms": 0}, "generation.nb_rooms=0 is invalid .* allowed 1..64"),
-        ("quest", {"nb_objects": -3}, "generation.nb_objects=-3 is invalid .* allowed 0..128"),
+        ("quest", {"nb_rooms": 0}, "generation.nb_rooms=0 is invalid .* allowed 1..32"),
+        ("quest", {"nb_objects": -3}, "generation.nb_objects=-3 is invalid .* allowed 0..64"),
         ("cooking", {"recipe": 2, "take": 3}, "generation.take=3 is invalid with recipe=2"),
     ],
 )
