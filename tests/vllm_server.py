@@ -12,7 +12,12 @@ model: vLLM itself does not run here. It records every request body.
   request's temperature/top_p/top_k with its seed); vLLM's `stop` strings cut the text before
   the first one found, with finish_reason "stop" (the tokens generated are all counted);
 - sampling keys checked as vLLM checks them (HTTP 400 otherwise): top_k -1, 0 or >= 1, top_p in
-  (0, 1], min_p in [0, 1], repetition_penalty > 0.
+  (0, 1], min_p in [0, 1], repetition_penalty > 0 (applied as generate() applies it).
+
+`fields` plays a server that takes only those chat completion fields, as `transformers serve`
+does (TRANSFORMERS_FIELDS; its `owned_by` is not "vllm"): any other is answered HTTP 422
+"Unexpected fields in the request: {...}". With "generation_config" among them, that field's JSON
+of generate() arguments (`top_k`, `repetition_penalty`) is applied, as `transformers serve` does.
 
 `status` set to 503 answers every request so (an engine still loading); `stop()` then `start()`
 on the same port is an engine restart. `python -m tests.vllm_server serve MODEL --host H --port P
@@ -33,6 +38,28 @@ class BadRequest(Exception):
     pass
 
 
+class Unprocessable(BadRequest):
+    """A field the server does not take (`fields`): HTTP 422."""
+
+
+# the chat completion fields `transformers serve` takes (OpenAI's, plus its own) that the openai
+# backend may send; it answers any other with HTTP 422
+TRANSFORMERS_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "stream",
+        "chat_template_kwargs",
+        "generation_config",
+    }
+)
+
+
 class VLLMServer:
     def __init__(
         self,
@@ -42,6 +69,8 @@ class VLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         name: str | None = None,
+        fields: frozenset[str] | None = None,
+        owned_by: str | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -50,6 +79,8 @@ class VLLMServer:
         self.lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.name = name or str(model_dir)
         self.token_ids = token_ids
+        self.fields = fields
+        self.owned_by = owned_by or ("vllm" if fields is None else "local")
         self.host, self.port = host, port
         self.status = 200
         self.bodies: list[tuple[str, dict]] = []
@@ -134,6 +165,10 @@ class VLLMServer:
         import torch
 
         check_sampling(body)
+        unexpected = set(body) - self.fields if self.fields is not None else set()
+        if unexpected:
+            raise Unprocessable(f"Unexpected fields in the request: {unexpected}")
+        options = {**body, **json.loads(body.get("generation_config") or "{}")}
         text = self.tok.apply_chat_template(
             body["messages"],
             add_generation_prompt=True,
@@ -141,12 +176,14 @@ class VLLMServer:
             **(body.get("chat_template_kwargs") or {}),
         )
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
-        temperature = float(body.get("temperature", 1.0))
+        temperature = float(options.get("temperature", 1.0))
         kwargs: dict[str, Any] = {"do_sample": temperature > 0}
+        if float(options.get("repetition_penalty", 1.0)) != 1.0:
+            kwargs["repetition_penalty"] = float(options["repetition_penalty"])
         if temperature > 0:
-            kwargs |= {"temperature": temperature, "top_p": float(body.get("top_p", 1.0))}
-            kwargs["top_k"] = max(int(body.get("top_k", -1)), 0) or None
-            torch.manual_seed(int(body.get("seed", 0)))
+            kwargs |= {"temperature": temperature, "top_p": float(options.get("top_p", 1.0))}
+            kwargs["top_k"] = max(int(options.get("top_k", -1)), 0) or None
+            torch.manual_seed(int(options.get("seed", 0)))
         ends = [t for t in (self.tok.eos_token_id, self.tok.convert_tokens_to_ids("<|im_end|>"))]
         with self._lock, torch.inference_mode():
             out = self.lm.generate(
@@ -193,7 +230,7 @@ class VLLMServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if server.status != 200:
                     return self.reply(server.status, {"error": "loading"})
-                model = {"id": server.name, "object": "model", "owned_by": "vllm"}
+                model = {"id": server.name, "object": "model", "owned_by": server.owned_by}
                 self.reply(200, {"object": "list", "data": [model]})
 
             def do_POST(self) -> None:  # noqa: N802
@@ -210,6 +247,8 @@ class VLLMServer:
                     return self.reply(404, {"error": f"no route {self.path}"})
                 try:
                     self.reply(200, route(body))
+                except Unprocessable as exc:  # transformers serve's (FastAPI's) error body
+                    self.reply(422, {"detail": str(exc)})
                 except BadRequest as exc:
                     self.reply(400, {"error": {"message": str(exc), "code": 400}})
 

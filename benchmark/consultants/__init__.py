@@ -12,7 +12,7 @@ import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
-from benchmark.consultants.base import Answer, Consultant, Decoding, Query
+from benchmark.consultants.base import Answer, Consultant, Decoding, Query, sampling_fields
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
 from benchmark.plugins import entry_point_classes
 
@@ -59,6 +59,12 @@ def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
             f"slm.backend._target_={slm_cfg.backend.get('_target_')!r} built a "
             f"{type(backend).__name__}, not a benchmark.consultants.base.Consultant"
         )
+    if type(backend).check_decoding is not Consultant.check_decoding:  # a server: asked once
+        try:  # a field it refuses fails the cell here, before any work
+            backend.check_decoding(Decoding(**sampling_fields(slm_cfg.get("decoding"))))
+        except BaseException:
+            backend.close()
+            raise
     if slm_cfg.get("cache", False) and getattr(backend, "cacheable", True):
         store = Store.of(paths_cfg)
         cached = CachedConsultant(backend, store.responses_dir())

@@ -265,6 +265,11 @@ class Consultant(abc.ABC):
         (its `backend` and `decoding`) this backend cannot serve; validate.py calls it after
         the checks every backend shares. Nothing to check by default."""
 
+    def check_decoding(self, decoding: Decoding) -> None:  # noqa: B027 - an optional hook
+        """Fail, naming the setting to change, on decoding settings (the cell's `slm.decoding`)
+        that this backend cannot send: make_consultant calls it once, before any work. A
+        server that refuses a field does so here (the openai backend); nothing by default."""
+
     @classmethod
     def weights_identity(cls, **backend_args: object) -> str | None:
         """The identity of the weights a backend config names, found without loading them (a

@@ -47,6 +47,14 @@ and can add or override any key. Sampled requests (temperature > 0) also carry `
 own seed (benchmark.consultants.base.query_seed, from the decoding seed, rng_key and messages),
 mod 2^31; the same query thus sends the same seed in lockstep and sequential evaluation.
 
+A field the server refuses fails the cell before any work, not at its first episode: when the job
+builds the consultant (make_consultant), `check_decoding` sends one request with max_tokens=1 and
+exactly the fields the cell's decoding sends. An HTTP 400/422 that names sent fields is tried once
+more with the non-OpenAI ones (`top_k`, `repetition_penalty`) inside `generation_config`, the JSON
+of generate() arguments `transformers serve` takes (it refuses them at the top level): where that is
+answered, every request sends them there, and the decoding is the same. Otherwise the cell fails
+with one line naming the fields, the URL and model, and the setting that stops sending each.
+
 Choice scoring (`slm.decoding.mode=choices`, docs/choices.md): needs a vLLM server, declared with
 `slm.backend.prompt_logprobs: true` (without it the config is refused at validation); how it
 scores is benchmark.consultants.remote_choices (`slm.backend.choice_logprobs`).
@@ -84,6 +92,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +123,31 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT = 10.0  # seconds one start-up probe may take (less when wait_timeout ends sooner)
 VLLM_LIKE = ("vllm", "sglang")  # `owned_by` of servers that take every sampling key (docstring)
 DOWN_STATUS = (502, 503, 504)  # no engine behind the address (yet): waited for, restart_wait_s
+# sampling keys outside OpenAI's API that `transformers serve` takes inside `generation_config`
+NESTABLE = ("top_k", "repetition_penalty")
+# a refused field -> the setting that stops sending it (check_decoding's message)
+FIELD_FIXES = {
+    "repetition_penalty": "set slm.decoding.repetition_penalty=1.0 (off; protocol=suite has it)",
+    "top_k": "set slm.decoding.top_k=0 (off)",
+    "seed": "set slm.decoding.temperature=0 (greedy requests carry no seed)",
+}
+SERVE_VLLM = "serve the model with vLLM (python -m benchmark.serve --engine vllm)"
+
+
+class RequestRefused(ConsultantError):
+    """A request answered with an HTTP status that sending it again does not change (a 4xx other
+    than 429): `status` and `detail` (the reply's text, redacted) say why."""
+
+    def __init__(self, url: str, status: int, detail: str) -> None:
+        super().__init__(f"{url} answered HTTP {status}: {detail}")
+        self.status, self.detail = status, detail
 
 
 class OpenAIConsultant(RemoteChoiceScoring, Consultant):
     """Chat completions at `base_url` (e.g. http://127.0.0.1:8000/v1)."""
 
     owned_by: str | None = None  # the server's `owned_by` for the model (/v1/models)
+    nested: tuple[str, ...] = ()  # sampling keys sent inside generation_config (check_decoding)
     _warned_empty = False  # an answer without text was named in a warning (module docstring)
     label = "openai"
     # how long it waits for its server, the file its address is read from, whether the server
@@ -381,11 +409,64 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             seed = query_seed(q)
             if seed is not None:
                 body["seed"] = seed % 2**31
+        inner = {key: body.pop(key) for key in self.nested if key in body}
+        if inner:  # the server takes them only there (check_decoding)
+            body["generation_config"] = json.dumps(inner, sort_keys=True)
         body.update(self.extra_body)
         kwargs = dict(body.get("chat_template_kwargs") or {})
         kwargs["enable_thinking"] = d.enable_thinking
         body["chat_template_kwargs"] = kwargs
         return body
+
+    def check_decoding(self, decoding: Decoding) -> None:
+        """Send one max_tokens=1 request with the fields `decoding` sends; a server that refuses
+        some fails here, before the policy or any episode, or takes the non-OpenAI ones inside
+        generation_config (module docstring)."""
+        probe = Query(
+            [{"role": "user", "content": "OK?"}],
+            (),
+            lambda action, _reason: action,
+            replace(decoding, max_new_tokens=1, enable_thinking=False, mode="generate"),
+        )
+        body = self._body(probe)
+        try:
+            self._post("/chat/completions", body, _ignore)
+            return
+        except RequestRefused as exc:
+            refused = exc
+            named = refused_fields(exc, body)
+            if not named:
+                raise
+        if set(named) <= set(NESTABLE) and "generation_config" not in body:
+            self.nested = tuple(key for key in NESTABLE if key in body)
+            try:
+                self._post("/chat/completions", self._body(probe), _ignore)
+            except RequestRefused:
+                self.nested = ()
+            else:
+                log.info(
+                    "%s refuses %s at the top level of a request: sent inside "
+                    "generation_config (transformers serve's generate() arguments)",
+                    redact(str(self.base_url)),
+                    ", ".join(self.nested),
+                )
+                return
+        sent = ", ".join(f"{key}={body[key]!r}" for key in named)
+        fixes = [
+            f"remove {key} from slm.backend.extra_body"
+            if key in self.extra_body
+            else FIELD_FIXES.get(key, "")
+            for key in named
+        ]
+        fix = "; ".join(dict.fromkeys(f for f in fixes if f))
+        if not self.vllm_like:
+            fix = f"{fix}, or {SERVE_VLLM}" if fix else SERVE_VLLM
+        detail = " ".join(refused.detail.split())[:200]
+        raise ConsultantError(
+            f"the server at {redact(str(self.base_url))} (model {self.model!r}) refuses "
+            f"{sent}, which this cell's decoding sends in every request (HTTP {refused.status}: "
+            f"{detail}); nothing was run: {fix}"
+        )
 
     def _one(self, q: Query) -> Answer:
         released = q.decoding.answer_text == "released"
@@ -502,9 +583,7 @@ class OpenAIConsultant(RemoteChoiceScoring, Consultant):
             if r.status_code == 429 or r.status_code >= 500:
                 raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}")
             if r.status_code != 200:
-                raise ConsultantError(
-                    f"{url} answered HTTP {r.status_code}: {redact(r.text[:300])}"
-                )
+                raise RequestRefused(url, r.status_code, redact(r.text[:300]))
             return (read or _json_of)(r)
 
         return with_retries(
@@ -579,6 +658,23 @@ def read_url_file(path: str) -> str:
     if not url:
         raise Retryable(f"not up yet: url_file {path} is empty")
     return url.rstrip("/")
+
+
+def refused_fields(refused: RequestRefused, body: dict[str, Any]) -> list[str]:
+    """The fields of `body` (not the model or the messages) that an HTTP 400/422 names: what a
+    server that refuses a field or its value answers (`transformers serve`: "Unexpected fields
+    in the request: {'repetition_penalty'}"; vLLM: "top_k must be ...")."""
+    if refused.status not in (400, 422):
+        return []
+    return [
+        key
+        for key in body
+        if key not in ("model", "messages") and re.search(rf"\b{re.escape(key)}\b", refused.detail)
+    ]
+
+
+def _ignore(reply: Any) -> None:
+    """A reply that only has to be accepted (check_decoding's probe)."""
 
 
 def _json_of(reply: Any) -> Any:
