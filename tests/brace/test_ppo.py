@@ -15,6 +15,7 @@ from benchmark.brace import ppo, rl, tokens
 from benchmark.brace.rl import RLSettings
 from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
+from tests.brace import episodes
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,34 @@ def test_first_iteration_advantages_carry_the_sign_of_the_episode_outcome(tiny, 
     same = [episode(4, True), episode(6, True)]  # nothing to tell apart: no push either way
     learner.score(same)
     assert all(float(a.abs().max()) == 0 for t in same for a in t.advantages)
+
+
+@pytest.fixture(scope="module")
+def teacher_episode():
+    return episodes.teacher_episode()
+
+
+def test_one_policy_update_raises_the_probability_of_a_winning_episodes_commands(
+    tiny, teacher_episode
+):
+    """The policy stage's update (trajectories, Learner.score, Learner.update) on a fixed batch
+    of two episodes through the same states: the won one's commands (the expert's) become
+    likelier and the lost one's (other allowed commands) less likely."""
+    import torch
+
+    torch.manual_seed(0)
+    model, tok = lm.load(tiny)
+    won = episodes.with_ids(teacher_episode, tok, 1.0)
+    lost = episodes.with_ids(teacher_episode, tok, 0.0, episodes.other_command)
+    trajs, raw = ppo.trajectories({episodes.SEED: [won, lost]}, ["policy"])
+    assert raw["env"] == [1.0, 0.0] and [t.reward for t in trajs] == [1.0, 0.0]
+    assert len(trajs[0].pairs) >= 3
+    learner = ppo.Learner(model, tok, RLSettings(learning_rate=1e-3, ppo_epochs=1).check())
+    before = [sum(episodes.log_probs(model, tok, t.pairs)) for t in trajs]
+    learner.score(trajs)
+    learner.update(trajs)
+    after = [sum(episodes.log_probs(model, tok, t.pairs)) for t in trajs]
+    assert after[0] > before[0] + 0.05 and after[1] < before[1] - 0.05, (before, after)
 
 
 def test_the_critic_learns_a_fixed_batch(tiny):
