@@ -145,6 +145,13 @@ TOOLS: dict[str, Tool] = {
         "`probe`: its copy accuracy on held-out transcripts",
         "brace.md",
     ),
+    "benchmark.brace.shipped": Tool(
+        "ship <pretraining dir> [--n N] \\| check",
+        "probes a finished base and, at the goal, ships it into the package with its pinned "
+        "digest and its card (docs/measured/base-model.md); `check`: the shipped weights "
+        "against the pin",
+        "brace.md",
+    ),
     "benchmark.brace.context": Tool(
         "--env <env> --belief <dir> --policy <dir> [--steps N] [--seeds S ...]",
         "context length per step, raw history against the belief pipeline, same models and seeds",

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.brace import curves, measure, rollout
+from benchmark.brace import curves, measure, rollout, shipped
 from benchmark.brace.models import build_model, check_reusable, made_with, model_complete
 from benchmark.store import Store
 
@@ -177,7 +177,12 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
     teacher_prompt = brace_prompt(s.labels, s.belief_prompt)
     weights = s.reward_weights()
     size = s.tiny_size
-    base = Path(s.base) if s.base else build_tiny(store.models / f"tiny-qwen3-{size}-s0", 0, size)
+    if s.base == shipped.NAME:
+        base = shipped.folder()
+    else:
+        base = (
+            Path(s.base) if s.base else build_tiny(store.models / f"tiny-qwen3-{size}-s0", 0, size)
+        )
     train_seeds = list(range(TRAIN_SEED_MIN, TRAIN_SEED_MIN + s.teacher_episodes))
     t0 = time.perf_counter()
     sft = {r: s.out / "sft" / r for r in s.roles}
