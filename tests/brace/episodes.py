@@ -61,3 +61,53 @@ def log_probs(model: Any, tok: Any, pairs: list[tuple[list[int], list[int]]]) ->
     with torch.no_grad():
         logp, _ = tokens.completion_forward(model, pairs, lm.pad_id(tok))
     return [float(x.sum()) for x in logp]
+
+
+def misstated(logs: list[rollout.StepLog], tok: Any, per_state: int = 2) -> list[list[str]]:
+    """Per belief update of `logs`: the teacher's text, then up to `per_state` copies with one
+    digit of a bullet changed (a coordinate or count made false: a lower R_belief), each as
+    many tokens long as the teacher's and with an R_belief of its own, so an untrained
+    model's log-probs of a state's completions are comparable."""
+    from benchmark.brace.rewards import belief_reward
+
+    out = []
+    for s in logs:
+        for t in s.turns:
+            if t.role != BELIEF_ROLE:
+                continue
+            size = len(tok.encode(t.text, add_special_tokens=False))
+            seen = {belief_reward(t.text, s.previous, s.truth, s.teacher, s.success).total}
+            texts, lines = [t.text], t.text.split("\n")
+            for i, line in enumerate(lines):
+                found = None
+                for c, other in ((c, d) for c, ch in enumerate(line) if ch.isdigit()
+                                 for d in "0123456789" if d != ch):  # fmt: skip
+                    text = "\n".join(
+                        lines[:i] + [line[:c] + other + line[c + 1 :]] + lines[i + 1 :]
+                    )
+                    r = belief_reward(text, s.previous, s.truth, s.teacher, s.success).total
+                    if r not in seen and len(tok.encode(text, add_special_tokens=False)) == size:
+                        found = text, r
+                        break
+                if found and line.lstrip().startswith("-"):
+                    seen.add(found[1])
+                    texts.append(found[0])
+                if len(texts) > per_state:
+                    break
+            out.append(texts)
+    return out
+
+
+def expected_reward(model: Any, tok: Any, states: list[list[tuple[tuple, float]]]) -> float:
+    """The batch's expected reward under `model` restricted to the batch's completions: per
+    state, its completions' rewards weighted by the model's probabilities of them (normalised
+    over the state's completions), averaged over the states (`states`: per state, (prompt ids,
+    completion ids) with the completion's reward)."""
+    import numpy as np
+
+    total = 0.0
+    for completions in states:
+        lp = np.array(log_probs(model, tok, [pair for pair, _ in completions]))
+        p = np.exp(lp - lp.max())
+        total += float((p / p.sum()) @ np.array([r for _, r in completions]))
+    return total / len(states)

@@ -136,6 +136,50 @@ def test_one_policy_update_raises_the_probability_of_a_winning_episodes_commands
     assert after[0] > before[0] + 0.05 and after[1] < before[1] - 0.05, (before, after)
 
 
+def test_one_belief_update_raises_the_batchs_r_belief(tiny, teacher_episode):
+    """The joint stage's belief update (trajectories scoring each update by R_belief,
+    Learner.score, Learner.update) on a fixed batch: at each of the teacher's states, its
+    update and copies with one digit of a claim changed (a false claim: a lower R_belief), all as many
+    tokens long, so the untrained model's probabilities of a state's completions are
+    comparable instead of one dwarfing the rest by tens of nats. The measure is R_belief's
+    expectation under the model restricted to each state's completions: one update moves
+    probability toward the state's better updates, so it rises (and falls with the update's
+    sign flipped)."""
+    import torch
+
+    torch.manual_seed(0)
+    model, tok = lm.load(tiny)
+    variants = episodes.misstated(teacher_episode, tok)
+    turns = [t for s in teacher_episode for t in s.turns if t.role == "belief"]
+    index = {id(t): j for j, t in enumerate(turns)}
+
+    def variant(k):  # episode k: each state's k-th completion (the teacher's when fewer)
+        def text(s, t):
+            mine = variants[index[id(t)]] if t.role == "belief" else [t.text]
+            return mine[k] if k < len(mine) else mine[0]
+
+        return text
+
+    group = max(map(len, variants))
+    logs = [episodes.with_ids(teacher_episode, tok, 1.0, variant(k)) for k in range(group)]
+    trajs, raw = ppo.trajectories({episodes.SEED: logs}, ["belief"])
+    assert len(trajs) == group * len(turns) and [t.reward for t in trajs] == raw["belief"]
+    states = []
+    for j in range(len(turns)):
+        mine = {tuple(t.pairs[0][1]): t for t in trajs[j :: len(turns)]}
+        if len(mine) > 1:
+            states.append([(t.pairs[0], t.reward) for t in mine.values()])
+    assert len(states) >= 3, variants
+    assert all(len({r for _, r in c}) == len(c) for c in states)
+    learner = ppo.Learner(model, tok, RLSettings(learning_rate=1e-3, ppo_epochs=1).check(),
+                          role="belief")  # fmt: skip
+    before = episodes.expected_reward(model, tok, states)
+    learner.score(trajs)
+    learner.update(trajs)
+    after = episodes.expected_reward(model, tok, states)
+    assert after > before + 1e-3, (before, after)
+
+
 def test_the_critic_learns_a_fixed_batch(tiny):
     learner = _learner(tiny, value_learning_rate=1e-2, learning_rate=1e-6)
     pairs = [([5, 6, 7], [20, 21, 22]), ([8, 9], [30, 31])]
