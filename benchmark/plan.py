@@ -258,7 +258,15 @@ def _untrained_note(
 ) -> str:
     """Why a cell has no hash yet: its own checkpoint, or the shared tuning cell's, is missing
     (or stands under an earlier release's name, which the migration renames)."""
-    from benchmark.policy.checkpoints import MARKER, checkpoint_dir, manifest
+    from benchmark.policy import names
+    from benchmark.policy.checkpoints import (
+        MARKER,
+        CheckpointError,
+        checkpoint_dir,
+        manifest,
+        match_options,
+        resolve,
+    )
     from benchmark.results import file_sha256
 
     if not own:
@@ -273,6 +281,11 @@ def _untrained_note(
             )
         return "policy not trained"
     name = str(cfg.policy.checkpoint)
+    if names.parse(name).kind == "match" and (ckpt_dir / MARKER).exists():
+        try:  # trained: the pick itself is what failed (no validation record, none within tolerance)
+            resolve(ckpt_dir, name, **match_options(cfg))
+        except CheckpointError as error:
+            return str(error).splitlines()[0]
     recorded = manifest(ckpt_dir)
     redo = "a job sets the directory aside and trains again"
     if recorded is None and (ckpt_dir / MARKER).exists():

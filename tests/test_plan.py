@@ -410,3 +410,16 @@ def test_table1_plans_the_recipes_and_the_matched_ppo_rows(tmp_path):
     }
     suite = plan_sweep([*over, "protocol=suite"])  # the suite recipe's own checkpoint: best
     assert sum("fourrooms/never/best-s0" in r for r in format_plan(suite).splitlines()) == 1
+
+
+def test_a_refused_match_is_said_as_refused_not_untrained(trained_root):
+    """policy.checkpoint=match with every saved checkpoint beyond the tolerance: the plan names
+    the refusal (the line the job would fail with), not "policy not trained"."""
+    over = ["env=empty5x5_random", "gate=never", *SMALL_POLICY, "policy.checkpoint=match",
+            f"paths.root={trained_root}"]  # fmt: skip
+    (far,) = plan_sweep([*over, "policy.match_success=0.5"]).cells  # every checkpoint at 1.0
+    assert far.status == PENDING and far.hash is None
+    assert far.note.startswith("policy.checkpoint=match refused for empty5x5_random"), far.note
+    assert "\n" not in far.note
+    (near,) = plan_sweep([*over, "policy.match_success=0.95"]).cells
+    assert near.hash is not None and "refused" not in near.note
