@@ -198,16 +198,33 @@ def check_folder(directory: str | Path, model: Any = None, what: str = "") -> No
         check(f, state, dtype=dtype, prefixes=(prefix,), what=what)
 
 
+RECORDS = ("complete.json",)  # completion records listing each file's SHA-256 (Agent-BRACE's)
+
+
 def check_pinned(directory: str | Path) -> None:
-    """A folder whose config.json pins its weights (`weights_sha256`, as the shipped base does)
-    is refused when model.safetensors gives another digest."""
+    """Compare each weights file of a folder with the digest on record there: the config's
+    `weights_sha256` (the shipped base pins its weights so) and a completion record's `files`
+    (Agent-BRACE's model folders); a folder with neither is not hashed."""
     from benchmark.store import file_sha256
 
-    config = Path(directory) / "config.json"
+    folder = Path(directory)
+    config = folder / "config.json"
+    recorded: dict[str, tuple[Any, str]] = {}
     pinned = json.loads(config.read_text()).get("weights_sha256") if config.is_file() else None
     if pinned is not None:
-        weights = Path(directory) / f"model{SUFFIX}"
-        check_digest(weights, pinned, file_sha256(weights), f"{config}'s weights_sha256")
+        recorded[f"model{SUFFIX}"] = (pinned, f"{config}'s weights_sha256")
+    for name in RECORDS:
+        try:
+            files = json.loads((folder / name).read_text()).get("files") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for file, sha in files.items():
+            if file.endswith(SUFFIX) and file not in recorded:
+                recorded[file] = (sha, f"{folder / name}")
+    for file, (sha, record) in sorted(recorded.items()):
+        if not (folder / file).is_file():
+            raise WeightsError(f"refused {folder}: {record} lists {file}, which is missing")
+        check_digest(folder / file, sha, file_sha256(folder / file), record)
 
 
 def check_digest(path: str | Path, recorded: Any, actual: str, record: str) -> None:

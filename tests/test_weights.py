@@ -251,3 +251,25 @@ def test_a_config_dtype_checks_the_tensors_the_model_does_not_name(tmp_path):
             {"a": (torch.float32, (3,)), "b": (torch.int32, (2,)), "c": (torch.float32, (1,))},
             strict=True,
         )
+
+
+def test_an_agent_brace_folder_whose_weights_changed_after_its_record_is_refused(
+    tiny_model, tmp_path
+):
+    """Agent-BRACE's model folders record every file's SHA-256 (complete.json, written last):
+    a load compares the weights with it, so swapped offsets (same header, other bytes) that
+    pass the dtype and shape checks are refused, naming the file and the record."""
+    from benchmark.brace.models import build_model
+
+    folder = tmp_path / "sft" / "belief"
+    build_model(folder, lambda work: shutil.copytree(tiny_model(), work, dirs_exist_ok=True), {})
+    lm.load(folder, device="cpu")  # the record holds
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last float: the header is unchanged
+    weights.write_bytes(bytes(data))
+    with pytest.raises(WeightsError) as err:
+        lm.load(folder, device="cpu")
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(weights) in message and "complete.json" in message
