@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
@@ -76,6 +78,8 @@ def _handle(venv: DummyVecEnv, cmd: str, data: Any) -> Any:
         return getattr(venv, name)(*args, **kwargs)
     if cmd == "spaces":
         return venv.observation_space, venv.action_space
+    if cmd == "pickle":
+        return cloudpickle.dumps(venv)
     if cmd == "close":
         return venv.close()
     raise ValueError(f"unknown shard command {cmd!r}")
@@ -184,7 +188,7 @@ class ShardedVecEnv(VecEnv):
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         return self._call("env_is_wrapped", indices, wrapper_class)
 
-    # ---- lifetime
+    # ---- lifetime and pickling (a resumable training's state)
     def close(self) -> None:
         if self.closed:
             return
@@ -197,6 +201,14 @@ class ShardedVecEnv(VecEnv):
         self.closed = True
 
     def __getstate__(self) -> dict[str, Any]:
-        """Never pickled: a resumable training's state holds no env objects (its envs are built
-        anew and replayed, benchmark.policy.resume), and nothing unpickles envs."""
-        raise TypeError("ShardedVecEnv is not picklable: its envs are rebuilt from their seeds")
+        blobs = []
+        for remote in self.remotes:
+            remote.send(("pickle", None))
+            blobs.append(remote.recv())
+        state = {k: v for k, v in self.__dict__.items() if k not in ("remotes", "processes")}
+        return {**state, "shard_blobs": blobs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        blobs = state.pop("shard_blobs")
+        self._start(state["sizes"], [lambda b=b: pickle.loads(b) for b in blobs])
+        self.__dict__.update({k: v for k, v in state.items() if k != "closed"})
