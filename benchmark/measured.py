@@ -22,36 +22,39 @@ FIELDS = ("command", "commit", "date", "machine")
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
+def git(*args: str, repo: Path = REPO) -> str | None:
+    """The stripped output of `git <args>` in `repo`; None when git fails or is missing."""
+    try:
+        run = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return run.stdout.strip()
+
+
 def commit(repo: Path = REPO) -> str:
     """The short sha of HEAD, `+dirty` when tracked files differ from it; `unknown` outside git."""
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    sha = git("rev-parse", "--short", "HEAD", repo=repo)
+    dirty = git("status", "--porcelain", "--untracked-files=no", repo=repo)
+    if sha is None or dirty is None:
         return "unknown"
     return sha + ("+dirty" if dirty else "")
 
 
-def machine() -> str:
-    """CPU model, the cores this process may use, and the first CUDA GPU if torch sees one."""
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """CPU model, the cores this process may use, and the first CUDA GPU if torch sees one."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpu = "none"
     try:
@@ -61,7 +64,7 @@ def machine() -> str:
             gpu = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    return f"{cpu}, {cores} cores, GPU: {gpu}"
+    return f"{cpu_model()}, {cores} cores, GPU: {gpu}"
 
 
 def header(command: str) -> str:

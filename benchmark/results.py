@@ -143,25 +143,13 @@ def publish(cell_dir: Path, job_dir: Path) -> None:
 def provenance() -> dict:
     """Where and with what a result was computed."""
     import socket
-    import subprocess
     import sys
 
     import torch
 
     from benchmark import lockfile
+    from benchmark.measured import git
     from benchmark.policy.provenance import package_versions
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *args],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
 
     versions = package_versions(PACKAGES)
     return {

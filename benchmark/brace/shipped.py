@@ -106,8 +106,8 @@ def ship(run: Path, n: int = 200, pages: Path | None = None) -> dict[str, Any]:
     from benchmark.store import file_sha256
 
     run, model = Path(run), Path(run) / "model"
-    missing = [n for n in RECORDS if not (run / n).is_file()]
-    missing += [f"model/{n}" for n in MODEL_FILES if not (model / n).is_file()]
+    missing = [name for name in RECORDS if not (run / name).is_file()]
+    missing += [f"model/{name}" for name in MODEL_FILES if not (model / name).is_file()]
     if missing:
         raise ShippedError(f"{run}: not a finished pretraining folder (no {missing[0]})")
     result = probe(model, n)

@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from benchmark.measured import cpu_model
+
 HERE = Path(__file__).resolve().parent
 SOURCES = ("train.py", "network.py")  # the training code TRAINING_VERSION answers for
 RECORD = HERE / "TRAINING_CODE"
@@ -113,16 +115,6 @@ def check(training_version: int) -> str | None:
     )
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def package_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
     """Installed versions (None when a package is missing)."""
     versions: dict[str, str | None] = {}
@@ -147,7 +139,7 @@ def system_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_cpu_capability": capability,  # the SIMD kernels torch picked (AVX512, AVX2, ...)
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
