@@ -26,7 +26,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -516,40 +516,48 @@ def settings_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def json_cli(work: Callable[[], dict[str, Any]], refusals: tuple[type[Exception], ...]) -> int:
+    """The brace CLIs' one ending (pretraining, shipping): `work`'s result as JSON on stdout
+    (exit 0), or a refusal of `refusals` as one `error:` line on stderr (exit 2)."""
     try:
-        if argv[:1] == ["probe"]:
-            ap = argparse.ArgumentParser(
-                prog="python -m benchmark.brace.base probe", description=probe.__doc__
-            )
-            ap.add_argument("path", type=Path, help="a model folder or a pretraining folder")
-            ap.add_argument("--n", type=int, default=200, help="held-out transcripts (default 200)")
-            ap.add_argument("--threads", type=int, default=2)
-            args = ap.parse_args(argv[1:])
-            if args.n < 1:
-                raise BaseError(f"--n={args.n} is invalid: allowed >= 1")
-            result = probe(args.path, args.n, args.threads, progress=True)
-        else:
-            args = settings_parser().parse_args(argv[1:] if argv[:1] == ["train"] else argv)
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(BaseSettings)}
-            result = pretrain(
-                BaseSettings(**values), args.out, args.stop_after, not args.no_progress
-            )
-            out = args.out or default_out(BaseSettings(**values))
-            result["out"] = str(out)
-            if args.probe and result["steps"] == result["of"]:
-                result["probe"] = probe(
-                    out, args.probe, args.threads, progress=not args.no_progress
-                )
-                from benchmark.store import write_json_atomic
-
-                write_json_atomic(Path(out) / "probe.json", result["probe"])
-    except (BaseError, ValueError) as error:
+        result = work()
+    except refusals as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return json_cli(lambda: _run(argv), (BaseError, ValueError))
+
+
+def _run(argv: list[str]) -> dict[str, Any]:
+    """What `main` does with its arguments: pretrain (the default, or `train`) or `probe`."""
+    if argv[:1] == ["probe"]:
+        ap = argparse.ArgumentParser(
+            prog="python -m benchmark.brace.base probe", description=probe.__doc__
+        )
+        ap.add_argument("path", type=Path, help="a model folder or a pretraining folder")
+        ap.add_argument("--n", type=int, default=200, help="held-out transcripts (default 200)")
+        ap.add_argument("--threads", type=int, default=2)
+        args = ap.parse_args(argv[1:])
+        if args.n < 1:
+            raise BaseError(f"--n={args.n} is invalid: allowed >= 1")
+        result = probe(args.path, args.n, args.threads, progress=True)
+    else:
+        args = settings_parser().parse_args(argv[1:] if argv[:1] == ["train"] else argv)
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(BaseSettings)}
+        result = pretrain(BaseSettings(**values), args.out, args.stop_after, not args.no_progress)
+        out = args.out or default_out(BaseSettings(**values))
+        result["out"] = str(out)
+        if args.probe and result["steps"] == result["of"]:
+            result["probe"] = probe(out, args.probe, args.threads, progress=not args.no_progress)
+            from benchmark.store import write_json_atomic
+
+            write_json_atomic(Path(out) / "probe.json", result["probe"])
+    return result
 
 
 if __name__ == "__main__":

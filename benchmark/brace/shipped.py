@@ -146,13 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path, help="the pretraining folder (holds model/)")
     p.add_argument("--n", type=int, default=200, help="held-out transcripts (default 200)")
     args = ap.parse_args(argv)
-    try:
-        result = ship(args.run, args.n) if args.command == "ship" else {"folder": str(folder()), "weights_sha256": PINNED}  # fmt: skip
-    except ShippedError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=1))
-    return 0
+    from benchmark.brace.base import json_cli
+
+    if args.command == "ship":
+        return json_cli(lambda: ship(args.run, args.n), (ShippedError,))
+    return json_cli(lambda: {"folder": str(folder()), "weights_sha256": PINNED}, (ShippedError,))
 
 
 if __name__ == "__main__":
