@@ -29,13 +29,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.config import without_defaults
 from benchmark.consultants import backend_class
-from benchmark.envs.base import ADDED_TASK_KEY_DEFAULTS, env_identity
+from benchmark.envs.base import TaskSettings, env_identity
 from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
 from benchmark.gates import GateSettings
 from benchmark.redact import redact_data
 from benchmark.settings import (
     CELL,
     STUDY,
+    WITHOUT_PPO,
     added,
     execution,
     execution_keys,
@@ -212,11 +213,8 @@ class CellSpec:
             raise RuntimeError(f"cell identity needs {sorted(missing)} first (with_inputs)")
         out = {k: _section(k, v) for k, v in self.config.items()}
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
-        if "env" in out:
-            out["env"] = env_identity(out["env"])
-            task = out["env"].get("task")
-            if not self.uses_policy and isinstance(task, dict):  # what PPO reads: no PPO here
-                out["env"] = {**out["env"], "task": _drop(task, ("ppo_input",))}
+        if "env" in out:  # what only PPO reads is no part of a cell that runs none
+            out["env"] = env_identity(out["env"], CELL if self.uses_policy else WITHOUT_PPO)
         if "prompt" in out:  # the family-dependent keys its texts do not read
             unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
             out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
@@ -350,7 +348,7 @@ class CellSpec:
         if not self.uses_policy:
             return None, None
         task, policy = self.config["env"].get("task") or {}, self.config["policy"]
-        ppo_input = without_defaults(task, ADDED_TASK_KEY_DEFAULTS).get("ppo_input")
+        ppo_input = identity_of(TaskSettings, task).get("ppo_input")
         head = policy.get("head", "slots")
         return ppo_input, None if head == "slots" else head
 

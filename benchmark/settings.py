@@ -16,6 +16,8 @@ from typing import Any
 
 # the identity schemes: a cell's hash, its tuning study's key, a PPO checkpoint's directory
 CELL, STUDY, CHECKPOINT = "cell", "study", "checkpoint"
+# the env of a cell that runs no PPO (what only PPO reads is no part of it)
+WITHOUT_PPO = "without-ppo"
 
 
 def identity(default: Any = dataclasses.MISSING, *, outside: tuple[str, ...] = ()) -> Any:

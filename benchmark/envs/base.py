@@ -15,20 +15,27 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from benchmark.config import without_defaults
-
-# env.task keys added after tasks were cached and cells computed, at the value that builds what
-# every task before them built: at that value they stay out of the checkpoint and cell hashes
-ADDED_TASK_KEY_DEFAULTS = {"ppo_input": "answer"}
+from benchmark.settings import CELL, WITHOUT_PPO, added, identity_of
 
 
-def env_identity(env: Any) -> Any:
+@dataclass(frozen=True)
+class TaskSettings:
+    """The roles of the `env.task` keys that are not plain identity (every other key of a task
+    shapes its results). A key added after tasks were cached and cells computed says the value
+    that builds what every task before it built: there it stays out of every hash."""
+
+    # what PPO's observation holds (a text game's player input): read by PPO only, so a cell
+    # that runs no PPO does not see it
+    ppo_input: str = added("answer", old="answer", outside=(WITHOUT_PPO,))
+
+
+def env_identity(env: Any, scheme: str = CELL) -> Any:
     """An env config as every hash sees it (checkpoints, cells, fine-tuned and trained models):
-    the task's ADDED_TASK_KEY_DEFAULTS keys left out where they hold that value."""
+    its task as TaskSettings declares it in `scheme`."""
     task = env.get("task") if isinstance(env, dict) else None
     if not isinstance(task, dict):
         return env
-    return {**env, "task": without_defaults(task, ADDED_TASK_KEY_DEFAULTS)}
+    return {**env, "task": identity_of(TaskSettings, task, scheme)}
 
 
 @dataclass
