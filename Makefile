@@ -4,7 +4,7 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -1)
 
-.PHONY: help install install-gpu lock test-latest demo demo-brace base test test-fast lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
+.PHONY: help install install-gpu lock test-latest demo demo-brace base test test-fast test-times lint format test-policy golden mutants bench gpu-smoke bench-gpu report plan prompt-stats slurm-up slurm-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -75,6 +75,10 @@ test: $(VENV_STAMP) ## everything, slow end-to-end tests included (what CI runs)
 
 test-fast: $(VENV_STAMP) ## the fast tests only (not marked slow), on every core: the same as a plain `pytest`
 	$(PY) -m pytest -q -m "not slow"
+
+test-times: $(VENV_STAMP) ## everything, then the fast tests, each writing its counts and times to docs/measured/ (tests.md, tests-fast.md)
+	$(PY) -m pytest -q -m "slow or not slow" --measured-page tests
+	$(PY) -m pytest -q -m "not slow" --measured-page tests-fast
 
 lint: $(VENV_STAMP) ## ruff lint + format check + the layer contracts (import-linter, docs/architecture.md)
 	.venv/bin/ruff check benchmark tests
