@@ -143,6 +143,45 @@ BRACE_RELEASED = {
     "brace.rl.lam": (1.0, f"{_RECIPE}: none set, verl's algorithm.lam 1.0"),
     "brace.rl.max_grad_norm": (1.0, f"{_RECIPE}: none set, verl's actor grad_clip 1.0"),
     "brace.rl.lora_rank": (0, f"{_RECIPE}: no LoRA, full fine-tuning"),
+    # the same as released: the paper's method, which the recipe trains
+    "brace.train_belief": (True, f"{_RECIPE}: the belief model trained by RL (joint belief)"),
+    "brace.policy_input": ("belief", f"{_RECIPE}: use_belief_state=True"),
+    "brace.labels": ("seven", "the paper's seven-level certainty scale"),
+    "brace.belief_prompt": ("task", "the paper's belief prompt, with its task coverage line"),
+    "brace.mode": ("slm", f"{_RECIPE}: the policy acts at every step"),
+    "brace.skip_rl": (False, f"{_RECIPE}: RL after SFT"),
+}
+# Agent-BRACE's trainer keys no released value is compared with: key of the `brace` node ->
+# why. Together with BRACE_RELEASED and the protocol fields (BRACE_TW_FIELDS) they name every
+# key of a `paper` +experiment=brace_tw_train job's `brace` node; brace_differences() reports a
+# key none of the three names as a difference, so a new trainer key fails the departure test
+# until it is compared with the released recipe or listed here with its reason
+_EXECUTION = "how a run is computed or what it measures, not what it trains"
+BRACE_UNCOMPARED = {
+    "brace.name": "the row's name (the model folder): the row is the preset's sweep",
+    "brace.env": "the env the models are filed under: its games are the env.task.* rows",
+    "brace.seed": "the training seed of one run (the paper's 3 runs: 0, 1, 2)",
+    "brace.tiny_size": "read only without brace.base (the base model's row)",
+    "brace.tau": "read only in brace.mode=ask (the released Agent-BRACE acts at every step)",
+    "brace.held_out_episodes": f"{_EXECUTION}: the validation seeds SFT and RL are scored on",
+    "brace.reward_episodes": f"{_EXECUTION}: the seeds of the greedy training reward",
+    "brace.threads": f"{_EXECUTION} (benchmark.brace.checks.EXECUTION)",
+    "brace.measure_base": f"{_EXECUTION} (benchmark.brace.checks.EXECUTION)",
+    "brace.out": f"{_EXECUTION}: the models' folder",
+    **{
+        f"brace.reward.{term}": "no released key holds a weight: the released reward combines "
+        "its terms in code (belief_alpha=0.5, belief_transition_weight=0.5, "
+        "belief_discount_gamma=0.9): the belief model's training row (code)"
+        for term in ("correctness", "tracking", "diversity", "success", "format")
+    },
+    "brace.rl.iterations": f"{_RECIPE}: total_epochs=0, set on its command line, not fixed",
+    "brace.rl.belief_samples": "read by the GRPO trainer only (the released recipe: PPO)",
+    "brace.rl.value_coef": "the value head's loss weight; the released critic is a model of its "
+    "own with its own optimiser (critic_lr): the belief model's training row (code)",
+    "brace.rl.dtype": f"{_EXECUTION}: weights' precision, for memory on a GPU",
+    "brace.rl.lora_alpha": "read only with brace.rl.lora_rank > 0 (released: no LoRA)",
+    "brace.rl.gradient_checkpointing": f"{_EXECUTION}: memory only (released: enabled)",
+    "brace.rl.bf16_autocast": f"{_EXECUTION}: the forward passes' precision, for memory on a GPU",
 }
 # the same for the evaluation presets' jobs (BRACE_TW_EVAL, method=brace_agent)
 BRACE_RELEASED_EVAL = {
@@ -325,7 +364,8 @@ def brace_differences(
     its protocol fields (but the suite's own) compare with `official`'s values, its other keys
     with BRACE_RELEASED (the trainer) or BRACE_RELEASED_EVAL, and the trainer's belief length
     with the prompt file's value outside a job (the trainer builds its prompt without the job's
-    protocol: benchmark.brace.pipeline.prompt_of)."""
+    protocol: benchmark.brace.pipeline.prompt_of). A trainer key none of them names, nor
+    BRACE_UNCOMPARED, is a difference against UNCLASSIFIED: no row covers it."""
     from benchmark.config import CONF, option_file, session
 
     out: dict[str, tuple[Any, Any]] = {}
@@ -360,6 +400,9 @@ def brace_differences(
                     add(f"{key} ({preset})", have, want)
                 if preset not in BRACE_TW_TRAIN:
                     continue
+                for key in brace_keys(cfg):  # a trainer key no list names: never silent
+                    if key not in brace_classified():
+                        add(f"{key} ({preset})", OmegaConf.select(cfg, key), UNCLASSIFIED)
                 trainer_prompt = OmegaConf.load(option_file("prompt", "brace"))
                 add(
                     f"prompt.belief_max_new_tokens ({preset})",
@@ -367,6 +410,28 @@ def brace_differences(
                     official.get("brace_belief_max_new_tokens"),
                 )
     return out
+
+
+UNCLASSIFIED = "not compared (benchmark.protocol: BRACE_RELEASED or BRACE_UNCOMPARED)"
+
+
+def brace_keys(cfg: DictConfig) -> list[str]:
+    """Every leaf key of the job's `brace` node ("brace.rl.clip", "brace.reward.success", ...;
+    a list is one value)."""
+
+    def walk(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, DictConfig):
+            return [k for sub in node for k in walk(node[sub], f"{prefix}.{sub}")]
+        return [prefix]
+
+    return walk(cfg.brace, "brace")
+
+
+def brace_classified() -> set[str]:
+    """The `brace` keys the departure check accounts for: compared with the released recipe
+    (BRACE_RELEASED, a protocol field) or listed, with why, as not compared (BRACE_UNCOMPARED)."""
+    protocol = {k for k, presets, _ in BRACE_TW_FIELDS.values() if k.startswith("brace.")}
+    return {*BRACE_RELEASED, *protocol, *BRACE_UNCOMPARED}
 
 
 def undocumented(

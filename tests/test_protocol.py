@@ -640,6 +640,46 @@ def test_every_paper_agent_brace_value_the_released_recipe_fixes_has_a_departure
     assert undocumented(zero, paper.departures) == ([], ["['brace.rl_max_steps (brace_tw_train)']"])
 
 
+def test_the_departure_check_accounts_for_every_agent_brace_trainer_key(monkeypatch):
+    """Every key of a `paper` brace_tw_train job's `brace` node, and every RL settings field, is
+    compared with the released recipe (BRACE_RELEASED, a protocol field) or listed with its
+    reason as not compared (BRACE_UNCOMPARED), each in one list only. A key none names (a new
+    trainer key, or one taken off its list) is a difference no row covers, named with its
+    preset; so is paper's RL step cap changed without its row."""
+    from dataclasses import fields
+
+    import benchmark.protocol as protocol
+    from benchmark.brace.settings import RLSettings
+    from benchmark.config import compose
+
+    cfg = compose(["+experiment=brace_tw_train"])
+    keys = set(protocol.brace_keys(cfg))
+    assert {f"brace.rl.{f.name}" for f in fields(RLSettings)} <= keys
+    assert {"brace.rl_max_steps", "brace.reward.success", "brace.sft_roles"} <= keys
+    assert keys == protocol.brace_classified(), "a trainer key in no list, or a listed key gone"
+    protocol_keys = {k for k, _, _ in protocol.BRACE_TW_FIELDS.values() if k.startswith("brace.")}
+    lists = (set(protocol.BRACE_RELEASED), protocol_keys, set(protocol.BRACE_UNCOMPARED))
+    assert sum(map(len, lists)) == len(set().union(*lists)), "a key in two lists"
+    paper = OmegaConf.load(REPO / "conf" / "protocol" / "paper.yaml")
+    # the values the released recipe fixes that the trainer keeps as released: no difference
+    diffs = protocol.differences(paper)
+    for same in ("brace.rl.clip", "brace.rl.lam", "brace.train_belief", "brace.mode"):
+        assert f"{same} (brace_tw_train)" not in diffs
+    # paper's RL step cap changed (to 50), the departures without the cap's row: fails, naming it
+    rows = [r for r in paper.departures if "brace.rl_max_steps (brace_tw_train)" not in r.covers]
+    assert len(rows) == len(paper.departures) - 1
+    capped = protocol.differences(paper, brace_overrides=("brace.rl_max_steps=50",))
+    assert capped["brace.rl_max_steps (brace_tw_train)"] == (50, 100)
+    assert protocol.undocumented(capped, rows)[0] == ["brace.rl_max_steps (brace_tw_train)"]
+    assert protocol.undocumented(capped, paper.departures) == ([], [])  # with its row: covered
+    # a new trainer key, and a listed key taken off its list: each a difference no row covers
+    new = protocol.differences(paper, brace_overrides=("+brace.rl.entropy_coef=0.01",))
+    assert new["brace.rl.entropy_coef (brace_tw_train)"] == (0.01, protocol.UNCLASSIFIED)
+    monkeypatch.delitem(protocol.BRACE_UNCOMPARED, "brace.rl.iterations")
+    bare, _ = protocol.undocumented(protocol.differences(paper), paper.departures)
+    assert bare == ["brace.rl.iterations (brace_tw_train)"]
+
+
 def test_code_rows_cover_no_value_and_are_listed():
     """A `code` row (the code computes differently, no config key holds a value) covers nothing
     and is never flagged idle; the pooled invalid rate against the released zero-filled mean is
