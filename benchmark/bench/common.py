@@ -298,3 +298,31 @@ def within_budget(
         data["budget_exceeded"] = str(exc)
         print(f"{exc}; what was measured so far is in the JSON", file=sys.stderr)
         return EXIT_BUDGET
+
+
+def timed_within_budget(
+    seconds: float,
+    what: str,
+    data: dict[str, Any],
+    body: Callable[[Deadline], int],
+    checks: list[Check],
+    label: str,
+) -> tuple[int, float]:
+    """`within_budget`, timed: (exit code, wall seconds), the wall time recorded in
+    `data["wall_seconds"]` and checked against the budget as the check `label`, so that a GPU
+    run that overran says so in its table as well as in its exit code."""
+    started = time.perf_counter()
+    code = within_budget(seconds, what, data, body)
+    wall = time.perf_counter() - started
+    data["wall_seconds"] = wall
+    checks.append(Check("budget", label, wall, "s", target=seconds, cmp="<"))
+    return code, wall
+
+
+def report_checks(root: Path, data: dict[str, Any], checks: list[Check], suffix: str) -> Path:
+    """A GPU run's record: its checks as `data["table"]`, the JSON under the config's
+    paths.bench (`write_report`), the table printed; the JSON's path."""
+    data["table"] = [c.to_dict() for c in checks]
+    path = write_report(Path(str(compose(root).paths.bench)), jsonable(data), suffix=suffix)
+    print(format_table(checks))
+    return path

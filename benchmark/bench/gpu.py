@@ -26,7 +26,6 @@ import argparse
 import math
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,11 +39,9 @@ from benchmark.bench.common import (
     Deadline,
     compose,
     cuda_missing,
-    format_table,
-    jsonable,
     peak_rss_bytes,
-    within_budget,
-    write_report,
+    report_checks,
+    timed_within_budget,
 )
 from benchmark.bench.gpu_consultant import (
     InMemoryHF,
@@ -324,20 +321,15 @@ def main_gpu(args: argparse.Namespace, root: Path) -> int:
         "models": {},
     }
     checks: list[Check] = []
-    started = time.perf_counter()
-    code = within_budget(
+    code, wall = timed_within_budget(
         args.budget_s,
         "bench gpu",
         data,
         lambda clock: _run(args, root, models, sizes, tiny, data, checks, clock),
+        checks,
+        "whole GPU benchmark",
     )
-    wall = time.perf_counter() - started
-    data["wall_seconds"] = wall
-    checks.append(Check("budget", "whole GPU benchmark", wall, "s", target=args.budget_s, cmp="<"))
-    data["table"] = [c.to_dict() for c in checks]
-    bench_dir = Path(str(compose(root).paths.bench))
-    path = write_report(bench_dir, jsonable(data), suffix="-gpu" if cuda else "-gpu-dryrun")
-    print(format_table(checks))
+    path = report_checks(root, data, checks, "-gpu" if cuda else "-gpu-dryrun")
     print(
         f"\n{wall:.0f} s of a {args.budget_s:.0f} s budget on {data['device']} ({data['dtype']}); wrote {path}"
     )

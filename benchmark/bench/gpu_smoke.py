@@ -38,12 +38,9 @@ from benchmark.bench.common import (
     EXIT_NO_CUDA,
     Check,
     Deadline,
-    compose,
     cuda_missing,
-    format_table,
-    jsonable,
-    within_budget,
-    write_report,
+    report_checks,
+    timed_within_budget,
 )
 
 EXIT_FAILED = 1  # a check failed (EXIT_NO_CUDA, EXIT_BUDGET: benchmark.bench.common)
@@ -291,7 +288,6 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
         "sections": {},
     }
     rows: list[Check] = []
-    started = time.perf_counter()
     runs = {
         "kernels": lambda: kernels_section(root, device, n),
         "sdpa": lambda: sdpa_section(device),
@@ -306,17 +302,10 @@ def main_smoke(args: argparse.Namespace, root: Path) -> int:
             rows.extend(got)
         return 0
 
-    code = within_budget(budget, "gpu-smoke", data, sections)
-    wall = time.perf_counter() - started
-    rows.append(Check("budget", "whole smoke run", wall, "s", target=budget, cmp="<"))
-    data["wall_seconds"] = wall
-    data["table"] = [c.to_dict() for c in rows]
+    code, wall = timed_within_budget(budget, "gpu-smoke", data, sections, rows, "whole smoke run")
     failed = [c.name for c in rows if c.passed is False]
     data["failed"] = failed
-    bench_dir = Path(str(compose(root).paths.bench))
-    suffix = "-gpu-smoke" if cuda else "-gpu-smoke-dryrun"
-    path = write_report(bench_dir, jsonable(data), suffix=suffix)
-    print(format_table(rows))
+    path = report_checks(root, data, rows, "-gpu-smoke" if cuda else "-gpu-smoke-dryrun")
     verdict = f"{len(failed)} check(s) failed: {failed}" if failed else "every check passed"
     print(f"\n{wall:.0f} s of a {budget:.0f} s budget on {data['device']}; {verdict}; wrote {path}")
     if code:
