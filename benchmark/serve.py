@@ -250,7 +250,7 @@ def write_url_file(
 ) -> None:
     """Atomically: a cell never reads half a URL. The served model's record first (`served`:
     the model id the server lists), so a cell that finds the URL finds it too."""
-    from benchmark.consultants.openai_compat import served_file, served_record
+    from benchmark.consultants.openai_server_checks import served_file, served_record
 
     if served is not None:
         write_text_atomic(served_file(path), served_record(url, served, weights))
@@ -259,7 +259,7 @@ def write_url_file(
 
 def remove_url_file(path: Path, url: str) -> None:
     """Only our own URL (and its served record): a newer server may have written them since."""
-    from benchmark.consultants.openai_compat import served_file
+    from benchmark.consultants.openai_server_checks import served_file
 
     record = served_file(path)
     try:
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = server_command(args.engine, model, args.host, port, args.device, args.bin, args.extra)
     url = advertised_url(args.host, port)
     if args.url_file is not None:  # a stale file from a killed server must not be read
-        from benchmark.consultants.openai_compat import served_file
+        from benchmark.consultants.openai_server_checks import served_file
 
         args.url_file.unlink(missing_ok=True)
         served_file(args.url_file).unlink(missing_ok=True)

@@ -20,7 +20,8 @@ from benchmark.consultants import ModelNotBuilt
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.errors import ConsultantError, ServerNotUp
 from benchmark.consultants.fingerprint import resolve_source
-from benchmark.consultants.openai_compat import OpenAIConsultant, served_file, served_record
+from benchmark.consultants.openai_compat import OpenAIConsultant
+from benchmark.consultants.openai_server_checks import served_file, served_record
 from benchmark.job import run_job
 from benchmark.plan import plan_sweep
 from benchmark.serve import remove_url_file, weights_of, write_url_file
