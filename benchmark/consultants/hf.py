@@ -3,34 +3,28 @@ per-query sampling streams.
 
 Requests are grouped by decoding settings, sorted by prompt length (longest first, so an
 out-of-memory error shows up on the first batch), generated in left-padded batches of at most
-`max_batch_size`, and returned in the original order. A CUDA out-of-memory error halves the
-batch and retries. Weights load from safetensors only; remote code runs only when configured.
-
-Thinking budget (Qwen3-style `enable_thinking`): generation first runs for at most
-`thinking_budget` new tokens, stopping early at `</think>` or end of text; a thinking block that
-is still open is then closed by appending "</think>\\n\\n", and the answer gets its own
-`max_new_tokens`. Every appended token counts in `generated_tokens`. Any thinking block, closed
-or not, is stripped from the returned text.
+`max_batch_size`, and returned in the original order. Weights load from safetensors only;
+remote code runs only when configured. A batch is generated, with the thinking budget (Qwen3-style
+`enable_thinking`), by benchmark.consultants.generation.
 
 On CPU, attention is "prefix_sdpa" (benchmark.consultants.attention): an unpadded suffix on a
 cached prefix is attended without the masked rectangle. HFConsultant is composed of parts, each
 an object built with what it needs and used through its public methods: the loaded model, its
 tokenizer, stops and counters (`runtime`: benchmark.consultants.runtime.ModelRuntime), prefix
 reuse and the prefill (`prefix`: benchmark.consultants.prefix.PrefixReuse), choice scoring
-(`scorer`: benchmark.consultants.choices.ChoiceScorer) and the lean greedy loop (`lean`:
-benchmark.consultants.lean.LeanDecoder); per-query sampling streams (.sampling), the kernel
+(`scorer`: benchmark.consultants.choices.ChoiceScorer), the lean greedy loop (`lean`:
+benchmark.consultants.lean.LeanDecoder) and the generation loop with the thinking budget
+(`generator`: benchmark.consultants.generation.ThinkingGenerator); per-query sampling streams (.sampling), the kernel
 report (.kernels) and the weights' identity (.fingerprint) are functions beside them. Prompts of
 different lengths share a forward or not by `batching`
 (benchmark.consultants.prefix.resolve_batching)."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import secrets
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +45,13 @@ from benchmark.consultants.fingerprint import (
     resolve_source,
     weights_folder,
 )
-from benchmark.consultants.finite import finite_watch, raise_nonfinite
+from benchmark.consultants.generation import Generation, ThinkingGenerator, strip_thinking
 from benchmark.consultants.kernels import describe_kernels, kernel_report
 from benchmark.consultants.lean import DEFAULT_LEAN_MAX_NEW_TOKENS, LeanDecoder
-from benchmark.consultants.penalty import row_penalty
 from benchmark.consultants.prefix import (
     DEFAULT_PREFIX_CACHE,
     PrefixReuse,
     Prompt,
-    left_padded,
     resolve_batching,
 )
 from benchmark.consultants.runtime import (
@@ -69,12 +61,11 @@ from benchmark.consultants.runtime import (
     prompt_ids,
     stop_ids,
 )
-from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS, row_sampler
-from benchmark.vocabulary import THINK_END, THINK_START, released_answer
-from benchmark.vocabulary import strip_thinking as split_thinking
+from benchmark.consultants.sampling import HF_SAMPLING_DEFAULTS
 
-# the prompt and stop helpers live with the runtime; fine-tuning, Agent-BRACE and the benches
-# import them from here, as the backend renders and stops (docs/architecture.md)
+# the prompt and stop helpers live with the runtime, strip_thinking with the generation loop;
+# fine-tuning, Agent-BRACE and the benches import them from here, as the backend renders, stops
+# and strips (docs/architecture.md)
 __all__ = [
     "DTYPES",
     "Generation",
@@ -87,25 +78,7 @@ __all__ = [
     "strip_thinking",
 ]
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-THINK_CLOSE = THINK_END + "\n\n"
 log = logging.getLogger(__name__)
-
-
-def strip_thinking(text: str) -> str:
-    """Remove leaked thinking: `<think>...</think>` blocks, an unterminated `<think>...`, and
-    anything before a stray `</think>` (the template opened the block inside the prompt); the
-    literal reading of the parser's split (benchmark.vocabulary.strip_thinking), trimmed."""
-    return split_thinking(text, literal=True)[0].strip()
-
-
-@dataclass
-class Generation:
-    """Token-level result of one query (the test and benchmark scripts look inside)."""
-
-    prompt_ids: list[int]
-    new_ids: list[int]  # everything appended after the prompt, forced `</think>` included
-    thinking_tokens: int  # tokens generated while the thinking block was open
-    text: str
 
 
 class HFConsultant(Consultant):
@@ -113,8 +86,9 @@ class HFConsultant(Consultant):
 
     Composed of parts that share one `runtime` (benchmark.consultants.runtime.ModelRuntime: the
     model, tokenizer, stops, counters): `prefix` (PrefixReuse: stored prefixes, the prefill of
-    length groups), `scorer` (ChoiceScorer) and `lean` (LeanDecoder); the backend renders
-    prompts, groups and batches queries, runs `generate` with the thinking budget, and answers."""
+    length groups), `scorer` (ChoiceScorer), `lean` (LeanDecoder) and `generator`
+    (ThinkingGenerator: `generate` with the thinking budget); the backend renders prompts,
+    groups and batches queries, and answers."""
 
     def __init__(
         self,
@@ -220,18 +194,11 @@ class HFConsultant(Consultant):
         check_settings(max_batch_size, prefix_cache, lean_max_new_tokens, batching)
         self.max_batch_size = int(max_batch_size)
         self.runtime = ModelRuntime(model, tokenizer, identity)
-        vocab = tokenizer.get_vocab()
-        self.think_start = vocab.get(THINK_START)
-        self.think_end = vocab.get(THINK_END)
-        self.close_ids = (
-            tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
-            if self.think_end is not None
-            else []
-        )
         attention.install(model)
         self.prefix = PrefixReuse(self.runtime, int(prefix_cache), batching)
         self.scorer = ChoiceScorer(self.runtime, self.prefix)
         self.lean = LeanDecoder(self.runtime, self.prefix, int(lean_max_new_tokens))
+        self.generator = ThinkingGenerator(self.runtime, self.prefix, self.lean)
         self.kernels = kernel_report(model)
         log.info("%s: %s", self.identity, describe_kernels(self.kernels))
 
@@ -240,6 +207,9 @@ class HFConsultant(Consultant):
     tokenizer = property(lambda self: self.runtime.tokenizer)
     eos_ids = property(lambda self: self.runtime.eos_ids)
     pad_id = property(lambda self: self.runtime.pad_id)
+    think_start = property(lambda self: self.generator.think_start)
+    think_end = property(lambda self: self.generator.think_end)
+    close_ids = property(lambda self: self.generator.close_ids)
     prefix_cache = property(lambda self: self.prefix.cache)
     reuses_prefixes = property(lambda self: self.prefix.reuses)
 
@@ -346,7 +316,7 @@ class HFConsultant(Consultant):
             idx.sort(key=lambda i: -len(prompts[i].ids))
             for s in range(0, len(idx), self.max_batch_size):
                 chunk = idx[s : s + self.max_batch_size]
-                results = self._run_splitting([prompts[i] for i in chunk], decoding)
+                results = self.generator.run([prompts[i] for i in chunk], decoding)
                 for i, r in zip(chunk, results, strict=True):
                     out[i] = r
         return out  # type: ignore[return-value]
@@ -386,9 +356,7 @@ class HFConsultant(Consultant):
         """A copy of the generation config this backend decodes greedily with (its stop and pad
         tokens, no sampling), with `changes` applied: for callers that run `model.generate`
         themselves on this backend's model (the bench's rebuilt reference loop)."""
-        gc = copy.deepcopy(self.runtime.generation_config)
-        gc.update(**changes)
-        return gc
+        return self.generator.greedy_config(**changes)
 
     def prompt(self, query: Query) -> Prompt:
         """The prompt ids, the length of its stable prefix and its sampling seed."""
@@ -399,160 +367,6 @@ class HFConsultant(Consultant):
             if seed is None:
                 seed = secrets.randbits(63)
         return Prompt(ids, self.prefix.anchor(query, ids), seed)
-
-    def _run_splitting(
-        self, prompts: list[Prompt], decoding: Decoding
-    ) -> list[tuple[Generation, float]]:
-        import torch
-
-        try:
-            t0 = time.perf_counter()
-            gens = self._generate_batch(prompts, decoding)
-            per = (time.perf_counter() - t0) / len(prompts)
-            return [(g, per) for g in gens]
-        except torch.cuda.OutOfMemoryError:
-            if len(prompts) == 1:
-                raise
-            torch.cuda.empty_cache()
-            half = len(prompts) // 2
-            return self._run_splitting(prompts[:half], decoding) + self._run_splitting(
-                prompts[half:], decoding
-            )
-
-    def _generate_batch(self, rows: list[Prompt], d: Decoding) -> list[Generation]:
-        n = len(rows)
-        prompts = [r.ids for r in rows]
-        new: list[list[int]] = [[] for _ in range(n)]
-        thinking = [0] * n
-        budget = d.thinking_budget if d.enable_thinking and self.think_end is not None else 0
-        allowance = [d.max_new_tokens] * n  # answer tokens still allowed per row
-        if budget > 0:
-            phase1 = self._generate_ids(
-                prompts, budget, d, [*self.eos_ids, self.think_end], rows, [0] * n
-            )
-            todo = []
-            for i, ids in enumerate(phase1):
-                new[i] = list(ids)
-                was_open = self._open(prompts[i])
-                is_open = self._open(prompts[i] + ids)
-                if was_open or self.think_start in ids:
-                    thinking[i] = _thinking_count(ids, was_open, self.think_start, self.think_end)
-                if ids and ids[-1] in self.eos_ids:
-                    continue  # finished inside phase 1
-                if is_open:
-                    new[i] += self.close_ids
-                elif not (was_open or self.think_start in ids):
-                    allowance[i] = d.max_new_tokens - len(ids)  # it never thought: all answer
-                if allowance[i] > 0:
-                    todo.append(i)
-        else:
-            todo = list(range(n))
-        if todo:
-            seqs = [prompts[i] + new[i] for i in todo]
-            phase2 = self._generate_ids(
-                seqs,
-                max(allowance[i] for i in todo),
-                d,
-                self.eos_ids,
-                [rows[i] for i in todo],
-                [len(new[i]) for i in todo],
-            )
-            for i, ids in zip(todo, phase2, strict=True):
-                new[i] += list(ids[: allowance[i]])
-        return [
-            Generation(prompts[i], new[i], thinking[i], self._answer_text(prompts[i], new[i], d))
-            for i in range(n)
-        ]
-
-    def _open(self, ids: list[int]) -> bool:
-        """Is a thinking block open at the end of `ids`?"""
-        if self.think_start is None:
-            return False
-        last_start = _rindex(ids, self.think_start)
-        return last_start >= 0 and last_start > _rindex(ids, self.think_end)
-
-    def _answer_text(self, prompt: list[int], new: list[int], d: Decoding | None = None) -> str:
-        ids = [t for t in new if t not in self.eos_ids]
-        if d is not None and d.answer_text == "released":
-            return released_answer(self.tokenizer.decode(ids, skip_special_tokens=True))
-        if self.think_start is not None:
-            end = _rindex(ids, self.think_end)
-            if end >= 0:
-                ids = ids[end + 1 :]
-            elif self._open(prompt):
-                ids = []  # never closed: all of it was thinking
-            if self.think_start in ids:
-                ids = ids[: ids.index(self.think_start)]
-        return strip_thinking(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-    def _generate_ids(
-        self,
-        seqs: list[list[int]],
-        max_new: int,
-        d: Decoding,
-        stop: list[int],
-        prompts: list[Prompt],
-        offsets: list[int],
-    ) -> list[list[int]]:
-        """Batched generate; each row's new tokens up to and including its stop. Rows are
-        left-padded, after the shared prefix when one is reused (benchmark.consultants.prefix).
-        `offsets`: how many tokens each row has generated before (its sampling stream's
-        position)."""
-        import torch
-
-        if self.lean.takes(d, max_new):
-            return self.lean.decode(seqs, max_new, stop, prompts, d.repetition_penalty)
-        n = len(seqs)
-        width = max(len(s) for s in seqs)
-        # a hybrid model batched "padded" computes rows of different lengths whole (one
-        # left-padded forward) rather than one forward per length on the prefix (stacked_cache)
-        prefix, stats = self.prefix, self.runtime.stats
-        reuse = not (prefix.reuse_mode == "unpadded" and prefix.pads(seqs))
-        with torch.inference_mode():
-            p, cache = prefix.shared_prefix(seqs, prompts) if reuse else (0, None)
-            computed = n * (width - p)
-            if (
-                cache is not None
-                and prefix.reuse_mode == "unpadded"
-                and min(map(len, seqs)) < width
-            ):
-                cache = prefix.stacked_cache(cache, seqs, p)  # plain left padding from here
-                p, computed = 0, n  # generate computes each row's last token
-            elif cache is not None and n > 1:  # batch 1 -> n (linear layers: no repeat_interleave)
-                cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
-            ids, mask = left_padded(seqs, p, self.pad_id)
-            stats["prompt_tokens"] += sum(len(s) for s in seqs)
-            stats["prefill_tokens"] += computed
-            stats["prefill_tokens_without_reuse"] += n * width
-            gc = self.greedy_config(max_new_tokens=max_new, eos_token_id=stop)
-            kwargs: dict[str, Any] = {}
-            watch = finite_watch(n, self.device)  # first: it sees the model's own logits
-            processors: list[Any] = [watch]
-            if d.repetition_penalty != 1.0:  # per row, before sampling (as generate orders it)
-                gc.update(repetition_penalty=1.0)  # the decoding's penalty, not the model's
-                processors.append(row_penalty(d.repetition_penalty, mask))
-            if d.sampling:
-                seeds = [int(q.seed) for q in prompts]  # type: ignore[arg-type]
-                processors.extend(row_sampler(d, seeds, offsets, width))
-            from transformers import LogitsProcessorList
-
-            kwargs["logits_processor"] = LogitsProcessorList(processors)
-            if cache is not None:
-                kwargs[self.runtime.cache_arg] = cache
-            out = self.model.generate(
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                generation_config=gc,
-                **kwargs,
-            )
-        new_ids, bad = out[:, width:].tolist(), watch.bad.tolist()
-        bad_rows = [r for r in range(n) if bad[r]]
-        raise_nonfinite(self.runtime, prefix.batching, "generate", bad_rows, seqs)
-        rows = []
-        for row in new_ids:
-            cut = next((k for k, t in enumerate(row) if t in stop), None)
-            rows.append(row if cut is None else row[: cut + 1])
-        return rows
 
     def close(self) -> None:
         import torch
@@ -576,26 +390,3 @@ def check_settings(
             f"slm.backend.lean_max_new_tokens={lean_max_new_tokens!r} must be >= 0"
         )
     resolve_batching(batching, "cpu")
-
-
-def _rindex(ids: list[int], token: int | None) -> int:
-    if token is None:
-        return -1
-    for k in range(len(ids) - 1, -1, -1):
-        if ids[k] == token:
-            return k
-    return -1
-
-
-def _thinking_count(ids: list[int], was_open: bool, start: int | None, end: int | None) -> int:
-    """Tokens of `ids` inside the thinking block (opening tag included, closing tag excluded)."""
-    inside = was_open
-    count = 0
-    for t in ids:
-        if t == start:
-            inside = True
-        if t == end:
-            inside = False
-        elif inside:
-            count += 1
-    return count

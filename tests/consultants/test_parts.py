@@ -1,6 +1,6 @@
 """The hf backend's parts, each on its own (no HFConsultant): the shared `ModelRuntime`, prefix
-reuse (`PrefixReuse`), choice scoring (`ChoiceScorer`) and the lean greedy loop (`LeanDecoder`),
-built on the tiny model loaded with transformers, each checked against the model's plain
+reuse (`PrefixReuse`), choice scoring (`ChoiceScorer`), the lean greedy loop (`LeanDecoder`)
+and the generation loop with the thinking budget (`ThinkingGenerator`), built on the tiny model loaded with transformers, each checked against the model's plain
 forward or `generate` on the same tokens. The backend's own tests (tests/consultants/test_prefix.py,
 tests/consultants/test_choices.py, tests/consultants/test_batching.py) check the parts put
 together."""
@@ -15,6 +15,7 @@ from benchmark.consultants import attention
 from benchmark.consultants.base import Decoding, Query
 from benchmark.consultants.choices import ChoiceScorer
 from benchmark.consultants.errors import ConsultantError
+from benchmark.consultants.generation import ThinkingGenerator
 from benchmark.consultants.lean import LeanDecoder
 from benchmark.consultants.prefix import PrefixReuse, Prompt
 from benchmark.consultants.runtime import PREFILL_STATS, ModelRuntime, prompt_ids
@@ -202,6 +203,38 @@ def test_lean_decoder_gives_generates_greedy_tokens(runtime):
     assert any(len(w) > 1 for w in want)
 
 
+def test_thinking_generator_gives_generates_tokens_and_closes_thinking(runtime):
+    """The generation loop on its own (the lean loop off): greedy rows of different lengths are
+    `generate`'s own tokens up to the stop; with a thinking budget, a block still open after it
+    is closed with `</think>` and the answer's own tokens follow."""
+    import torch
+
+    qs = queries()
+    seqs = [ids_of(runtime, q) for q in qs]
+    prefix = PrefixReuse(runtime, capacity=2)
+    generator = ThinkingGenerator(runtime, prefix, LeanDecoder(runtime, prefix, max_new_tokens=0))
+    rows = [Prompt(s, prefix.anchor(q, s)) for q, s in zip(qs, seqs, strict=True)]
+    got = [g.new_ids for g, _ in generator.run(rows, Decoding(max_new_tokens=8))]
+    want = []
+    for s in seqs:
+        with torch.inference_mode():
+            out = runtime.model.generate(
+                input_ids=torch.tensor([s]), generation_config=runtime.generation_config,
+                max_new_tokens=8,
+            )  # fmt: skip
+        new = out[0, len(s) :].tolist()
+        cut = next((k for k, t in enumerate(new) if t in runtime.eos_ids), None)
+        want.append(new if cut is None else new[: cut + 1])
+    assert got == want
+    thinking = Decoding(max_new_tokens=4, enable_thinking=True, thinking_budget=3)
+    seqs = [prompt_ids(runtime.tokenizer, q.messages, True) for q in qs]
+    rows = [Prompt(s, prefix.anchor(q, s)) for q, s in zip(qs, seqs, strict=True)]
+    for g, seconds in generator.run(rows, thinking):
+        assert generator.think_end in g.new_ids and g.thinking_tokens <= 3 and seconds > 0
+        assert len(g.new_ids) <= 3 + len(generator.close_ids) + 4
+        assert "</think>" not in g.text
+
+
 def test_setup_composes_the_backend_on_a_model_built_elsewhere(runtime, tmp_path_factory):
     """The GPU bench's backend on a model it holds in memory (`HFConsultant.setup`) gets parts of
     its own and answers as the backend that loaded the same files: the same tokens, the same
@@ -215,6 +248,7 @@ def test_setup_composes_the_backend_on_a_model_built_elsewhere(runtime, tmp_path
     assert built.identity == "in-memory" and built.max_batch_size == 2
     assert built.prefix is not loaded.prefix and built.scorer.prefix is built.prefix
     assert built.lean.runtime is built.runtime and built.batching == loaded.batching
+    assert built.generator.lean is built.lean and built.close_ids == loaded.close_ids
     scored = queries()
     generated = [dataclasses.replace(q, decoding=Decoding(max_new_tokens=6)) for q in scored]
     want = [g.new_ids for g in loaded.generate(generated)]
