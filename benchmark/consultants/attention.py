@@ -116,22 +116,15 @@ def prefix_sdpa_attention(
 
 
 def masked_sdpa_attention(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any
 ) -> tuple[Any, None]:
     """transformers' sdpa with the query rows its mask allows no key zeroed (`zero_masked_rows`):
-    [B, S, H, D]."""
+    [B, S, H, D]. The other arguments (dropout, scaling, is_causal, ...) are sdpa's, passed on
+    as given."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     out, weights = sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        module, query, key, value, attention_mask, *args, **kwargs
     )
     return zero_masked_rows(out, attention_mask), weights
 
