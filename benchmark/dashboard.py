@@ -194,35 +194,34 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name one preset: +experiment=<preset> (conf/experiment/)")
     rest = [o for o in overrides if not o.lstrip("+").startswith("experiment=")]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    path: Path | None = None  # the definition, once written: a later failure keeps it
     try:
         d = design(presets[0], rest)
-    except DashboardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if d is None:
-        print(f"preset {presets[0]!r} has no dashboard: {dashboard_entry(presets[0])['why_none']}")
+        if d is None:
+            why = dashboard_entry(presets[0])["why_none"]
+            print(f"preset {presets[0]!r} has no dashboard: {why}")
+            return 0
+        if args.dry_run:
+            print(describe(d))
+            return 0
+        path = write(d, args.out or Store(d.root).dashboard_dir(d.experiment))
+        n = len(d.envs)
+        what = f"{n} workspace view{'s' if n > 1 else ''}" + (
+            " and a report" if d.question.report else ""
+        )
+        print(f"{d.preset}: {what}, written to {path} (readable: {path.with_suffix('.md')})")
+        if not args.publish:
+            print(f"Publish it (online, after `wandb sync`): {d.publish_command()}")
+            return 0
+        for url in publish(d, args.timeout):
+            print(f"saved: {url}")
         return 0
-    if args.dry_run:
-        print(describe(d))
-        return 0
-    out = args.out or Store(d.root).dashboard_dir(d.experiment)
-    path = write(d, out)
-    n = len(d.envs)
-    what = f"{n} workspace view{'s' if n > 1 else ''}" + (
-        " and a report" if d.question.report else ""
-    )
-    print(f"{d.preset}: {what}, written to {path} (readable: {path.with_suffix('.md')})")
-    if not args.publish:
-        print(f"Publish it (online, after `wandb sync`): {d.publish_command()}")
-        return 0
-    try:
-        urls = publish(d, args.timeout)
-    except DashboardError as exc:
+    except DashboardError as exc:  # the preset refused (2), or the publish failed (1)
+        if path is None:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"error: not published ({exc}); the definition stays in {path}", file=sys.stderr)
         return 1
-    for url in urls:
-        print(f"saved: {url}")
-    return 0
 
 
 if __name__ == "__main__":
