@@ -25,13 +25,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
-from benchmark.brace.rollout import StepLog, run
+from benchmark.brace.rollout import StepLog, rollout_batch
 from benchmark.consultants import Answer, Consultant, Query, attention
 from benchmark.consultants.finite import finite_watch, raise_nonfinite
 from benchmark.consultants.hf import neutral_generation_config, prompt_ids, stop_ids
@@ -39,6 +39,10 @@ from benchmark.consultants.lean import plain_greedy
 from benchmark.finetune import lm
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
+
+if TYPE_CHECKING:
+    from benchmark.brace.rl import RLJob
+    from benchmark.brace.settings import RLSettings
 
 
 class Sampler(Consultant):
@@ -266,44 +270,23 @@ def policy_gradient_step(models: dict[str, tuple[Any, Any]], optimizers: dict[st
     return losses
 
 
-def train(
-    task: Any,
-    prompt: Any,
-    model_dirs: dict[str, str | Path],
-    out_dirs: dict[str, Path],
-    *,
-    train_seeds: Sequence[int],
-    splits: Any,
-    iterations: int = 4,
-    seeds_per_step: int = 4,
-    group: int = 4,
-    learning_rate: float = 1e-4,
-    temperature: float = 1.0,
-    gate: Any = None,
-    policy: Any = None,
-    train_roles: Sequence[str] = ("belief", "policy"),
-    belief_samples: int = 1,
-    seed: int = 0,
-    log: Any = print,
-    settings: Any = None,
-    weights: BeliefWeights = DEFAULT_WEIGHTS,
-) -> dict[str, Any]:
-    """GRPO of the models at `model_dirs` (role -> dir; the same dir for both roles = one model
-    with two prompts, trained on both) on episodes of `train_seeds` (training seeds only);
-    saves each trained role to `out_dirs[role]`. Returns the mean rewards per iteration.
-    `settings` (benchmark.brace.rl.RLSettings): the weights' dtype, LoRA, gradient
-    checkpointing and bf16 autocast (None: float32, full fine-tuning)."""
+def train(job: RLJob, settings: RLSettings, *,
+          train_roles: Sequence[str] = ("belief", "policy")) -> dict[str, Any]:  # fmt: skip
+    """GRPO of `job`'s models (role -> dir; the same dir for both roles = one model with two
+    prompts, trained on both) at `settings` (its iterations, batch, learning rate, temperature,
+    belief samples and memory options); saves each trained role to `job.out_dirs[role]`.
+    Returns the mean rewards per iteration (benchmark.brace.rl documents the arguments)."""
     import torch
 
-    check_training_seeds(train_seeds, splits)
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    check_training_seeds(job.train_seeds, job.splits)
+    torch.manual_seed(job.seed)
+    rng = np.random.default_rng(job.seed)
     loaded: dict[str, tuple[Any, Any]] = {}
-    memory = {} if settings is None else {
-        "dtype": settings.dtype, "lora_rank": settings.lora_rank,
-        "lora_alpha": settings.lora_alpha,
-        "gradient_checkpointing": settings.gradient_checkpointing}  # fmt: skip
-    bf16 = bool(settings is not None and settings.bf16_autocast)
+    memory = {"dtype": settings.dtype, "lora_rank": settings.lora_rank,
+              "lora_alpha": settings.lora_alpha,
+              "gradient_checkpointing": settings.gradient_checkpointing}  # fmt: skip
+    bf16 = bool(settings.bf16_autocast)
+    model_dirs = job.model_dirs
     for role, d in model_dirs.items():
         same = next((r for r, o in model_dirs.items() if o == d and r in loaded), None)
         # on the model's device (the GPU if any); LoRA etc. only on a model that trains
@@ -315,23 +298,22 @@ def train(
         shared = next((r for r in optimizers if loaded[r][0] is model), None)
         if shared is None:
             optimizers[role] = torch.optim.AdamW(
-                [p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                [p for p in model.parameters() if p.requires_grad], lr=settings.learning_rate,
                 weight_decay=0.0,
             )  # fmt: skip
     # a role whose model another role shares trains through that role's optimizer
     train_models = {r: loaded[r] for r in optimizers}
-    sampler = Sampler(loaded, temperature, belief_samples=belief_samples, seed=seed)
+    sampler = Sampler(
+        loaded, settings.temperature, belief_samples=settings.belief_samples, seed=job.seed
+    )
     history = []
-    pool = list(train_seeds)
-    for it in range(iterations):
+    pool = list(job.train_seeds)
+    for it in range(settings.iterations):
         t0 = time.perf_counter()
-        seeds = [int(s) for s in rng.choice(pool, size=seeds_per_step, replace=False)]
-        groups: dict[int, list[list[StepLog]]] = {s: [] for s in seeds}
-        for _ in range(group):
-            _, logs = run(task, prompt, sampler, seeds, gate=gate, policy=policy)
-            for s in seeds:
-                groups[s].append([x for x in logs if x.seed == s])
-        batch, raw = samples(groups, weights)
+        seeds = [int(s) for s in rng.choice(pool, size=settings.seeds_per_step, replace=False)]
+        groups = rollout_batch(job.task, job.prompt, sampler, seeds, settings.group,
+                               gate=job.gate, policy=job.policy)  # fmt: skip
+        batch, raw = samples(groups, job.weights)
         # one model with two prompts: both roles' completions update it
         merged = [(next(r for r in train_models if loaded[r][0] is loaded[role][0]), ids, a)
                   for role, ids, a in batch if any(loaded[r][0] is loaded[role][0] for r in train_models)]  # fmt: skip
@@ -348,9 +330,9 @@ def train(
             "seconds": round(time.perf_counter() - t0, 1),
         }
         history.append(row)
-        log(row)
+        job.log(row)
     plain: dict[int, Any] = {}  # one model with two prompts: merged once
-    for role, d in out_dirs.items():
+    for role, d in job.out_dirs.items():
         model = loaded[role][0]
         plain.setdefault(id(model), tokens.plain(model))
         lm.save(plain[id(model)], loaded[role][1], Path(d))

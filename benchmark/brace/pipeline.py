@@ -244,15 +244,14 @@ def run(s: Settings, store: Store, job: list[str] | None = None, log: Any = prin
         report["rl"] = {**(earlier.get("rl") or {}), "reused": True}
         log(f"rl: reusing {rl[s.roles[0]].parent}")
     else:
-        from benchmark.brace.rl import train_rl
+        from benchmark.brace.rl import RLJob, train_rl
 
         def make_rl(work: Path) -> None:
-            report["rl"] = train_rl(
-                s.algorithm, rl_task, prompt, sft, {r: work / r for r in rl},
-                train_seeds=rl_seeds, splits=splits, settings=s.rl,
-                train_belief=s.train_belief, raw_history=s.raw_history, gate=gate,
-                policy=policy, seed=s.seed, log=lambda row: log(f"rl {row}"), weights=weights,
-            )  # fmt: skip
+            rl_job = RLJob(rl_task, prompt, sft, {r: work / r for r in rl}, train_seeds=rl_seeds,
+                           splits=splits, gate=gate, policy=policy, seed=s.seed,
+                           log=lambda row: log(f"rl {row}"), weights=weights)  # fmt: skip
+            report["rl"] = train_rl(s.algorithm, rl_job, s.rl, train_belief=s.train_belief,
+                                    raw_history=s.raw_history)  # fmt: skip
 
         if not build_model(rl[s.roles[0]].parent, make_rl, s.rl_identity(job), digests):
             # another job (a requeued copy beside this one) finished it while this one waited

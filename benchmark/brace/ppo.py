@@ -33,17 +33,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmark.brace import tokens
 from benchmark.brace.rewards import DEFAULT_WEIGHTS, BeliefWeights, belief_reward
-from benchmark.brace.rollout import StepLog, run
+from benchmark.brace.rollout import StepLog, rollout_batch
 from benchmark.brace.settings import RLSettings
 from benchmark.finetune import lm
 from benchmark.prompts.belief import BELIEF_ROLE
 from benchmark.seeds import check_training_seeds
+
+if TYPE_CHECKING:
+    from benchmark.brace.rl import RLJob
 
 VALUE_HEAD = "value_head.safetensors"  # the critic, saved beside a trained model's weights
 ADAPTERS = "adapters"  # a LoRA learner's reference: its own model with the adapters off
@@ -274,68 +277,52 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else 0.0
 
 
-def train(
-    task: Any,
-    prompt: Any,
-    model_dirs: dict[str, str | Path],
-    out_dirs: dict[str, Path],
-    *,
-    train_seeds: Sequence[int],
-    splits: Any,
-    settings: RLSettings,
-    train_belief: bool = True,
-    gate: Any = None,
-    policy: Any = None,
-    seed: int = 0,
-    log: Any = print,
-    weights: BeliefWeights = DEFAULT_WEIGHTS,
-) -> dict[str, Any]:
-    """PPO of the models at `model_dirs` ("policy", and "belief" unless the prompt has no
-    belief round) on `train_seeds` (training seeds only); saves each role to `out_dirs` (a
-    frozen belief copied byte for byte). Returns the per-iteration rows and the critic's
-    value loss per iteration (benchmark.brace.rl.train_rl documents the arguments)."""
+def train(job: RLJob, settings: RLSettings, *, train_belief: bool = True) -> dict[str, Any]:
+    """PPO of `job`'s models ("policy", and "belief" unless the prompt has no belief round);
+    saves each role to `job.out_dirs` (a frozen belief copied byte for byte). Returns the
+    per-iteration rows and the critic's value loss per iteration (benchmark.brace.rl documents
+    the arguments)."""
     import torch
 
     from benchmark.brace.joint import Sampler
 
-    check_training_seeds(train_seeds, splits)
-    if len(train_seeds) < settings.seeds_per_step:
+    check_training_seeds(job.train_seeds, job.splits)
+    if len(job.train_seeds) < settings.seeds_per_step:
         raise ValueError(f"rl seeds_per_step={settings.seeds_per_step}: more than the "
-                         f"{len(train_seeds)} training seeds given")  # fmt: skip
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    trained_roles = {"policy"} | ({"belief"} if train_belief and "belief" in model_dirs else set())
+                         f"{len(job.train_seeds)} training seeds given")  # fmt: skip
+    torch.manual_seed(job.seed)
+    rng = np.random.default_rng(job.seed)
+    trained_roles = {"policy"} | (
+        {"belief"} if train_belief and "belief" in job.model_dirs else set()
+    )
     loaded = {
         role: tokens.load_for_rl(
             d, dtype=settings.dtype, lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha,
             gradient_checkpointing=settings.gradient_checkpointing, train=role in trained_roles,
         )
-        for role, d in model_dirs.items()
+        for role, d in job.model_dirs.items()
     }  # fmt: skip
     learners = {
         r: Learner(*loaded[r], settings, role=r,
-                   reference=reference_for(settings, model_dirs[r]) if r == "policy" else None)
+                   reference=reference_for(settings, job.model_dirs[r]) if r == "policy" else None)
         for r in trained_roles
     }  # fmt: skip
-    sampler = Sampler(loaded, settings.temperature, seed=seed)
+    sampler = Sampler(loaded, settings.temperature, seed=job.seed)
     stages = ["policy"] * settings.policy_iterations + ["joint"] * settings.iterations
-    history, pool = [], [int(s) for s in train_seeds]
+    history, pool = [], [int(s) for s in job.train_seeds]
     value_loss: dict[str, list[float | None]] = {r: [] for r in sorted(trained_roles)}
     for it, stage in enumerate(stages):
         t0 = time.perf_counter()
         seeds = [int(s) for s in rng.choice(pool, size=settings.seeds_per_step, replace=False)]
-        groups: dict[int, list[list[StepLog]]] = {s: [] for s in seeds}
-        for _ in range(settings.group):
-            _, logs = run(task, prompt, sampler, seeds, gate=gate, policy=policy)
-            for s in seeds:
-                groups[s].append([x for x in logs if x.seed == s])
+        groups = rollout_batch(job.task, job.prompt, sampler, seeds, settings.group,
+                               gate=job.gate, policy=job.policy)  # fmt: skip
         roles = ["policy"] + (["belief"] if stage == "joint" and "belief" in learners else [])
-        trajs, raw = trajectories(groups, roles, weights)
+        trajs, raw = trajectories(groups, roles, job.weights)
         losses = {}
         for role in roles:  # the belief after the policy, both on this batch
             mine = [t for t in trajs if t.role == role]
             scored = learners[role].score(mine)
-            losses[role] = {**learners[role].update(mine, seed=seed + it),
+            losses[role] = {**learners[role].update(mine, seed=job.seed + it),
                             "sampling_gap": sampling_gap(mine), **scored}  # fmt: skip
         for role in value_loss:
             value_loss[role].append(losses.get(role, {}).get("value_loss"))
@@ -348,9 +335,9 @@ def train(
             "seconds": round(time.perf_counter() - t0, 1),
         }  # fmt: skip
         history.append(row)
-        log(row)
-    for role, d in out_dirs.items():
-        save_role(role, loaded[role], learners.get(role), Path(model_dirs[role]), Path(d))
+        job.log(row)
+    for role, d in job.out_dirs.items():
+        save_role(role, loaded[role], learners.get(role), Path(job.model_dirs[role]), Path(d))
     return {"algorithm": "ppo", "settings": settings.as_dict(), "history": history,
             "value_loss": value_loss, "trained_roles": sorted(trained_roles)}  # fmt: skip
 

@@ -174,6 +174,19 @@ def run(
     return rows, logs
 
 
+def rollout_batch(task: Any, prompt: Any, consultant: Consultant, seeds: Sequence[int],
+                  group: int, *, gate: Any = None, policy: Any = None
+                  ) -> dict[int, list[list[StepLog]]]:  # fmt: skip
+    """An RL rollout batch: `seeds` each played `group` times (`run`), the step logs of each
+    seed's episodes in play order (seed -> one list of step logs per episode)."""
+    groups: dict[int, list[list[StepLog]]] = {s: [] for s in seeds}
+    for _ in range(group):
+        _, logs = run(task, prompt, consultant, seeds, gate=gate, policy=policy)
+        for s in seeds:
+            groups[s].append([x for x in logs if x.seed == s])
+    return groups
+
+
 def sft_examples(logs: Sequence[StepLog]) -> dict[str, list[Example]]:
     """The supervised examples of each role from teacher logs: the belief model's updates
     (the teacher's belief) and the policy model's actions (the expert's)."""

@@ -10,6 +10,7 @@ import pytest
 from benchmark.brace import joint, rollout
 from benchmark.brace.pipeline import brace_prompt, task_for
 from benchmark.brace.rewards import format_score
+from benchmark.brace.rl import RLJob, RLSettings
 from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
 
@@ -53,7 +54,6 @@ def test_rl_draws_from_the_whole_training_pool():
     """TextWorld: one seed per game of `task.train_games` (each folds onto its own game);
     an env without a pool: a fresh seed for every episode of every RL iteration."""
     from benchmark.brace.pipeline import rl_seed_pool
-    from benchmark.brace.rl import RLSettings
     from benchmark.envs import load_env_cfg
     from benchmark.seeds import TRAIN_SEED_MIN
 
@@ -113,29 +113,29 @@ def test_sibling_updates_of_one_state_form_its_grpo_group(teacher_logs):
 
 def test_joint_rl_refuses_a_held_out_seed_before_any_work():
     with pytest.raises(ValueError, match="seed 5 is in the validation split"):
-        joint.train(None, None, {}, {}, train_seeds=[200, 5], splits=DEFAULT_SPLITS)
+        joint.train(RLJob(None, None, {}, {}, [200, 5], DEFAULT_SPLITS), RLSettings())
     with pytest.raises(ValueError, match="seed 150 is in the test split"):
-        joint.train(None, None, {}, {}, train_seeds=[150], splits=DEFAULT_SPLITS)
+        joint.train(RLJob(None, None, {}, {}, [150], DEFAULT_SPLITS), RLSettings())
 
 
 @pytest.mark.slow
 def test_joint_rl_trains_on_training_seeds_only(tmp_path, monkeypatch, tiny_model):
     base = tiny_model("small")
     played = []
-    real_run = joint.run
+    real_run = rollout.run
 
     def spy(task, prompt, consultant, seeds, **kw):
         played.extend(seeds)
         return real_run(task, prompt, consultant, seeds, **kw)
 
-    monkeypatch.setattr(joint, "run", spy)
+    monkeypatch.setattr(rollout, "run", spy)
     prompt = brace_prompt()
     prompt.update_decoding = type(prompt.update_decoding)(max_new_tokens=12)
     out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
-    result = joint.train(task_for("empty5x5_random", 2), prompt, {"belief": base, "policy": base},
-                         out, train_seeds=[300, 301, 302], splits=DEFAULT_SPLITS, iterations=1,
-                         seeds_per_step=2, group=2, belief_samples=2,
-                         log=lambda r: None)  # fmt: skip
+    job = RLJob(task_for("empty5x5_random", 2), prompt, {"belief": base, "policy": base}, out,
+                [300, 301, 302], DEFAULT_SPLITS, log=lambda r: None)  # fmt: skip
+    settings = RLSettings(iterations=1, seeds_per_step=2, group=2, belief_samples=2)
+    result = joint.train(job, settings)
     assert played and all(s >= 200 for s in played) and len(played) == 4
     (row,) = result["history"]
     assert row["updates"] == 2 * 2 * 2  # 2 seeds x 2 members x 2 steps (capped episodes)

@@ -11,8 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
-from benchmark.brace import ppo, rl, tokens
-from benchmark.brace.rl import RLSettings
+from benchmark.brace import ppo, rl, rollout, tokens
+from benchmark.brace.rl import RLJob, RLSettings
 from benchmark.finetune import lm
 from benchmark.seeds import DEFAULT_SPLITS
 from tests.brace import episodes
@@ -337,8 +337,8 @@ def test_settings_are_refused_with_the_bad_value_named():
     with pytest.raises(ValueError, match=r"rl belief_learning_rate=0.0: must be > 0, or null"):
         RLSettings(belief_learning_rate=0.0).check()
     with pytest.raises(ValueError, match=r"rl kl_coef=0.01: read by the PPO trainer only"):
-        rl.train_rl("grpo", None, None, {}, {}, train_seeds=[200], splits=DEFAULT_SPLITS,
-                    settings=RLSettings(kl_coef=0.01))  # fmt: skip
+        rl.train_rl("grpo", RLJob(None, None, {}, {}, [200], DEFAULT_SPLITS),
+                    RLSettings(kl_coef=0.01))  # fmt: skip
     with pytest.raises(ValueError, match=r"rl lam=1.5: must be in \[0, 1\]"):
         RLSettings(lam=1.5).check()
     with pytest.raises(ValueError, match=r"rl dtype='fp8': allowed float32, bfloat16"):
@@ -346,18 +346,16 @@ def test_settings_are_refused_with_the_bad_value_named():
     with pytest.raises(ValueError, match=r"rl settings \['critic'\]: unknown"):
         RLSettings.of({"critic": 1})
     with pytest.raises(ValueError, match=r"brace algorithm 'dqn': allowed ppo, grpo"):
-        rl.train_rl("dqn", None, None, {}, {}, train_seeds=[200], splits=DEFAULT_SPLITS,
-                    settings=RLSettings())  # fmt: skip
+        rl.train_rl("dqn", RLJob(None, None, {}, {}, [200], DEFAULT_SPLITS), RLSettings())
     with pytest.raises(ValueError, match="seed 5 is in the validation split"):
-        ppo.train(None, None, {}, {}, train_seeds=[200, 5], splits=DEFAULT_SPLITS,
-                  settings=RLSettings())  # fmt: skip
+        ppo.train(RLJob(None, None, {}, {}, [200, 5], DEFAULT_SPLITS), RLSettings())
 
 
 def _alternating_outcomes(monkeypatch):
     """Episodes alternately won and lost (the untrained tiny model never wins): the rewards
     by hand, the rollouts, models and updates real."""
     outcome = itertools.cycle([1.0, 0.0])
-    real = ppo.run
+    real = rollout.run
 
     def run(*a, **kw):
         rows, logs = real(*a, **kw)
@@ -366,7 +364,7 @@ def _alternating_outcomes(monkeypatch):
             x.success = by_seed[x.seed]
         return rows, logs
 
-    monkeypatch.setattr(ppo, "run", run)
+    monkeypatch.setattr(rollout, "run", run)
 
 
 @pytest.mark.parametrize("train_belief", [False, pytest.param(True, marks=pytest.mark.slow)])
@@ -382,10 +380,9 @@ def test_frozen_belief_stays_byte_identical_while_the_policy_trains(
     out = {"belief": tmp_path / "b", "policy": tmp_path / "p"}
     settings = RLSettings(iterations=1, policy_iterations=1, seeds_per_step=2, group=1,
                           learning_rate=1e-2, kl_coef=0.01)  # fmt: skip
-    result = rl.train_rl("ppo", task_for("empty5x5_random", 2), prompt,
-                         {"belief": tiny, "policy": tiny}, out, train_seeds=[300, 301],
-                         splits=DEFAULT_SPLITS, settings=settings, train_belief=train_belief,
-                         log=lambda r: None)  # fmt: skip
+    job = RLJob(task_for("empty5x5_random", 2), prompt, {"belief": tiny, "policy": tiny}, out,
+                [300, 301], DEFAULT_SPLITS, log=lambda r: None)  # fmt: skip
+    result = rl.train_rl("ppo", job, settings, train_belief=train_belief)
     weights = "model.safetensors"
     same_policy = (out["policy"] / weights).read_bytes() == (tiny / weights).read_bytes()
     same_belief = (out["belief"] / weights).read_bytes() == (tiny / weights).read_bytes()
@@ -510,9 +507,9 @@ def test_direct_action_rl_trains_the_policy_alone_on_raw_history(tiny, tmp_path,
     out = {"policy": tmp_path / "p"}
     settings = RLSettings(iterations=1, policy_iterations=0, seeds_per_step=2, group=1,
                           learning_rate=1e-2)  # fmt: skip
-    result = rl.train_rl("ppo", task_for("empty5x5_random", 2), history_prompt(),
-                         {"policy": tiny}, out, train_seeds=[300, 301], splits=DEFAULT_SPLITS,
-                         settings=settings, raw_history=True, log=lambda r: None)  # fmt: skip
+    job = RLJob(task_for("empty5x5_random", 2), history_prompt(), {"policy": tiny}, out,
+                [300, 301], DEFAULT_SPLITS, log=lambda r: None)  # fmt: skip
+    result = rl.train_rl("ppo", job, settings, raw_history=True)
     (row,) = result["history"]
     assert result["trained_roles"] == ["policy"] and row["updates"] == 0  # no belief round
     assert row["context_tokens"] > 0 and row["value_loss"]["policy"] is not None
