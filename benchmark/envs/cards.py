@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmark.envs.base import CardView, Episode, Memory
+from benchmark.envs.deck import deal_claim, deal_rule
 from benchmark.envs.family import Family, system_block
 from benchmark.envs.higherlower import rank_name
 
@@ -91,17 +92,21 @@ def cards_examples(level: str | None = None) -> str:
 # -- belief state (benchmark.prompts.belief) -------------------------------------------------------
 
 
-def belief_claims(episode: Episode) -> list[str]:
-    """Claims that the current card, the counts and the streaks establish (all observed)."""
-    view, mem = episode.view(), episode.memory
-    seen = len(view.seen)
+def observed_claims(view: CardView, mem: Memory) -> list[str]:
+    """Claims that the current card, the counts and the streaks establish (all observed): the
+    belief update's and the Agent-BRACE teacher's."""
     return [
         f"- the current card is {view.card_name} [confirmed]",
-        f"- {seen} cards have been dealt; {sum(view.remaining)} remain [confirmed]",
+        deal_claim(len(view.seen), sum(view.remaining)),
         f"- {view.higher} remaining cards rank higher and {view.lower} lower [confirmed]",
         f"- {view.equal} remaining cards share the current rank [confirmed]",
         f"- win streak {mem.win_streak}, loss streak {mem.loss_streak} [confirmed]",
     ]
+
+
+def belief_claims(episode: Episode) -> list[str]:
+    """Claims that the current card, the counts and the streaks establish (all observed)."""
+    return observed_claims(episode.view(), episode.memory)
 
 
 def belief_steps(episode: Episode, since: int, limit: int) -> list[str]:
@@ -120,15 +125,9 @@ def brace_teacher(truth: Any) -> list[str]:
     confirmed; the next card's side labelled by its probability from the remaining deck."""
     from benchmark.vocabulary import label_for
 
-    view, mem = truth.view, truth.memory
+    view = truth.view
     total = sum(view.remaining)
-    claims = [
-        f"- the current card is {view.card_name} [confirmed]",
-        f"- {len(view.seen)} cards have been dealt; {total} remain [confirmed]",
-        f"- {view.higher} remaining cards rank higher and {view.lower} lower [confirmed]",
-        f"- {view.equal} remaining cards share the current rank [confirmed]",
-        f"- win streak {mem.win_streak}, loss streak {mem.loss_streak} [confirmed]",
-    ]
+    claims = observed_claims(view, truth.memory)
     if total:
         for side, n in (("higher", view.higher), ("lower", view.lower)):
             claims.append(f"- the next card ranks {side} [{label_for(n / total)}]")
@@ -142,11 +141,6 @@ def brace_rules() -> list[Any]:
 
     def card(m, t, lb):
         return fact_verdict(m[1].upper() == t.view.card_name, lb)
-
-    def dealt(m, t, lb):
-        return fact_verdict(
-            int(m[1]) == len(t.view.seen) and int(m[2]) == sum(t.view.remaining), lb
-        )
 
     def higher_lower(m, t, lb):
         return fact_verdict(int(m[1]) == t.view.higher and int(m[2]) == t.view.lower, lb)
@@ -168,7 +162,7 @@ def brace_rules() -> list[Any]:
 
     return [
         ("current card", re.compile(r"\bthe current card is (a|k|q|j|10|[2-9])\b"), card),
-        ("deck", re.compile(r"^(\d+) cards have been dealt; (\d+) remain"), dealt),
+        deal_rule("deck", lambda t: (len(t.view.seen), sum(t.view.remaining))),
         (
             "higher/lower",
             re.compile(r"^(\d+) remaining cards rank higher and (\d+) lower"),

@@ -1,17 +1,21 @@
 """What the POPGym card families (HigherLower `cards`, `repeatprevious`) share: the one-hot
-observation their MLP policies read, the checks of a deck-sized config and the booking of one
-answer (`DeckEpisode.settle`)."""
+observation their MLP policies read, the checks of a deck-sized config, the booking of one
+answer (`DeckEpisode.settle`) and the belief claim of the deal's progress with its rule."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 from popgym.core.deck import DECK_SIZE
 
 from benchmark.envs.base import Episode
+
+if TYPE_CHECKING:
+    from benchmark.envs.truth import Rule
 
 
 class OneHot(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -86,3 +90,23 @@ class DeckEpisode(Episode):
         mem.win_streak = mem.win_streak + 1 if outcome == win else 0
         mem.loss_streak = mem.loss_streak + 1 if outcome == loss else 0
         return reward, self.done
+
+
+DEAL_RE = re.compile(r"^(\d+) cards have been dealt; (\d+) remain")
+
+
+def deal_claim(dealt: int, remain: int) -> str:
+    """The belief claim of the deal's progress (observed, so confirmed): one wording for both
+    card families, which `deal_rule` reads back."""
+    return f"- {dealt} cards have been dealt; {remain} remain [confirmed]"
+
+
+def deal_rule(subject: str, progress: Callable[[Any], tuple[int, int]]) -> Rule:
+    """The claim rule of `deal_claim`: `progress(truth)` is (cards dealt, cards left) in the true
+    state."""
+    from benchmark.vocabulary import fact_verdict
+
+    def verdict(m: re.Match[str], truth: Any, label: str) -> str | None:
+        return fact_verdict((int(m[1]), int(m[2])) == progress(truth), label)
+
+    return (subject, DEAL_RE, verdict)

@@ -19,7 +19,7 @@ import importlib
 import inspect
 import pkgutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -162,14 +162,19 @@ class Family:
         return "best option"
 
 
-def system_block(role: str, actions: Sequence[str], rules: Sequence[str]) -> str:
-    """Blocks (i)-(iii) as the families with named actions word them: the ROLE line, each valid
-    action with its meaning (benchmark.vocabulary), then the RULES."""
+def system_block(
+    role: str,
+    actions: Sequence[str],
+    rules: Sequence[str],
+    meanings: Mapping[str, str] = ACTION_MEANING,
+) -> str:
+    """Blocks (i)-(iii) as every family words them: the ROLE line, each valid action with its
+    meaning (benchmark.vocabulary's, or the family's own `meanings`), then the RULES."""
     lines = [
         f"ROLE: {role}",
         "",
         "VALID ACTIONS:",
-        *(f"- {a}: {ACTION_MEANING[a]}" for a in actions),
+        *(f"- {a}: {meanings[a]}" for a in actions),
         "",
         "RULES:",
         *rules,

@@ -26,8 +26,16 @@ from popgym.core.deck import SUITS
 from popgym.envs.repeat_previous import RepeatPrevious
 
 from benchmark.envs.base import Episode, Memory, Task
-from benchmark.envs.deck import DeckEpisode, OneHot, check_actions, check_decks, check_steps
-from benchmark.envs.family import Family
+from benchmark.envs.deck import (
+    DeckEpisode,
+    OneHot,
+    check_actions,
+    check_decks,
+    check_steps,
+    deal_claim,
+    deal_rule,
+)
+from benchmark.envs.family import Family, system_block
 from benchmark.envs.wrappers import ActionSubset
 
 SUIT_NAMES: tuple[str, ...] = ("SPADES", "DIAMONDS", "CLUBS", "HEARTS")  # POPGym's SUITS order
@@ -227,7 +235,7 @@ def window_claims(view: SuitView, suits: Sequence[int]) -> list[str]:
     first = max(1, view.card - view.k + 1)
     claims = [
         f"- the current card is a {suit_name(view.suit)[:-1].lower()} [confirmed]",
-        f"- {view.card} cards have been dealt; {view.n_cards - view.card} remain [confirmed]",
+        deal_claim(view.card, view.n_cards - view.card),
         *card_claims(first, suits[first - 1 : view.card - 1]),
     ]
     if view.target_card is None:
@@ -268,11 +276,6 @@ def brace_rules() -> list[Any]:
     def current(m, t, lb):
         return fact_verdict(singular(m[1]) == suit_name(t.view.suit), lb)
 
-    def dealt(m, t, lb):
-        return fact_verdict(
-            int(m[1]) == t.view.card and int(m[2]) == t.view.n_cards - t.view.card, lb
-        )
-
     def card(m, t, lb):
         number = int(m[1])
         if not 1 <= number <= t.view.card:
@@ -281,7 +284,7 @@ def brace_rules() -> list[Any]:
 
     return [
         ("current card", re.compile(rf"\bthe current card is an? {SUIT_RE}\b"), current),
-        ("deal", re.compile(r"^(\d+) cards have been dealt; (\d+) remain"), dealt),
+        deal_rule("deal", lambda t: (t.view.card, t.view.n_cards - t.view.card)),
         ("dealt card", re.compile(rf"\bcard (\d+) was an? {SUIT_RE}\b"), card),
     ]
 
@@ -296,17 +299,15 @@ class RepeatPreviousFamily(Family):
     def system(self, task, actions, level, rationale, autopilot):
         """Blocks (i)-(iii); the same at every level."""
         k, n = task.k, task.n_cards
-        lines = [
-            f"ROLE: You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
+        role = (
+            f"You advise an agent playing RepeatPrevious (POPGym): a shuffled {n}-card deck is "
             "dealt one card at a time and the agent sees only the suit of the card just dealt. At "
             f"every card it must name the suit of {lag_words(k)} ({k} cards back, counting the "
             "current one). The current suit alone does not tell the answer: it has to be "
-            "remembered.",
-            "",
-            "VALID ACTIONS:",
-            *(f"- {a}: the card {k - 1} back was a {a[:-1].lower()}" for a in actions),
-            "",
-            "RULES:",
+            "remembered."
+        )
+        meanings = {a: f"the card {k - 1} back was a {a[:-1].lower()}" for a in actions}
+        rules = [
             *([RATIONALE_RULE] if rationale else []),
             "- No other text or markdown.",
             f"- Name the suit of {lag_words(k)}. From card {k} on an answer scores "
@@ -315,7 +316,7 @@ class RepeatPreviousFamily(Family):
             if autopilot
             else "- If that card is not known, any suit but the current one is as good as another.",
         ]
-        return "\n".join(lines)
+        return system_block(role, actions, rules, meanings)
 
     def state(self, view, memory, actions, level, autopilot, map_radius=5, planner_hint="frontier"):
         """Block (iv), cumulative: basic = the current suit and the card number (what the policy
