@@ -27,15 +27,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from benchmark.config import without_defaults
 from benchmark.consultants import backend_class
+from benchmark.consultants.base import Decoding
 from benchmark.envs.base import TaskSettings, env_identity
-from benchmark.envs.family import FAMILY_PROMPT_KEYS, IDENTITY_FAMILY_KEYS, get_family
+from benchmark.envs.family import FamilyPromptSettings, get_family
 from benchmark.gates import GateSettings
 from benchmark.redact import redact_data
 from benchmark.settings import (
     CELL,
+    FINETUNED_PROMPT,
     STUDY,
+    UNREAD,
     WITHOUT_PPO,
     added,
     execution,
@@ -66,11 +68,11 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
-class PromptSettings:
-    """The roles of the `prompt` keys added after identity version 2 (the protocols set them):
-    at the value every cell before them used they stay out, so those cells keep their hash."""
+class PromptSettings(FamilyPromptSettings):
+    """The roles of the `prompt` keys: those only some families read (FamilyPromptSettings) and
+    those added after identity version 2 (the protocols set them): at the value every cell
+    before them used they stay out, so those cells keep their hash."""
 
-    planner_hint: str = added("frontier", old="frontier")
     style: str = added("appendix", old="appendix")
 
 
@@ -215,9 +217,10 @@ class CellSpec:
         out["gate"] = {k: v for k, v in out["gate"].items() if k != "name"}
         if "env" in out:  # what only PPO reads is no part of a cell that runs none
             out["env"] = env_identity(out["env"], CELL if self.uses_policy else WITHOUT_PPO)
-        if "prompt" in out:  # the family-dependent keys its texts do not read
-            unread = set(IDENTITY_FAMILY_KEYS) - family_prompt_keys(self.config)
-            out["prompt"] = _drop(out["prompt"], tuple(sorted(unread)))
+        if "prompt" in out:  # the family-dependent keys its texts do not read (UNREAD)
+            read = family_prompt_keys(self.config)
+            seen = identity_of(PromptSettings, out["prompt"], UNREAD)
+            out["prompt"] = {k: v for k, v in out["prompt"].items() if k in read or k in seen}
         if "policy" in out:  # the tensors and what loads them (policy_digest), not the recipe
             out["policy"] = {"weights": self.inputs["policy_weights"]}
         if "slm" in out:
@@ -227,12 +230,12 @@ class CellSpec:
             if "env" in backend:  # a backend trained on the env's states (slm=finetuned)
                 backend = {**backend, "env": env_identity(backend["env"])}
             if isinstance(backend.get("prompt"), dict):  # slm=finetuned's copy of the prompt
-                backend = {**backend, "prompt": _sans_choice_score(backend["prompt"])}
+                backend = {**backend, "prompt": _finetuned_prompt(backend["prompt"])}
             if self.inputs["model"] is not None:  # the weights by content, not where they lie
                 backend = {**_drop(backend, ("path",)), "weights": self.inputs["model"]}
             out["slm"] = {**out["slm"], "backend": backend}
-            # slm.decoding.mode, .source, .repetition_penalty and .choice_score (and their copies in the prompt's sampling) at their
-            # defaults are left out: cells made before the keys existed keep their hash
+            # slm.decoding and its copy in the prompt's sampling as their owner (Decoding)
+            # declares them: cells made before a key existed keep their hash
             for part, key in (("slm", "decoding"), ("prompt", "sampling")):
                 if isinstance(out.get(part), dict) and key in out[part]:
                     out[part] = {**out[part], key: without_default_decoding(out[part][key])}
@@ -279,10 +282,11 @@ class CellSpec:
         if self.uses_consultant:
             rationale = "+r" if c["prompt"].get("rationale") else ""
             read = family_prompt_keys(c)  # the family's keys away from their usual value
+            usual = PromptSettings()
             keys = [
                 f",{k}={c['prompt'][k]}"
                 for k in sorted(read)
-                if k in c["prompt"] and c["prompt"][k] != FAMILY_PROMPT_KEYS[k]
+                if k in c["prompt"] and c["prompt"][k] != getattr(usual, k)
             ]
             parts += [self.slm_label, c["prompt"]["name"] + rationale + "".join(keys)]
         if self.uses_policy:
@@ -354,7 +358,7 @@ class CellSpec:
 
 
 def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
-    """The family-dependent prompt keys (envs.family.FAMILY_PROMPT_KEYS) that the cell's env
+    """The family-dependent prompt keys (envs.family.FamilyPromptSettings) that the cell's env
     family reads at its prompt level: its family answers (Family.prompt_keys)."""
     prompt, env = config.get("prompt") or {}, config.get("env") or {}
     if not prompt.get("level") or not env.get("family"):
@@ -362,30 +366,20 @@ def family_prompt_keys(config: dict[str, Any]) -> frozenset[str]:
     return get_family(str(env["family"])).prompt_keys(str(prompt["level"]))
 
 
-# decoding keys added after the cells they would re-key, at the value those cells used
-DECODING_DEFAULTS = {
-    "mode": "generate",
-    "source": "config",
-    "repetition_penalty": 1.0,
-    "choice_score": "sum",
-}
+def without_default_decoding(decoding: Any, scheme: str = CELL) -> Any:
+    """A decoding mapping (slm.decoding, prompt.sampling) as its owner, Decoding, declares it in
+    `scheme`: the keys added after cells existed left out at the value those cells used
+    (consultants.base.Decoding); anything not a mapping (null: no sampling set) as it is."""
+    return identity_of(Decoding, decoding, scheme) if isinstance(decoding, dict) else decoding
 
 
-def without_default_decoding(decoding: Any) -> Any:
-    """A decoding mapping (slm.decoding, prompt.sampling) without `mode`, `source`,
-    `repetition_penalty` and `choice_score` where they hold their defaults, "generate", "config",
-    1.0 and "sum" (what every cell before those keys existed did); anything else as it is."""
-    return without_defaults(decoding, DECODING_DEFAULTS)
-
-
-def _sans_choice_score(prompt: dict[str, Any]) -> dict[str, Any]:
-    """A prompt config whose sampling leaves out `choice_score` at its default "sum" (the key
-    came after the fine-tuned consultant's cells, whose backend holds a copy of the prompt)."""
+def _finetuned_prompt(prompt: dict[str, Any]) -> dict[str, Any]:
+    """The fine-tuned consultant's copy of the prompt, its sampling as Decoding declares it for
+    that copy (whose cells came after every decoding key but `choice_score`)."""
     sampling = prompt.get("sampling")
     if not isinstance(sampling, dict):
         return prompt
-    default = {"choice_score": DECODING_DEFAULTS["choice_score"]}
-    return {**prompt, "sampling": without_defaults(sampling, default)}
+    return {**prompt, "sampling": without_default_decoding(sampling, FINETUNED_PROMPT)}
 
 
 def _drop(value: Any, keys: tuple[str, ...]) -> Any:

@@ -18,6 +18,11 @@ from typing import Any
 CELL, STUDY, CHECKPOINT = "cell", "study", "checkpoint"
 # the env of a cell that runs no PPO (what only PPO reads is no part of it)
 WITHOUT_PPO = "without-ppo"
+# a fine-tuned consultant's copy of the prompt in its cell's identity (its cells came after some
+# decoding keys did: they always held those, at every value)
+FINETUNED_PROMPT = "finetuned-prompt"
+# the prompt of a cell whose env family's texts do not read a key at its level (Family.prompt_keys)
+UNREAD = "unread"
 
 
 def identity(default: Any = dataclasses.MISSING, *, outside: tuple[str, ...] = ()) -> Any:
@@ -30,10 +35,14 @@ def execution(default: Any = dataclasses.MISSING) -> Any:
     return _field(default, {"identity": False})
 
 
-def added(default: Any, *, old: Any, outside: tuple[str, ...] = ()) -> Any:
+def added(
+    default: Any, *, old: Any, outside: tuple[str, ...] = (), kept_in: tuple[str, ...] = ()
+) -> Any:
     """An identity setting added after results existed: at `old`, what those results computed,
-    it stays out of the identity, so they keep theirs (any other value is other results)."""
-    return _field(default, {"identity": True, "old": old, "outside": tuple(outside)})
+    it stays out of the identity, so they keep theirs (any other value is other results). In the
+    schemes of `kept_in`, whose results all came after it and held it, it stays in at `old` too."""
+    meta = {"identity": True, "old": old, "outside": tuple(outside), "kept_in": tuple(kept_in)}
+    return _field(default, meta)
 
 
 def _field(default: Any, metadata: dict[str, Any]) -> Any:
@@ -77,6 +86,8 @@ def identity_of(owner: Any, values: Any = None, scheme: str = CELL) -> Any:
             return True
         if not meta["identity"] or scheme in meta.get("outside", ()):
             return False
+        if scheme in meta.get("kept_in", ()):
+            return True
         return not ("old" in meta and value == meta["old"])
 
     return {k: v for k, v in values.items() if kept(k, v)}

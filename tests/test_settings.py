@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import pytest
@@ -79,6 +80,43 @@ def test_the_cells_key_lists_are_read_from_the_owners_declarations():
     }
 
 
+def test_the_env_family_and_decoding_owners_drop_what_their_lists_dropped():
+    """envs.base.TaskSettings, envs.family.FamilyPromptSettings and consultants.base.Decoding
+    declare what the hand-kept lists held (ADDED_TASK_KEY_DEFAULTS, IDENTITY_FAMILY_KEYS,
+    DECODING_DEFAULTS), so no cell changes its hash (tests/test_cell_hashes.py)."""
+    from benchmark.cell import PromptSettings
+    from benchmark.consultants.base import Decoding
+    from benchmark.envs.base import TaskSettings, env_identity
+    from benchmark.settings import FINETUNED_PROMPT, UNREAD, WITHOUT_PPO
+
+    task = {"level": 5, "ppo_input": "answer"}
+    assert env_identity({"name": "tw", "task": task}) == {"name": "tw", "task": {"level": 5}}
+    assert identity_of(TaskSettings, {**task, "ppo_input": "player"})["ppo_input"] == "player"
+    assert identity_of(TaskSettings, {**task, "ppo_input": "player"}, WITHOUT_PPO) == {"level": 5}
+    prompt = {"planner_hint": "none", "map_radius": 5, "style": "appendix", "level": "stateful"}
+    assert identity_of(PromptSettings, prompt) == {
+        "planner_hint": "none",
+        "map_radius": 5,
+        "level": "stateful",
+    }
+    assert identity_of(PromptSettings, prompt, UNREAD) == {"map_radius": 5, "level": "stateful"}
+    assert PromptSettings().planner_hint == "frontier" and PromptSettings().map_radius == 5
+    old = {"mode": "generate", "source": "config", "repetition_penalty": 1.0}
+    decoding = {"temperature": 0.0, "choice_score": "sum", **old}
+    assert identity_of(Decoding, decoding) == {"temperature": 0.0}
+    assert identity_of(Decoding, decoding, FINETUNED_PROMPT) == {"temperature": 0.0, **old}
+    assert identity_of(Decoding, {**decoding, "choice_score": "mean"})["choice_score"] == "mean"
+
+
+def test_a_field_kept_in_a_scheme_stays_there_at_its_old_value():
+    @dataclass(frozen=True)
+    class Later:
+        hint: str = added("frontier", old="frontier", kept_in=("later",))
+
+    assert identity_of(Later, {"hint": "frontier"}) == {}
+    assert identity_of(Later, {"hint": "frontier"}, "later") == {"hint": "frontier"}
+
+
 def _hash(tmp_path, *overrides: str) -> str:
     from benchmark.build import normalize_checkpoint
     from benchmark.cell import CellSpec
@@ -124,3 +162,88 @@ def test_the_checkpoint_scheme_reads_the_policy_owners_declarations():
         "eval_seeds": "fixed",
         "head": "slots",
     }
+
+
+# ------------------------------------------------------------------ no hand-kept key lists
+IDENTITY_MODULES = (
+    "benchmark/cell.py",
+    "benchmark/policy/checkpoints.py",
+    "benchmark/envs/base.py",
+    "benchmark/envs/family.py",
+)
+KEY_LIST_SUFFIXES = ("_KEYS", "_DEFAULTS", "_DROPS")
+
+
+def _config_key_names() -> set[str]:
+    """Every key of every mapping in conf/ (what a config key may be called)."""
+    import yaml
+
+    from benchmark.config import CONF
+
+    names: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            names.update(str(k) for k in node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in CONF.rglob("*.yaml"):
+        walk(yaml.safe_load(path.read_text()))
+    return names
+
+
+def _literal_strings(node: ast.expr) -> set[str]:
+    """The strings a literal tuple, list, set or dict (a dict's keys), or frozenset/set/tuple/dict
+    of one, spells out; empty for anything computed (read from an owner's declarations)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+        if node.func.id in ("frozenset", "set", "tuple", "dict"):
+            return _literal_strings(node.args[0])
+    items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+    if not isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)) or items is None:
+        return set()
+    return {n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def hand_kept_key_lists(source: str, config_keys: set[str]) -> dict[str, set[str]]:
+    """The module-level constants named *_KEYS, *_DEFAULTS or *_DROPS whose literal value spells
+    out config key names, by name, with those names."""
+    found = {}
+    for stmt in ast.parse(source).body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        value = getattr(stmt, "value", None)
+        for target in targets:
+            if not isinstance(target, ast.Name) or value is None:
+                continue
+            if target.id.endswith(KEY_LIST_SUFFIXES):
+                keys = _literal_strings(value) & config_keys
+                if keys:
+                    found[target.id] = keys
+    return found
+
+
+def test_the_scan_finds_a_hand_kept_list_and_passes_a_derived_one():
+    keys = {"ppo_input", "planner_hint"}
+    source = (
+        'ADDED_TASK_KEY_DEFAULTS = {"ppo_input": "answer"}\n'
+        'IDENTITY_FAMILY_KEYS: tuple = ("planner_hint",)\n'
+        "EXECUTION_KEYS = {k: execution_keys(o) for k, o in OWNERS.items()}\n"
+        'SETTINGS_KEYS = ("policy_class",)\n'  # not a config key: the zip's own fields
+    )
+    assert hand_kept_key_lists(source, keys) == {
+        "ADDED_TASK_KEY_DEFAULTS": {"ppo_input"},
+        "IDENTITY_FAMILY_KEYS": {"planner_hint"},
+    }
+
+
+@pytest.mark.parametrize("module", IDENTITY_MODULES)
+def test_no_identity_module_keeps_a_list_of_config_keys(module):
+    """Identity is computed from the owners' field declarations (benchmark.settings), never
+    from lists of keys kept beside the code that reads them."""
+    from benchmark.config import CONF
+
+    source = (CONF.parent / module).read_text()
+    assert hand_kept_key_lists(source, _config_key_names()) == {}

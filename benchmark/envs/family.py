@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from benchmark.settings import UNREAD, added, identity
 from benchmark.vocabulary import ACTION_MEANING
 
 if TYPE_CHECKING:
@@ -32,12 +33,19 @@ if TYPE_CHECKING:
 
 PACKAGE = "benchmark.envs"
 ENTRY_POINT_GROUP = "benchmark.families"  # how a family in another installed package is found
-# Prompt keys only some families' texts read (Family.prompt_keys), with the value the name omits.
-# map_radius (the known-map window) is read by the grid's `stateful` level only, but has been part
-# of every ASK cell's identity since the first results: it stays there, so those cells keep their
-# hash; it is declared so that names and the docs say where it matters.
-FAMILY_PROMPT_KEYS = {"planner_hint": "frontier", "map_radius": 5}
-IDENTITY_FAMILY_KEYS = ("planner_hint",)  # dropped from an identity where the family reads none
+
+
+@dataclass(frozen=True)
+class FamilyPromptSettings:
+    """The prompt keys only some families' texts read (Family.prompt_keys), at the value a cell's
+    name omits. A key declared outside the UNREAD scheme leaves the identity of a cell whose
+    family's texts do not read it at the cell's prompt level: it changes no prompt there."""
+
+    # what a `Planner hint:` line searches for; frontier: the cells before the key existed
+    planner_hint: str = added("frontier", old="frontier", outside=(UNREAD,))
+    # the known-map window, read by the grid's `stateful` level only, but in every ASK cell's
+    # identity since the first results: it stays there, so those cells keep their hash
+    map_radius: int = identity(5)
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ class Family:
         raise NotImplementedError(f"family {self.name!r} has no ASK state block")
 
     def prompt_keys(self, level: str) -> frozenset[str]:
-        """The prompt config keys beyond the common ones (FAMILY_PROMPT_KEYS) that this family's
+        """The prompt config keys beyond the common ones (FamilyPromptSettings) that this family's
         ASK state block reads at `level`. A cell's identity and name hold exactly these: a key no
         text of the family reads at that level changes no prompt, so it names no other cell."""
         return frozenset()
