@@ -26,22 +26,6 @@ FIGURE = re.compile(
 )
 GENERATED = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.S)
 LINK = re.compile(r"\]\((?:\.\./|docs/)?(?:measured/)([a-z0-9-]+)\.md")
-# pages whose hand-typed figures still wait for the command that measures them; strict: a page
-# that passes must leave this list
-PENDING = {
-    "docs/analysis.md",
-    "docs/bad-input.md",
-    "docs/choices.md",
-    "docs/cluster.md",
-    "docs/consultants.md",
-    "docs/development.md",
-    "docs/families.md",
-    "docs/feedback.md",
-    "docs/gates.md",
-    "docs/pitfalls.md",
-    "docs/policies.md",
-    "docs/reliability.md",
-}
 
 
 def figures(text: str) -> list[tuple[int, str]]:
@@ -69,16 +53,7 @@ def unsourced(text: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "doc",
-    [
-        pytest.param(
-            p,
-            id=str(p.relative_to(REPO)),
-            marks=[pytest.mark.xfail(strict=True, reason="hand-typed figures not yet sourced")]
-            if str(p.relative_to(REPO)) in PENDING
-            else [],
-        )
-        for p in DOCS
-    ],
+    [pytest.param(p, id=str(p.relative_to(REPO))) for p in DOCS],
 )
 def test_every_quoted_figure_is_on_a_measured_page_the_document_links(doc):
     bad = unsourced(doc.read_text())
