@@ -11,9 +11,8 @@ import copy
 import functools
 import itertools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,15 +23,6 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 os.environ.setdefault("BENCHMARK_REPO", str(REPO))
 
 Composer = Callable[..., DictConfig]
-
-
-def without_defaults(mapping: Any, defaults: Mapping[str, Any]) -> Any:
-    """`mapping` without the keys that hold their value in `defaults`: keys added after results
-    were stored, at the value that computes what those results computed, stay out of every hash
-    there (checkpoints, cells, fine-tuned and trained models); anything not a dict as it is."""
-    if not isinstance(mapping, dict):
-        return mapping
-    return {k: v for k, v in mapping.items() if not (k in defaults and v == defaults[k])}
 
 
 def options(group: str) -> list[str]:
