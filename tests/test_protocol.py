@@ -680,6 +680,33 @@ def test_the_departure_check_accounts_for_every_agent_brace_trainer_key(monkeypa
     assert bare == ["brace.rl.iterations (brace_tw_train)"]
 
 
+def test_departure_rows_carry_no_hand_typed_figures():
+    """A row's effect quotes no figure (a measured effect names its runs and the command that
+    writes the figures to a docs/measured page; one not yet measured says so, with the command
+    that measures it or why none can), and its reason quotes only settings and the papers'
+    figures. The values column is computed (differences()), so it is not scanned."""
+    import re
+
+    from tests.test_measured_figures import FIGURE
+
+    # the released code's settings and the paper's figures the reasons quote
+    quoted = {"[0.1, 2.0]", "[0.01, 2.0]", "[0.01, 1.5]", "0.999", "0.99", "0.03"}
+    quoted |= {"0.89", "0.53", "0.55"}  # the paper's PPO rows (DoorKey-8x8, FourRooms)
+    paper = OmegaConf.load(REPO / "conf" / "protocol" / "paper.yaml")
+
+    def found(text: str | None) -> list[str]:
+        return [m.group(0) for m in FIGURE.finditer(re.sub(r"`[^`]*`", "", text or ""))]
+
+    assert found("test success 0.060 [0.02, 0.11] `x=0.5`") == ["0.060", "[0.02, 0.11]"]
+    for row in paper.departures:
+        assert found(row.get("effect")) == [], row.what
+        assert set(found(row.why)) <= quoted, row.what
+    effects = [str(r.get("effect") or "") for r in paper.departures]
+    assert not [e for e in effects if "not measured" in e], "say 'not yet measured' and how"
+    unmeasured = [e for e in effects if "not yet measured" in e]
+    assert all("python -m benchmark" in e or "no command" in e or "no key" in e for e in unmeasured)
+
+
 def test_code_rows_cover_no_value_and_are_listed():
     """A `code` row (the code computes differently, no config key holds a value) covers nothing
     and is never flagged idle; the pooled invalid rate against the released zero-filled mean is
