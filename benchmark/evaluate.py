@@ -25,7 +25,7 @@ from benchmark.uncertainty import draw_masks, mc_dropout
 
 MODES = ("lockstep", "sequential")
 # Part of every cell's identity: bump it with any change here or in metrics.py, uncertainty.py or
-# gates.py that changes episodes.jsonl for the same config, so no stale cell is reused.
+# gates/ that changes episodes.jsonl for the same config, so no stale cell is reused.
 EVALUATION_VERSION = 1
 
 
