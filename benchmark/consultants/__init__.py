@@ -28,8 +28,16 @@ __all__ = [
     "available_backends",
     "backend",
     "backend_class",
+    "check_slm",
     "make_consultant",
+    "slm_keys",
 ]
+# the slm keys of every backend; belief_name and policy_name label the two models of Agent-BRACE's
+# methods (conf/method/brace_*.yaml), which set them whatever the backend (a preset's rows with
+# slm=tiny keep them); a backend adds its own (Consultant.slm_keys)
+SLM_KEYS = frozenset(
+    {"name", "cache", "cache_max_entries", "decoding", "backend", "belief_name", "policy_name"}
+)
 
 
 def make_consultant(slm_cfg: Any, paths_cfg: Any) -> Consultant:
@@ -136,6 +144,23 @@ def backend_class(backend_cfg: Any) -> type[Consultant]:
             f"slm.backend._target_={target!r} is not a benchmark.consultants.base.Consultant"
         )
     return cls
+
+
+def slm_keys(slm: Any) -> frozenset[str]:
+    """The keys the `slm` node may hold: every backend's, and those its backend adds."""
+    return SLM_KEYS | frozenset(backend_class(slm.get("backend")).slm_keys)
+
+
+def check_slm(slm: Any) -> None:
+    """The `slm` config's values, before any work: its decoding against the backend
+    (`Decoding.check_config`), then the backend's own checks (`Consultant.check_config`: the
+    openai backend's server settings)."""
+    slm = slm if isinstance(slm, Mapping) else {}
+    node = slm.get("backend")
+    backend = backend_class(node) if isinstance(node, Mapping) else None
+    Decoding.check_config(slm.get("decoding") or {}, backend)
+    if backend is not None:
+        backend.check_config(slm)
 
 
 def _target_class(backend_cfg: Any) -> type | None:

@@ -113,9 +113,78 @@ class Decoding:
         ):
             raise ValueError(f"decoding seed={self.seed!r} must be an integer or null")
 
+    @staticmethod
+    def check_config(decoding: Mapping[str, Any], backend: type[Consultant] | None) -> None:
+        """`slm.decoding` against its `backend` (None: no slm.backend node), before any work.
+        source: config or model, model only where the backend reads the model's generation
+        config (`Consultant.reads_generation_config`); mode: generate or choices, choices only
+        greedy and where the backend can score (`choice_scoring`)."""
+        source = decoding.get("source")
+        if source is not None and source not in SOURCES:
+            raise ValueError(
+                f"slm.decoding.source={source!r} is invalid: allowed {list(SOURCES)} "
+                "(docs/protocol.md)"
+            )
+        if backend is None:
+            return
+        name = backend.label or backend.__name__
+        if source == "model" and backend.uses_lm and not backend.reads_generation_config:
+            raise ValueError(
+                f"slm.decoding.source=model: the {name} backend cannot read the served model's "
+                "generation config; set slm.decoding.source=config and slm.decoding.temperature/"
+                "top_p/top_k to the model's values"
+            )
+        penalty = decoding.get("repetition_penalty")
+        if penalty is not None and (
+            isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0
+        ):
+            raise ValueError(
+                f"slm.decoding.repetition_penalty={penalty!r} is invalid: allowed a number > 0 "
+                "(1.0 = off; docs/protocol.md)"
+            )
+        _check_mode(decoding, backend)
+
     @property
     def sampling(self) -> bool:
         return self.temperature > 0
+
+
+def _check_mode(decoding: Mapping[str, Any], backend: type[Consultant]) -> None:
+    mode, score = decoding.get("mode"), decoding.get("choice_score")
+    if score is not None and score not in CHOICE_SCORES:
+        raise ValueError(
+            f"slm.decoding.choice_score={score!r} is invalid: allowed {list(CHOICE_SCORES)} "
+            "(docs/choices.md)"
+        )
+    if score not in (None, "sum") and mode != "choices":
+        raise ValueError(
+            f"slm.decoding.choice_score={score!r} ranks the valid actions of "
+            f"slm.decoding.mode=choices; with mode={mode or 'generate'!r} it changes nothing: "
+            "set slm.decoding.mode=choices or leave choice_score at sum"
+        )
+    if mode is None or mode == "generate":
+        return
+    if mode == "choices" and decoding.get("source") == "model":
+        raise ValueError(
+            "slm.decoding.mode=choices answers with the most likely action: it needs "
+            "slm.decoding.source=config (source=model samples where the model's generation "
+            "config does)"
+        )
+    if mode != "choices":
+        raise ValueError(
+            f"slm.decoding.mode={mode!r} is invalid: allowed generate, choices (docs/protocol.md)"
+        )
+    temperature = decoding.get("temperature") or 0
+    if temperature > 0:
+        raise ValueError(
+            f"slm.decoding.mode=choices answers with the most likely action: it needs "
+            f"slm.decoding.temperature=0, got {temperature!r}"
+        )
+    if not backend.choice_scoring:
+        raise ValueError(
+            f"slm.decoding.mode=choices: the {backend.label or backend.__name__} backend cannot "
+            "score the valid actions; allowed slm.decoding.mode=generate"
+        )
 
 
 def sampling_fields(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -267,8 +336,9 @@ class Consultant(abc.ABC):
     @classmethod  # noqa: B027 - an optional hook
     def check_config(cls, slm: Mapping[str, Any]) -> None:
         """Fail, naming the bad value and what is allowed, on a value of the `slm` config
-        (its `backend` and `decoding`) this backend cannot serve; validate.py calls it after
-        the checks every backend shares. Nothing to check by default."""
+        (its `backend` and `decoding`) this backend cannot serve; `consultants.check_slm` calls
+        it after the checks every backend shares (`Decoding.check_config`). Nothing to check by
+        default."""
 
     def check_decoding(self, decoding: Decoding) -> None:  # noqa: B027 - an optional hook
         """Fail, naming the setting to change, on decoding settings (the cell's `slm.decoding`)

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from benchmark.cell import without_default_decoding
+from benchmark.consultants import check_slm
 from benchmark.consultants.base import Decoding, Query, sampling_fields
 from benchmark.consultants.cache import cache_key, decoding_key
 from benchmark.consultants.hf import HFConsultant
 from benchmark.consultants.openai_compat import OpenAIConsultant
-from benchmark.validate import _check_decoding_mode
 from tests.conftest import REPO, compose_cfg
 from tests.consultants.test_prefix import ask_queries
 
@@ -54,7 +54,7 @@ def test_bad_penalties_are_refused_naming_the_key(tmp_path):
     assert sampling_fields({"repetition_penalty": 1}) == {"repetition_penalty": 1.0}
     cfg = compose_cfg(tmp_path, "slm=tiny", "slm.decoding.repetition_penalty=0")
     with pytest.raises(ValueError, match=r"slm.decoding.repetition_penalty=0 is invalid"):
-        _check_decoding_mode(cfg)
+        check_slm(cfg.slm)
 
 
 def test_penalty_enters_cell_identity_and_cache_key_only_when_on():
@@ -153,7 +153,7 @@ def test_openai_sends_the_penalty_only_when_on_and_refuses_it_for_choices(tmp_pa
         "slm.decoding.repetition_penalty=1.1",
     )
     with pytest.raises(ValueError, match=r"slm.decoding.repetition_penalty=1.0"):
-        _check_decoding_mode(cfg)
+        check_slm(cfg.slm)
 
 
 def test_official_protocol_decodes_greedily_with_the_released_penalty(tmp_path):
