@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import zipfile
@@ -26,6 +27,7 @@ from stable_baselines3.common.utils import ConstantSchedule
 from benchmark.envs.base import Task, env_identity
 from benchmark.policy import names, portable, resume, sb3zip
 from benchmark.policy.errors import CheckpointError
+from benchmark.policy.network import DROPOUT_PLACEMENTS
 from benchmark.policy.provenance import system_info
 from benchmark.policy.train import TRAINING_VERSION, as_dict, train
 from benchmark.seeds import DEFAULT_SPLITS, Splits
@@ -62,6 +64,24 @@ class PolicySettings:
     train_seed_pool: Any = added(None, old=None)
     eval_seeds: str = added("fixed", old="fixed")
     head: str = added("slots", old="slots")
+
+    @staticmethod
+    def check_config(policy: Any) -> None:
+        """policy.image_scale (the released code's raw image / 10) and policy.dropout_placement
+        before any work, as every other policy value (the network would refuse them only when a
+        training starts)."""
+        scale = policy.get("image_scale")
+        number = isinstance(scale, int | float) and not isinstance(scale, bool)
+        if scale is not None and not (number and math.isfinite(scale) and scale > 0):
+            raise ValueError(
+                f"policy.image_scale={scale!r} is invalid: allowed a number > 0, or null"
+            )
+        placement = policy.get("dropout_placement", DROPOUT_PLACEMENTS[0])
+        if placement not in DROPOUT_PLACEMENTS:
+            raise ValueError(
+                f"policy.dropout_placement={placement!r} is invalid: "
+                f"allowed {list(DROPOUT_PLACEMENTS)}"
+            )
 
 
 # read from the declarations (older results roots are migrated with these)
