@@ -60,6 +60,44 @@ class TuningSettings:
     # tau_range clipped at log2|A|: every study before the key existed clipped
     clip_tau: bool = added(True, old=True)
 
+    @staticmethod
+    def check_scope(cfg: Any) -> None:
+        """tuning.scope, and tuning.shared's keys: keys of the whole config `cfg` (or prompt)."""
+        from omegaconf import OmegaConf
+
+        from benchmark.config import option_file, options
+
+        scope, shared = cfg.tuning.scope, cfg.tuning.shared
+        if scope not in ("cell", "shared"):
+            raise ValueError(f"tuning.scope={scope!r} is invalid: allowed cell, shared")
+        if scope == "shared" and not shared:
+            raise ValueError(
+                "tuning.scope=shared needs tuning.shared: the overrides that name the cell whose "
+                "study supplies the tau, e.g. {policy.checkpoint: final}"
+            )
+        for key, value in (shared or {}).items():
+            if key == "prompt":
+                if not option_file("prompt", str(value)).is_file():
+                    raise ValueError(
+                        f"tuning.shared.prompt={value!r} is invalid: allowed {options('prompt')}"
+                    )
+            elif OmegaConf.select(cfg, str(key), default="<missing>") == "<missing>":
+                raise ValueError(
+                    f"tuning.shared names {key!r}, which is not a config key: allowed dotted keys "
+                    "of this config (e.g. policy.checkpoint, prompt.rationale) or prompt"
+                )
+
+    @staticmethod
+    def check_config(tuning: Mapping[str, Any]) -> None:
+        """tuning.clip_tau, the objective and its parameters (Objective), tuning.n_trials."""
+        clip = tuning.get("clip_tau", True)
+        if not isinstance(clip, bool):
+            raise ValueError(f"tuning.clip_tau={clip!r} is invalid: allowed true or false")
+        Objective.from_config(tuning)
+        n_trials = tuning.get("n_trials")
+        if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+            raise ValueError(f"tuning.n_trials={n_trials!r} is invalid: allowed an integer >= 1")
+
 
 @dataclass(frozen=True)
 class Objective:
