@@ -3,7 +3,14 @@
 A variant is built from conf/prompt/<name>.yaml with hydra.utils.instantiate; see base.py for the
 session protocol and parse.py for the one parser every variant uses."""
 
-from benchmark.prompts.base import Consultation, Decision, PromptSession, PromptVariant
+from benchmark.prompts.base import (
+    Consultation,
+    Decision,
+    PromptSession,
+    PromptVariant,
+    check_choice_scoring,
+    prompt_keys,
+)
 from benchmark.prompts.parse import (
     PARSER_VERSION,
     json_field,
@@ -21,8 +28,10 @@ __all__ = [
     "Decision",
     "PromptSession",
     "PromptVariant",
+    "check_choice_scoring",
     "json_field",
     "parse_action",
     "parse_plan",
     "parse_reason",
+    "prompt_keys",
 ]

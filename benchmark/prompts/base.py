@@ -183,3 +183,49 @@ def _advance(
         pending[k] = next(gen) if answers is None else gen.send(answers)
     except StopIteration as stop:
         out[k] = stop.value
+
+
+HYDRA_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_"})
+
+
+def prompt_keys(prompt: Any) -> frozenset[str]:
+    """The keys the `prompt` node may hold: its variant's constructor arguments, and Hydra's."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    params = inspect.signature(get_class(str(prompt.get("_target_"))).__init__).parameters
+    return (
+        frozenset(k for k, p in params.items() if k != "self" and p.kind != p.VAR_KEYWORD)
+        | HYDRA_KEYS
+    )
+
+
+def check_choice_scoring(prompt: Any, task: Task) -> None:
+    """slm.decoding.mode=choices needs a prompt with an answer choice scoring can score
+    (`scores_choices`, asked of the queries of one real consultation); else every answer would
+    silently be generated."""
+    from hydra.utils import instantiate
+
+    from benchmark.consultants.base import scores_choices
+
+    variant = instantiate(prompt)
+    variant.check(task)
+    consultation = variant.session(task.episode(0), False).consult(0)
+    queries, rounds = [], next(consultation)
+    try:
+        while True:  # every round of one consultation, answered in the prompt's own format
+            queries += rounds
+            rounds = consultation.send([Answer(q.render_answer(q.actions[0], "x")) for q in rounds])
+    except StopIteration:
+        pass
+    if any(scores_choices(q) for q in queries):
+        return
+    rationale = prompt.get("rationale")
+    raise ValueError(
+        f"slm.decoding.mode=choices cannot score any answer of prompt={prompt.get('name')}"
+        + (f" with prompt.rationale={str(rationale).lower()}" if rationale else "")
+        + ": choice scoring answers a query whose answer is one bare action, and this prompt's "
+        "answers carry a reason, a belief update or a plan; allowed slm.decoding.mode=generate, "
+        "or a prompt whose answer is one action (an ASK prompt with prompt.rationale=false)"
+    )
