@@ -66,6 +66,49 @@ class EvalSettings:
     step_records: Any = execution(False)
     workers: Any = execution("auto")
 
+    @staticmethod
+    def check_config(eval_cfg: Any, tuning: Any, splits: Any) -> None:
+        """eval.split, the episode counts of eval and tuning within their splits (`splits`),
+        eval.torch_threads and eval.step_records."""
+        from benchmark.analysis.steps import RERUN
+
+        if eval_cfg.split not in splits.names():
+            raise ValueError(f"eval.split={eval_cfg.split!r} is invalid: allowed {splits.names()}")
+        for key, section in (("eval", eval_cfg), ("tuning", tuning)):
+            n_ep = section.n_episodes
+            split = eval_cfg.split if key == "eval" else "validation"
+            size = splits.size(split)
+            if not isinstance(n_ep, int) or not 1 <= n_ep <= max(size, 1):
+                raise ValueError(
+                    f"{key}.n_episodes={n_ep!r} is invalid: allowed an integer in 1..{size} "
+                    f"(the size of the {split} split)"
+                )
+        threads = eval_cfg.get("torch_threads")
+        if threads is not None and (
+            not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+        ):
+            raise ValueError(
+                f"eval.torch_threads={threads!r} is invalid: allowed an integer >= 1 or null"
+            )
+        records = eval_cfg.get("step_records", False)
+        if not (isinstance(records, bool) or records == RERUN):
+            raise ValueError(
+                f"eval.step_records={records!r} is invalid: allowed true, false, {RERUN} (true, "
+                "and a complete cell computed without them runs its evaluation again to record "
+                "them)"
+            )
+
+    @staticmethod
+    def check_execution(eval_cfg: Any) -> None:
+        """eval.mode and eval.workers (a positive integer or auto)."""
+        from benchmark import workers
+
+        if eval_cfg.mode not in ("lockstep", "sequential"):
+            raise ValueError(
+                f"eval.mode={eval_cfg.mode!r} is invalid: allowed lockstep, sequential"
+            )
+        workers.resolve(eval_cfg.get("workers"))
+
 
 @dataclass(frozen=True)
 class PromptSettings(FamilyPromptSettings):
@@ -74,6 +117,17 @@ class PromptSettings(FamilyPromptSettings):
     before them used they stay out, so those cells keep their hash."""
 
     style: str = added("appendix", old="appendix")
+
+    @staticmethod
+    def check_config(prompt: Any) -> None:
+        """prompt.planner_hint (the navigation families' planner hints), where the prompt sets it."""
+        from benchmark.envs.navfeatures import PLANNER_HINTS
+
+        hint = prompt.get("planner_hint") if prompt is not None else None
+        if hint is not None and hint not in PLANNER_HINTS:
+            raise ValueError(
+                f"prompt.planner_hint={hint!r} is invalid: allowed {list(PLANNER_HINTS)}"
+            )
 
 
 # the owner of each config section whose keys declare a role (a section without one: all identity)
