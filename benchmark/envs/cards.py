@@ -180,6 +180,7 @@ class CardsFamily(Family):
     name = "cards"
     kinds = ("card_game",)
     prompt_version = 2
+    where_figure = "benchmark.report.analysis.cards_figure"  # rates by card and by decision
 
     def system(self, task, actions, level, rationale, autopilot):
         return cards_system(actions, level, rationale, autopilot)

@@ -78,6 +78,15 @@ class Family:
     # it), so that the results of the old texts are not reused and other families' are kept.
     prompt_version: int = 1
     feedback: Any = None  # an object with title(task), observation(view), description(...)
+    # The SB3 features extractors its observations can feed, by the `policy.extractor` value that
+    # selects one: the class as "module.Class", imported only when a policy is built (it is
+    # torch code, a layer above; benchmark.policy.network asks every family for its own).
+    extractors: Mapping[str, str] = {}
+    # The report's "where queries land" figure of its envs, drawn from their step records
+    # (Episode.step_fields): "module.function"(sweep, env, cells, steps, out) -> Path | None, the
+    # function of benchmark.report.analysis that suits its records, or a family's own; None:
+    # its envs get no such figure.
+    where_figure: str | None = None
 
     PARTS = {  # prompt part -> the methods a family overrides to have it
         "ask": ("system", "state", "examples"),

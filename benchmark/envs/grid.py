@@ -515,6 +515,9 @@ class GridFamily(Family):
     kinds = ("navigation", "doorkey")
     prompt_version = 2
     feedback = GridFeedback()
+    # the MiniGrid docs' CNN over the 7x7x3 egocentric image (policy=ppo_cnn)
+    extractors = {"minigrid_cnn": "benchmark.policy.network.MinigridFeaturesExtractor"}
+    where_figure = "benchmark.report.analysis.grid_figure"  # heatmaps by grid position
 
     def system(self, task, actions, level, rationale, autopilot):
         return grid_system(task, actions, level, rationale, autopilot)

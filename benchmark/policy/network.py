@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from hydra.utils import get_class
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -25,7 +26,7 @@ from torch import nn
 
 from benchmark.envs.minigrid_nav import IMAGE_SCALE, VIEW
 
-EXTRACTORS = ("flat", "minigrid_cnn")
+FLAT = "flat"  # SB3's flatten; every other `policy.extractor` is an env family's (extractors())
 ALGORITHMS = ("ppo", "recurrent_ppo")
 IMAGE_NORMALIZATIONS = ("sb3", "per_channel")
 # where the dropout of each hidden layer sits: after its activation (the suite's and the paper
@@ -103,6 +104,14 @@ class MinigridFeaturesExtractor(BaseFeaturesExtractor):
             n_flatten = self.cnn(torch.zeros(1, len(IMAGE_SCALE), VIEW, VIEW)).shape[1]
         self.linear = nn.Sequential(nn.Linear(n_flatten, features_dim), nn.ReLU())
 
+    @classmethod
+    def config_kwargs(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+        """Its `features_extractor_kwargs` from a policy config (policy=ppo_cnn's keys)."""
+        return {
+            "features_dim": int(cfg.get("features_dim", 128)),
+            "normalization": str(cfg.get("image_normalization", "sb3")),
+        }
+
     def image(self, observations: torch.Tensor) -> torch.Tensor:
         """(B, 147) flat observations -> (B, 3, 7, 7) channels-first, normalized."""
         x = observations.reshape(-1, VIEW, VIEW, len(IMAGE_SCALE)).permute(0, 3, 1, 2)
@@ -131,18 +140,32 @@ def policy_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
             )
         kwargs["features_extractor_class"] = RawImageScale
         kwargs["features_extractor_kwargs"] = {"divisor": float(image_scale)}
-    if extractor not in EXTRACTORS:
-        raise ValueError(f"policy.extractor={extractor!r}: allowed {EXTRACTORS}")
-    if extractor == "minigrid_cnn":
-        kwargs["features_extractor_class"] = MinigridFeaturesExtractor
-        kwargs["features_extractor_kwargs"] = {
-            "features_dim": int(cfg.get("features_dim", 128)),
-            "normalization": str(cfg.get("image_normalization", "sb3")),
-        }
+    if extractor != FLAT:
+        found = extractors()
+        if extractor not in found:
+            raise ValueError(f"policy.extractor={extractor!r}: allowed {(FLAT, *found)}")
+        extractor_cls = get_class(found[extractor])
+        kwargs["features_extractor_class"] = extractor_cls
+        config_kwargs = getattr(extractor_cls, "config_kwargs", None)
+        kwargs["features_extractor_kwargs"] = config_kwargs(cfg) if config_kwargs else {}
     if algorithm(cfg) == "recurrent_ppo":
         kwargs["lstm_hidden_size"] = int(cfg["lstm_hidden_size"])
         kwargs["n_lstm_layers"] = int(cfg.get("n_lstm_layers", 1))
     return kwargs
+
+
+def extractors() -> dict[str, str]:
+    """The features extractors the env families provide (`Family.extractors`), by the
+    `policy.extractor` value that selects one: "module.Class" of an SB3 BaseFeaturesExtractor
+    whose classmethod `config_kwargs(policy config)` gives its constructor arguments (none
+    without it). The first family to name one keeps it."""
+    from benchmark.envs.family import available_families, get_family
+
+    found: dict[str, str] = {}
+    for name in available_families():
+        for key, target in get_family(name).extractors.items():
+            found.setdefault(key, target)
+    return found
 
 
 def algorithm(cfg: dict[str, Any]) -> str:

@@ -214,24 +214,44 @@ def roc_plot(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> Path | No
 
 
 def where_plots(sweep: Sweep, steps: dict[str, list[dict]], out: Path) -> list[Path]:
-    """One figure per env: navigation, a heatmap per cell; HigherLower, rates by rank and by
-    decision index per cell."""
+    """One figure per env, the one its family declares (`Family.where_figure`): navigation, a
+    heatmap per cell (`grid_figure`); HigherLower, rates by rank and by decision index per cell
+    (`cards_figure`); none for a family that declares none."""
+    from hydra.utils import get_method
+
     paths = []
     cells = [c for c in _cells(sweep, steps) if c.job in steps]
     for env in sweep.envs():
         mine = [c for c in cells if c.env == env]
-        if not mine:
+        family = _family_of(sweep, mine[0]) if mine else None
+        if family is None or family.where_figure is None:
             continue
-        first = steps[mine[0].job]
-        if any("pos" in r for r in first):
-            path = _grid_figure(sweep, env, mine, steps, out)
-        elif any("rank" in r for r in first):
-            path = _cards_figure(env, mine, steps, out)
-        else:
-            path = None
+        path = get_method(family.where_figure)(sweep, env, mine, steps, out)
         if path is not None:
             paths.append(path)
     return paths
+
+
+def _recorded_env(sweep: Sweep, c: Cell) -> Any:
+    """The env config the cell ran, from its cell.json (None when it has none)."""
+    record = results.read_json(job_dir(sweep, c) / "cell.json") or {}
+    return (record.get("config") or {}).get("env")
+
+
+def _family_of(sweep: Sweep, c: Cell):
+    """The env family of the cell (`family` of the env in its cell.json, else of
+    conf/env/<env>.yaml); None for one this checkout does not know."""
+    from benchmark.envs import available_envs, get_family, load_env_cfg
+
+    env_cfg = _recorded_env(sweep, c)
+    name = env_cfg.get("family") if isinstance(env_cfg, dict) else None
+    if name is None and c.env in available_envs():
+        name = load_env_cfg(c.env).get("family")
+    try:
+        return get_family(str(name)) if name else None
+    except ValueError as exc:  # a family of another checkout or package: no figure
+        log.info("%s: no where figure (%s)", c.job, exc)
+        return None
 
 
 def _task_of(sweep: Sweep, c: Cell):
@@ -240,8 +260,7 @@ def _task_of(sweep: Sweep, c: Cell):
     conf/env/<env>.yaml by name; None: the heatmap is drawn without walls."""
     from benchmark.envs import available_envs, load_env_cfg, make_task, recorded_task
 
-    record = results.read_json(job_dir(sweep, c) / "cell.json") or {}
-    env_cfg = (record.get("config") or {}).get("env")
+    env_cfg = _recorded_env(sweep, c)
     try:
         if isinstance(env_cfg, dict):
             return recorded_task(env_cfg)
@@ -254,7 +273,11 @@ def _task_of(sweep: Sweep, c: Cell):
         return None
 
 
-def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+def grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+    """Per cell, heatmaps by grid position of the query rate, the PPO error rate and the share
+    of steps over the walls of the test episodes (the MiniGrid families' `where_figure`)."""
+    if not any("pos" in r for r in steps[cells[0].job]):  # records from before positions
+        return None
     from matplotlib.colors import LinearSegmentedColormap
 
     from benchmark.report.figures import figure_grid, save_figure
@@ -300,7 +323,11 @@ def _grid_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) ->
     return save_figure(fig, out / f"where_{env}.png")
 
 
-def _cards_figure(env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+def cards_figure(sweep: Sweep, env: str, cells: list[Cell], steps, out: Path) -> Path | None:
+    """Per cell, the query and PPO error rates by current card and by decision index (the cards
+    family's `where_figure`)."""
+    if not any("rank" in r for r in steps[cells[0].job]):
+        return None
     from benchmark.envs.higherlower import RANK_NAMES
     from benchmark.report.figures import figure_grid, save_figure
 
