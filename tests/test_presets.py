@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from benchmark.build import prepare, shared_tuning_config
+from benchmark.config import session
 from tests.conftest import CONF, REPO
 
 EXPECTED = {  # preset: (cells, with slm=tiny substituted)
@@ -86,12 +87,11 @@ def test_preset_cells_compose_and_count(preset, tmp_path):
     assert len(_cells(preset)) == full
     cells = _cells(preset, "slm=tiny") if preset not in ("policies",) else _cells(preset)
     assert len(cells) == tiny
-    for cell in cells:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(
-                "config", overrides=[f"+experiment={preset}", *cell, f"paths.root={tmp_path}"]
-            )
+    # one Hydra composition per choice of config groups, shared by the cells that only change
+    # values (benchmark.config.session; tests/test_config.py checks it equals composing each)
+    with session(CONF) as composer:
+        configs = [composer([f"+experiment={preset}", *c, f"paths.root={tmp_path}"]) for c in cells]
+    for cfg in configs:
         prepare(cfg)  # validate against the env's task (taus, checkpoint thresholds)
         source = shared_tuning_config(cfg)  # tuning.scope=shared names a cell that composes
         if source is not None:
