@@ -379,6 +379,28 @@ def _entries(generation: Any) -> list[dict[str, Any]]:
     )
 
 
+# searches kept by this process: the cells of a sweep play the same test games from the same
+# states, and one search of a Cooking game can take tens of seconds (the oldest go first)
+SEARCHES_KEPT = 4096
+_SEARCHED: dict[tuple, ShortestPlans | planner.SearchTooLarge] = {}
+
+
+def _plans_key(path: Path | None, progression: Any) -> tuple:
+    """Everything planner.shortest_plans reads: the game (its file, content-addressed in the game
+    cache), the true facts, the quests' progress, and the search's size limit."""
+    stamp = path.stat().st_mtime_ns if path is not None else None
+    quests = tuple((q.completable, q.done) for q in progression.quest_progressions)
+    return (
+        str(path),
+        stamp,
+        planner.MAX_STATES,
+        progression.tracking_quests,
+        progression.done,
+        quests,
+        frozenset(progression.state.facts),
+    )
+
+
 class TextWorldEpisode(Episode):
     """One seeded game, with the expert's winning commands and the true facts."""
 
@@ -476,9 +498,20 @@ class TextWorldEpisode(Episode):
             from textworld.generator.inform7 import Inform7Game
 
             progression = self.env.state["_game_progression"]
-            if self._inform7 is None:
-                self._inform7 = Inform7Game(progression.game)
-            self._plans = (self.steps, planner.shortest_plans(progression, self._inform7))
+            key = _plans_key(self.env.path, progression)
+            if key not in _SEARCHED:
+                if self._inform7 is None:
+                    self._inform7 = Inform7Game(progression.game)
+                try:
+                    _SEARCHED[key] = planner.shortest_plans(progression, self._inform7)
+                except planner.SearchTooLarge as err:
+                    _SEARCHED[key] = err
+                while len(_SEARCHED) > SEARCHES_KEPT:
+                    del _SEARCHED[next(iter(_SEARCHED))]
+            found = _SEARCHED[key]
+            if isinstance(found, planner.SearchTooLarge):
+                raise planner.SearchTooLarge(str(found))
+            self._plans = (self.steps, found)
         return self._plans[1]
 
     def optimal_actions(self) -> set[int]:
