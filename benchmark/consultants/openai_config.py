@@ -1,6 +1,7 @@
-"""The openai backend's config checks (`OpenAIConsultant.check_config`, called by validate.py
-before any work): how a cell finds a shared server and waits for it to restart, and which
-decoding settings a server can serve. Every message names the bad value and what is allowed."""
+"""The openai backend's config checks (`OpenAIConsultant.check_config`, called by
+consultants.check_slm before any work): how a cell finds a shared server and waits for it to
+restart, and which decoding settings a server can serve. Every message names the bad value
+and what is allowed."""
 
 from __future__ import annotations
 
