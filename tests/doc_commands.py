@@ -46,6 +46,7 @@ PLACEHOLDERS = {
     "<overrides>": "",
     "<hash>": "0123456789",
     "<folder>": "outputs/models/base/base-0123456789",
+    "<Qwen3-4B folder>": "tests/data",  # any folder: composing checks only that it is one
     "<commit>": "main",
     "<id>": "123",
     "$URL": "/tmp/qwen2b.url",
