@@ -6,15 +6,13 @@ OpenAI-compatible server), dice (random valid action), oracle (expert action).""
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
 from benchmark.consultants.base import Answer, Consultant, Decoding, Query, sampling_fields
 from benchmark.consultants.errors import ConsultantError, ModelNotBuilt
-from benchmark.plugins import entry_point_classes
+from benchmark.plugins import entry_point_classes, package_classes
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "benchmark.backends"  # how a backend in another installed package is named
@@ -100,17 +98,7 @@ def available_backends() -> dict[str, type[Consultant]]:
     group `benchmark.backends` (`package.module:Class`). The wings (bench, finetune, serve)
     name a backend through `backend(label)`, never by its class; a job names one by
     `slm.backend._target_`, which may be any importable Consultant (docs/consultants.md)."""
-    found: dict[str, type[Consultant]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, Consultant)
-                and value.__module__ == module.__name__
-                and value.__dict__.get("label")
-            ):
-                found[value.label] = value
+    found: dict[str, type[Consultant]] = package_classes(__name__, Consultant, "label")
     plugins = entry_point_classes(ENTRY_POINT_GROUP, Consultant, lambda ep, _: ep.name)
     for name, cls in plugins.items():  # this package's own win over a plugin's name
         found.setdefault(name, cls)

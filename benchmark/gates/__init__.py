@@ -9,9 +9,7 @@ group `benchmark.gates`."""
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
-import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,20 +115,9 @@ def available_gates() -> dict[str, type[Gate]]:
     (a folder scan), then those other installed packages register under the entry-point group
     `benchmark.gates` (the value names the class, `package.module:Class`). The report reads
     their declarations (order, marker, swept)."""
-    from benchmark.plugins import entry_point_classes
+    from benchmark.plugins import entry_point_classes, package_classes
 
-    found: dict[str, type[Gate]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, Gate)
-                and value is not Gate
-                and value.__module__ == module.__name__
-                and value.__dict__.get("name")
-            ):
-                found[value.name] = value
+    found: dict[str, type[Gate]] = package_classes(__name__, Gate, "name")
     plugins = entry_point_classes(ENTRY_POINT_GROUP, Gate, lambda _, cls: cls.name)
     for name, cls in plugins.items():  # this package's own win over a plugin's name
         found.setdefault(name, cls)
