@@ -165,8 +165,8 @@ BRACE_UNCOMPARED = {
     "brace.tau": "read only in brace.mode=ask (the released Agent-BRACE acts at every step)",
     "brace.held_out_episodes": f"{_EXECUTION}: the validation seeds SFT and RL are scored on",
     "brace.reward_episodes": f"{_EXECUTION}: the seeds of the greedy training reward",
-    "brace.threads": f"{_EXECUTION} (benchmark.brace.checks.EXECUTION)",
-    "brace.measure_base": f"{_EXECUTION} (benchmark.brace.checks.EXECUTION)",
+    "brace.threads": f"{_EXECUTION} (declared on benchmark.brace.checks.BraceKeys)",
+    "brace.measure_base": f"{_EXECUTION} (declared on benchmark.brace.checks.BraceKeys)",
     "brace.out": f"{_EXECUTION}: the models' folder",
     **{
         f"brace.reward.{term}": "no released key holds a weight: the released reward combines "

@@ -23,6 +23,10 @@ WITHOUT_PPO = "without-ppo"
 FINETUNED_PROMPT = "finetuned-prompt"
 # the prompt of a cell whose env family's texts do not read a key at its level (Family.prompt_keys)
 UNREAD = "unread"
+# Agent-BRACE's trained models (benchmark.brace.checks.BraceKeys): the SFT models and the RL models
+BRACE_SFT, BRACE_RL = "brace-sft", "brace-rl"
+# a fine-tuned model's key (benchmark.finetune.store): how its prompt asks it is no part of it
+FINETUNED = "finetuned"
 
 
 def identity(default: Any = dataclasses.MISSING, *, outside: tuple[str, ...] = ()) -> Any:

@@ -13,6 +13,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from benchmark.brace import shipped
 from benchmark.envs.base import env_identity
+from benchmark.settings import (
+    BRACE_RL,
+    BRACE_SFT,
+    added,
+    execution,
+    identity,
+    identity_of,
+    old_values,
+    outside_keys,
+)
 
 MODES = ("slm", "ask")
 # belief: the policy reads the belief model's belief; summary: the belief model writes a free-text
@@ -25,18 +35,52 @@ ROLES = ("belief", "policy")
 POSITIVE = ("teacher_episodes", "sft_examples", "sft_batch", "held_out_episodes",
             "reward_episodes", "threads")  # fmt: skip
 RATES = ("sft_epochs", "sft_lr")
-# the keys that shape the SFT models (the RL models: all of them); execution keys stay out
-EXECUTION = ("threads", "measure_base", "skip_rl", "out")
-SFT_KEYS = ("base", "tiny_size", "teacher_episodes", "sft_random_trajectories", "sft_examples", "sft_epochs",
-            "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input")  # fmt: skip
-# keys added after models were trained without them, at the value those models used: out of a
-# trained model's identity while they keep it, so the models' folders stay reusable (the
-# appendix ablations: R_belief's terms, the certainty scale, the belief prompt's structure)
-REWARD_DEFAULT = {"correctness": 1.0, "tracking": 1.0, "diversity": 1.0, "success": 1.0,
-                  "format": True}  # fmt: skip
-ADDED_DEFAULTS = {"reward": REWARD_DEFAULT, "labels": "seven", "belief_prompt": "task"}
-# of those, the ones that change the SFT data (the teacher's targets, the update's messages)
-SFT_ADDED = ("labels", "belief_prompt")
+# what only the RL models see: not the SFT models' (their data and training are made without it)
+RL_ONLY = (BRACE_SFT,)
+# R_belief as the paper weighs it: every term at 1, the format score multiplying their sum
+PAPER_REWARD = {"correctness": 1.0, "tracking": 1.0, "diversity": 1.0, "success": 1.0,
+                "format": True}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BraceKeys:
+    """The keys of the `brace` node (conf/brace/agent_brace.yaml) and what each shapes: every
+    trained model (identity), only the RL models (outside the SFT models' scheme), or nothing
+    (execution). Keys added after models were trained without them (the appendix ablations:
+    R_belief's terms, the certainty scale, the belief prompt's structure) are out of a model's
+    identity at the value those models used, so their folders stay reusable."""
+
+    name: str = identity(outside=RL_ONLY)
+    algorithm: str = identity(outside=RL_ONLY)
+    env: str = identity(outside=RL_ONLY)
+    train_belief: bool = identity(outside=RL_ONLY)
+    policy_input: str = identity()
+    seed: int = identity()
+    base: str | None = identity()
+    tiny_size: str = identity()
+    mode: str = identity(outside=RL_ONLY)
+    tau: float = identity(outside=RL_ONLY)
+    teacher_episodes: int = identity()
+    sft_random_trajectories: int = identity()
+    sft_examples: int = identity()
+    sft_epochs: int = identity()
+    sft_batch: int = identity()
+    sft_lr: float = identity()
+    sft_roles: list = identity()
+    held_out_episodes: int = identity(outside=RL_ONLY)
+    rl_max_steps: int = identity(outside=RL_ONLY)
+    rl: dict = identity(outside=RL_ONLY)  # its identity is RLSettings.identity
+    reward_episodes: int = identity(outside=RL_ONLY)
+    skip_rl: bool = execution()
+    measure_base: bool = execution()
+    threads: int = execution()
+    out: str = execution()
+    # R_belief's weights and format switch: the RL models' reward only
+    reward: dict = added(PAPER_REWARD, old=PAPER_REWARD, outside=RL_ONLY)
+    # the certainty scale and the belief prompt also change the SFT data (the teacher's targets,
+    # the update's messages)
+    labels: str = added("seven", old="seven")
+    belief_prompt: str = added("task", old="task")
 
 
 # what shapes a trained model beyond the `brace` keys: the code's rules, named by version, so
@@ -96,12 +140,6 @@ class Settings:
     def raw_history(self) -> bool:
         return self.values["policy_input"] in RAW_HISTORY
 
-    def added(self, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The later-added keys (`ADDED_DEFAULTS`; `keys`: only those) that differ from the
-        value the models trained before them used."""
-        return {k: self.values[k] for k in keys or ADDED_DEFAULTS
-                if self.values[k] != ADDED_DEFAULTS[k]}  # fmt: skip
-
     def reward_weights(self) -> Any:
         """R_belief's settings (benchmark.brace.rewards.BeliefWeights) of `brace.reward` and
         `brace.labels`."""
@@ -120,21 +158,19 @@ class Settings:
         """What made the SFT models: the env (resolved), the SFT keys (random trajectories per
         game included), the prompt they train on, the certainty scale and belief prompt where
         not the paper's, and the teacher's rule version."""
-        keys = {k: self.values[k] for k in SFT_KEYS}
+        keys = identity_of(BraceKeys, self.values, BRACE_SFT)
         if keys["base"] == shipped.NAME:  # the shipped weights, by their pinned digest
             keys["base"] = shipped.identity()
         return {"env": env_identity(self.env), **keys,
                 "prompt": training_prompt(self.values["policy_input"]),
-                **self.added(SFT_ADDED), "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
+                "rules": {"teacher": RULES["teacher"]}}  # fmt: skip
 
     def rl_identity(self, job: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What made the RL models: every key but the execution ones, the RL stage's numbers
+        """What made the RL models: every identity key (BraceKeys), the RL stage's numbers
         (GAE lambda, ..., `RLSettings.identity`), (ask mode) the job whose PPO and gate it uses,
         and the code's `RULES` (the reward's format score, the teacher, the sampler; on raw
         history, `HISTORY_RULE`: the history prompt's view)."""
-        keys = {k: v for k, v in self.values.items()
-                if k not in EXECUTION and k != "rl" and k not in ADDED_DEFAULTS}  # fmt: skip
-        keys.update(self.added())  # the ablations' settings, where not the paper's
+        keys = identity_of(BraceKeys, self.values, BRACE_RL)
         # `brace.env` (the name the models are filed under) must not shadow the env config they
         # are trained on: an RL model trained on other games is never reused (tested)
         keys["env_name"] = keys.pop("env")
@@ -224,9 +260,9 @@ def _check_ablations(values: dict[str, Any]) -> None:
     from benchmark.vocabulary import SCALES
 
     reward = values["reward"]
-    if not isinstance(reward, dict) or set(reward) != set(REWARD_DEFAULT):
+    if not isinstance(reward, dict) or set(reward) != set(PAPER_REWARD):
         got = sorted(reward) if isinstance(reward, dict) else reward
-        _fail("reward", got, f"must hold exactly {', '.join(REWARD_DEFAULT)}")
+        _fail("reward", got, f"must hold exactly {', '.join(PAPER_REWARD)}")
     for key in TERMS:
         w = reward[key]
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
@@ -246,16 +282,17 @@ def _check_ablations(values: dict[str, Any]) -> None:
             _fail("reward", reward, "policy_input=summary writes no claims to check or format "
                   "to score: correctness, tracking and diversity 0, format false (R_belief = "
                   "gamma^t x success)")  # fmt: skip
-        for key in SFT_ADDED:
-            if values[key] != ADDED_DEFAULTS[key]:
+        rl_only = outside_keys(BraceKeys, BRACE_SFT)
+        for key, old in old_values(BraceKeys).items():  # those of the SFT data: scale, prompt
+            if key not in rl_only and values[key] != old:
                 _fail(key, values[key], "policy_input=summary has no certainty labels or "
-                      f"claim coverage; leave it at {ADDED_DEFAULTS[key]!r}")  # fmt: skip
+                      f"claim coverage; leave it at {old!r}")  # fmt: skip
     if values["policy_input"] in RAW_HISTORY:
-        changed = [k for k, v in ADDED_DEFAULTS.items() if values[k] != v]
+        changed = [k for k, v in old_values(BraceKeys).items() if values[k] != v]
         if changed:
             _fail(changed[0], values[changed[0]],
                   f"policy_input={values['policy_input']} has no belief model to apply it to; "
-                  f"leave it at {ADDED_DEFAULTS[changed[0]]!r}")  # fmt: skip
+                  f"leave it at {old_values(BraceKeys)[changed[0]]!r}")  # fmt: skip
 
 
 def _check_cap(cfg: DictConfig, max_steps: int) -> None:

@@ -5,14 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from benchmark.settings import added, identity_of, old_values
+
 ALGORITHMS = ("ppo", "grpo")  # benchmark.brace.rl.train_rl
 DTYPES = ("float32", "bfloat16")
-# fields added after models were trained without them: out of a trained model's identity at the
-# value those models used (off), so their folders stay reusable
-ADDED_OFF = {"kl_coef": 0.0, "belief_learning_rate": None}
-# the fields only the PPO trainer reads (the same two), at the value that turns them off: GRPO
-# refuses any other value
-PPO_ONLY = ADDED_OFF
 
 
 @dataclass(frozen=True)
@@ -28,14 +24,15 @@ class RLSettings:
     group: int = 4
     learning_rate: float = 1e-4  # the policy's (PPO: the actor's); the belief's too unless set
     # PPO: the belief model's own rate (the authors' release trains it at 1e-5 beside the actor's
-    # 1e-6); None: learning_rate
-    belief_learning_rate: float | None = None
+    # 1e-6); None: learning_rate. Added after models were trained without it (as kl_coef): off,
+    # it stays out of a trained model's identity, so their folders stay reusable
+    belief_learning_rate: float | None = added(None, old=None)
     temperature: float = 1.0
     # PPO: the policy's KL penalty against its reference, the model it starts from (the SFT or
     # base model), in the reward as the authors' release applies it (verl's use_kl_in_reward):
     # each completion token's reward less kl_coef x (log pi_old - log pi_ref), the reference's
     # log-probs computed once per batch; 0: off (no reference model is loaded)
-    kl_coef: float = 0.0
+    kl_coef: float = added(0.0, old=0.0)
     belief_samples: int = 1  # GRPO only: updates sampled per belief state
     # PPO (the paper's Tables 9-10 are not in our copy of the paper: these are chosen, docs/brace.md)
     ppo_epochs: int = 2  # passes over each rollout batch
@@ -122,4 +119,9 @@ class RLSettings:
     def identity(self) -> dict[str, Any]:
         """What of these settings names a trained model: every field, less those added later
         while they are off (models trained before them keep their identity)."""
-        return {k: v for k, v in asdict(self).items() if not (k in ADDED_OFF and v == ADDED_OFF[k])}
+        return identity_of(self)
+
+
+# the fields only the PPO trainer reads are the two added later, at the value that turns them
+# off: GRPO refuses any other value
+PPO_ONLY = old_values(RLSettings)

@@ -187,7 +187,10 @@ def test_the_new_settings_at_their_defaults_stay_out_of_a_models_identity(tmp_pa
         "sft_examples", "sft_epochs", "sft_batch", "sft_lr", "sft_roles", "held_out_episodes",
         "rl_max_steps", "reward_episodes", "env", "rl", "ask_job", "prompt", "rules",
     }  # fmt: skip
-    assert set(base.sft_identity()) == {"env", *checks.SFT_KEYS, "prompt", "rules"}
+    assert set(base.sft_identity()) == {
+        "env", "base", "tiny_size", "teacher_episodes", "sft_random_trajectories", "sft_examples",
+        "sft_epochs", "sft_batch", "sft_lr", "sft_roles", "seed", "policy_input", "prompt", "rules",
+    }  # fmt: skip
     # the same values spelled out on the command line: still the default identity
     spelled = checks.check(compose_cfg(tmp_path, "env=empty5x5_random", "brace.reward.tracking=1",
                                        "brace.labels=seven", "brace.belief_prompt=task"))  # fmt: skip
