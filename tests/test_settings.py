@@ -170,8 +170,11 @@ IDENTITY_MODULES = (
     "benchmark/policy/checkpoints.py",
     "benchmark/envs/base.py",
     "benchmark/envs/family.py",
+    "benchmark/brace/checks.py",
+    "benchmark/brace/settings.py",
+    "benchmark/finetune/store.py",
 )
-KEY_LIST_SUFFIXES = ("_KEYS", "_DEFAULTS", "_DROPS")
+KEY_LIST_SUFFIXES = ("_KEYS", "_DEFAULTS", "_DEFAULT", "_DROPS", "_ADDED", "_OFF", "EXECUTION")
 
 
 def _config_key_names() -> set[str]:
@@ -239,11 +242,72 @@ def test_the_scan_finds_a_hand_kept_list_and_passes_a_derived_one():
     }
 
 
+def key_filters(source: str, config_keys: set[str]) -> dict[int, set[str]]:
+    """The dict comprehensions that pick a mapping's keys by a list the module spells out (a
+    literal, or a name it binds to one at any depth): iterating over it, or testing a key's
+    membership in it. By line, with the config key names the list holds."""
+
+    def bound(statements: list[ast.stmt], deep: bool) -> dict[str, set[str]]:
+        names: dict[str, set[str]] = {}
+        nodes = (n for s in statements for n in (ast.walk(s) if deep else (s,)))
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in (t for t in targets if isinstance(t, ast.Name)):
+                    names.setdefault(target.id, set()).update(_literal_strings(node.value))
+        return names
+
+    def filters(scope: ast.AST, names: dict[str, set[str]]) -> dict[int, set[str]]:
+        def spelled(node: ast.expr) -> set[str]:
+            return (
+                names.get(node.id, set()) if isinstance(node, ast.Name) else _literal_strings(node)
+            )
+
+        found = {}
+        for comp in (c for c in ast.walk(scope) if isinstance(c, ast.DictComp)):
+            keys: set[str] = set()
+            for gen in comp.generators:
+                keys |= spelled(gen.iter)
+                for test in (t for cond in gen.ifs for t in ast.walk(cond)):
+                    if isinstance(test, ast.Compare):
+                        for op, right in zip(test.ops, test.comparators, strict=True):
+                            if isinstance(op, (ast.In, ast.NotIn)):
+                                keys |= spelled(right)
+            if keys & config_keys:
+                found[comp.lineno] = keys & config_keys
+        return found
+
+    tree = ast.parse(source)
+    module = bound(tree.body, deep=False)
+    found = filters(tree, module)  # a function's own names shadow the module's
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.update(filters(fn, {**module, **bound(fn.body, deep=True)}))
+    return {line: keys for line, keys in found.items() if keys}
+
+
+def test_the_scan_finds_a_mapping_filtered_by_a_spelled_out_list():
+    keys = {"mode", "source", "seed"}
+    source = (
+        "def sans(prompt):\n"
+        '    asking = ("mode", "source")\n'
+        "    return {k: v for k, v in prompt.items() if k not in asking}\n"
+        "def pick(values):\n"
+        '    return {k: values[k] for k in ("seed",)}\n'
+        "def derived(values):\n"
+        "    return {k: v for k, v in values.items() if k not in execution_keys(Owner)}\n"
+    )
+    assert key_filters(source, keys) == {3: {"mode", "source"}, 5: {"seed"}}
+
+
 @pytest.mark.parametrize("module", IDENTITY_MODULES)
 def test_no_identity_module_keeps_a_list_of_config_keys(module):
     """Identity is computed from the owners' field declarations (benchmark.settings), never
-    from lists of keys kept beside the code that reads them."""
+    from lists of keys kept beside the code that reads them: no module-level list, and no
+    mapping filtered by a list spelled out in the function that filters it."""
     from benchmark.config import CONF
 
     source = (CONF.parent / module).read_text()
     assert hand_kept_key_lists(source, _config_key_names()) == {}
+    if module != "benchmark/cell.py":  # it picks the config groups a cell is made of by its gate
+        assert key_filters(source, _config_key_names()) == {}

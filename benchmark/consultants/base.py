@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.consultants.errors import ConsultantError
-from benchmark.settings import FINETUNED_PROMPT, added
+from benchmark.settings import FINETUNED, FINETUNED_PROMPT, added
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed")
 # what `slm.decoding` may set
@@ -40,7 +40,9 @@ class Decoding:
 
     `mode`, `choice_score`, `source` and `repetition_penalty` came after cells existed: at the
     value those cells used they stay out of a cell's identity (benchmark.settings.added); the
-    fine-tuned consultant's cells came after all but `choice_score`, and keep the others."""
+    fine-tuned consultant's cells came after all but `choice_score`, and keep the others. How a
+    model is asked (`mode`, `choice_score`, `source`) is no part of a fine-tuned model's key: it
+    does not change what the model is trained on."""
 
     max_new_tokens: int = 16
     enable_thinking: bool = False  # Qwen3-style thinking mode
@@ -52,20 +54,20 @@ class Decoding:
     # "choices": a query whose answer is one bare action is answered by scoring every valid
     # action as a continuation of the prompt (backends that can; docs/protocol.md, "Choice
     # scoring"); other queries (rationale, belief updates, plans) still generate
-    mode: str = added("generate", old="generate", kept_in=(FINETUNED_PROMPT,))
+    mode: str = added("generate", old="generate", outside=(FINETUNED,), kept_in=(FINETUNED_PROMPT,))
     # what "choices" ranks the actions by: "sum", the log-likelihood of the whole continuation
     # (its tokens and the end of the reply), or "mean", that sum over its token count (a long
     # command is not penalised for its length; lm-evaluation-harness's length-normalised score)
-    choice_score: str = added("sum", old="sum")
+    choice_score: str = added("sum", old="sum", outside=(FINETUNED,))
     # where temperature, top_p and top_k come from: "config" (the fields above, from
     # slm.decoding) or "model" (the model's own generation_config.json, as `generate` reads it
     # given no sampling argument: `Consultant.resolve_decoding` replaces them before anything else
     # reads the query, so a resolved decoding is always "config")
-    source: str = added("config", old="config", kept_in=(FINETUNED_PROMPT,))
+    source: str = added("config", old="config", outside=(FINETUNED,), kept_in=(FINETUNED_PROMPT,))
     # transformers' repetition penalty (RepetitionPenaltyLogitsProcessor, vLLM's
     # `repetition_penalty`): the logit of every token already in the prompt or the answer is
     # divided by it (multiplied where negative) before the next token is chosen; 1.0 = off
-    repetition_penalty: float = added(1.0, old=1.0, kept_in=(FINETUNED_PROMPT,))
+    repetition_penalty: float = added(1.0, old=1.0, kept_in=(FINETUNED_PROMPT, FINETUNED))
     # how a backend turns generated tokens into the answer text: "suite" drops every thinking
     # block (closed, unterminated, or closed by the prompt); "released" is the released code's
     # (src/ask/slm/model.py): the decoded text, stripped, and only what follows a first

@@ -30,6 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import config
+from benchmark.consultants.base import Decoding
 from benchmark.consultants.fingerprint import MARKER, marker_holds
 from benchmark.envs.base import env_identity
 from benchmark.finetune.dataset import (
@@ -42,6 +43,7 @@ from benchmark.finetune.dataset import (
 from benchmark.finetune.settings import settings_mapping
 from benchmark.finetune.train import TrainSettings, fine_tune
 from benchmark.seeds import TUNING_SPLIT, Splits, dataset_seeds
+from benchmark.settings import FINETUNED, identity_of
 from benchmark.store import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -222,9 +224,7 @@ class Recipe:
             "finetune_version": FINETUNE_VERSION,
             "base": {"name": self.base, "weights": base_identity},
             "env": env_identity(self.env),
-            # how the model is asked (generate or choice scoring, whose sampling values) does
-            # not change its training
-            "prompt": _sans_mode(self.prompt),
+            "prompt": _trained_prompt(self.prompt),
             "prompt_version": prompt_version,
             "policy": {"checkpoint_sha256": checkpoint_sha256},
             "data": asdict(self.data),
@@ -504,12 +504,10 @@ def read_info(model_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def _sans_mode(prompt: dict[str, Any]) -> dict[str, Any]:
-    """The prompt config without how its sampling asks the model (slm.decoding.mode, .source
-    and .choice_score), which does not change what the model is trained on."""
-    asking = ("mode", "source", "choice_score")
+def _trained_prompt(prompt: dict[str, Any]) -> dict[str, Any]:
+    """The prompt config as a fine-tuned model's key holds it: its sampling as Decoding declares
+    it for that key (how the model is asked does not change what it is trained on)."""
     sampling = prompt.get("sampling")
-    if isinstance(sampling, dict) and set(asking) & set(sampling):
-        kept = {k: v for k, v in sampling.items() if k not in asking}
-        return {**prompt, "sampling": kept}
-    return prompt
+    if not isinstance(sampling, dict):
+        return prompt
+    return {**prompt, "sampling": identity_of(Decoding, sampling, FINETUNED)}
