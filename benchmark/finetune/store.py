@@ -30,7 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from benchmark import config
-from benchmark.consultants.base import Decoding
+from benchmark.consultants import Decoding
 from benchmark.consultants.fingerprint import MARKER, marker_holds
 from benchmark.envs.base import env_identity
 from benchmark.finetune.dataset import (
