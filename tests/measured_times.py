@@ -7,6 +7,7 @@ CI runs it) and `tests-fast` (the fast suite)."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import Counter
 
@@ -66,7 +67,7 @@ class Timer:
             "|---:|---|",
             *(f"| {d:.1f} | `{nodeid}` |" for nodeid, d in slowest),
         ]
-        command = " ".join(["python -m pytest", *config.invocation_params.args])
+        command = shlex.join(["python", "-m", "pytest", *config.invocation_params.args])
         write_page(self.name, "Measured: the test suite's times", "\n".join(lines), command)
 
 
