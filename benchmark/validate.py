@@ -9,8 +9,8 @@ from omegaconf import DictConfig, OmegaConf
 from benchmark.cell import EvalSettings, PromptSettings
 from benchmark.config import root_keys
 from benchmark.consultants import ConsultantError, backend_class, check_slm, slm_keys
-from benchmark.gate_checks import check_gate, gate_class, gate_keys
 from benchmark.gates import NeverGate
+from benchmark.gates.checks import check_gate, gate_class, gate_keys
 from benchmark.policy import names
 from benchmark.policy.checkpoints import PolicySettings
 from benchmark.policy.train import as_dict, check_head, validate_policy

@@ -8,7 +8,7 @@ A gate class is built from its own typed constructor arguments only; what a job 
 about it (does it use a policy, MC-dropout uncertainty, a threshold to tune) are class
 attributes, the one source of truth. The job-level settings of conf/gate (tau=auto, tau_range,
 mc_samples, match_tau) are read by `benchmark.gates.GateSettings`; values are checked once, by
-`benchmark.gate_checks.check_gate` (which the job's validation calls)."""
+`benchmark.gates.checks.check_gate` (which the job's validation calls)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Gate:
     """Base gate: `needs_policy` False means the job never loads or trains a PPO policy.
 
     What the rest of the suite asks of a gate is declared here, on its class, and nowhere else
-    (docs/gates.md, "Adding a gate"): cell.py, gate_checks.py, build.py and the report read these
+    (docs/gates.md, "Adding a gate"): cell.py, gates/checks.py, build.py and the report read these
     from the class `gate._target_` names (the report: every gate of `available_gates()`), so a
     gate in another installed package needs no edit outside its own files."""
 
@@ -61,7 +61,7 @@ class Gate:
     @classmethod
     def check_config(cls, gate: Any) -> None:
         """Fail, naming the bad value and what is allowed, on a value of the gate config this
-        gate cannot run with; gate_checks.check_gate calls it after the checks every gate
+        gate cannot run with; checks.check_gate calls it after the checks every gate
         shares."""
         n = gate.get("mc_samples")
         if cls.needs_uncertainty and isinstance(n, int) and n < cls.min_mc_samples:
